@@ -1,0 +1,112 @@
+//! Backends: what runs a graph. Every backend implements [`Session`], the one interface the
+//! trainer uses.
+//!
+//! - [`reference`]: the oracle. An op-by-op interpreter of the IR, written for clarity. Every
+//!   compiled backend is tested against it.
+//!
+//! A step is *functional*: every `Variable` read sees the value the variable held when the step
+//! began, and every `Assign` of the step takes effect when it ends. A step may assign a variable
+//! at most once.
+
+pub mod reference;
+
+use crate::ir::{Graph, IrError, NodeId, Value, VarId};
+use crate::tensor::HostTensor;
+
+/// What one step computes: values to fetch and side-effect nodes (assigns, groups) to run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Step {
+    /// Values returned by [`Session::run`], in this order.
+    pub fetches: Vec<Value>,
+    /// `Assign` or `Group` nodes whose effects the step applies.
+    pub targets: Vec<NodeId>,
+}
+
+impl Step {
+    /// A step fetching `fetches` and running `targets`.
+    pub fn new(fetches: Vec<Value>, targets: Vec<NodeId>) -> Step {
+        Step { fetches, targets }
+    }
+
+    /// A step that only fetches.
+    pub fn fetch(fetches: Vec<Value>) -> Step {
+        Step {
+            fetches,
+            targets: Vec::new(),
+        }
+    }
+}
+
+/// A value fed to an `Input` node for one step.
+pub type Feed = (NodeId, HostTensor);
+
+/// Errors of running a step. Each names the node, input or variable at fault.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BackendError {
+    #[error(transparent)]
+    Ir(#[from] IrError),
+    #[error("input `{input}` needs a feed for this step")]
+    MissingFeed { input: String },
+    #[error("feed for input `{input}` is {got}, expected {expected}")]
+    FeedMismatch {
+        input: String,
+        expected: String,
+        got: String,
+    },
+    #[error("node `{node}` is fed but is not an input")]
+    FeedNotInput { node: String },
+    #[error("inputs disagree on the batch size: `{input}` has {got}, others {expected}")]
+    BatchMismatch {
+        input: String,
+        expected: usize,
+        got: usize,
+    },
+    #[error("variable `{variable}` is assigned more than once in one step")]
+    DoubleAssign { variable: String },
+    #[error("value {0} does not exist in the graph")]
+    UnknownValue(String),
+    #[error("unknown variable #{0}")]
+    UnknownVariable(u32),
+    #[error("variable `{variable}` is {expected}, got {got}")]
+    VariableMismatch {
+        variable: String,
+        expected: String,
+        got: String,
+    },
+    #[error("node `{node}` ({op}): {message}")]
+    Kernel {
+        node: String,
+        op: String,
+        message: String,
+    },
+    #[error("backend `{backend}` is unavailable: {reason}")]
+    Unavailable { backend: String, reason: String },
+}
+
+/// A graph bound to variable storage on some device(s): the executor interface of trainers.
+pub trait Session: Send {
+    /// The graph this session runs.
+    fn graph(&self) -> &Graph;
+
+    /// Runs one step with the given feeds and returns the fetched values.
+    fn run(&mut self, step: &Step, feeds: &[Feed]) -> Result<Vec<HostTensor>, BackendError>;
+
+    /// The current value of a variable.
+    fn read_variable(&self, var: VarId) -> Result<HostTensor, BackendError>;
+
+    /// Overwrites a variable; errors when dtype or shape differ from its declaration.
+    fn write_variable(&mut self, var: VarId, value: &HostTensor) -> Result<(), BackendError>;
+
+    /// Sets every variable to its initializer's value for the run seeded with `seed`.
+    fn initialize_variables(&mut self, seed: u64) -> Result<(), BackendError> {
+        let inits: Vec<(VarId, HostTensor)> = self
+            .graph()
+            .variable_ids()
+            .map(|(id, def)| (id, crate::ir::init::initial_value(def, seed)))
+            .collect();
+        for (id, value) in inits {
+            self.write_variable(id, &value)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,19 @@
+//! towerpack: a graph-compiling training DSL — tensorpack's tower and trainer system, rebuilt as a
+//! compiler.
+//!
+//! The pipeline, one module per stage, each importing only earlier ones:
+//! [`tensor`] (host data) → [`ir`] (op graph) → [`tower`] (towers, scopes, variables) →
+//! [`dsl`] (builder and `graph!`) → [`autodiff`] → [`optim`] → [`lower`] (kernel `Program`) →
+//! [`backend`] (reference executor, CPU, CUDA) → [`data`] → [`train`] (loop, callbacks).
+//! See `ARCHITECTURE.md` for the map.
+
+pub mod autodiff;
+pub mod backend;
+pub mod data;
+pub mod dsl;
+pub mod ir;
+pub mod lower;
+pub mod optim;
+pub mod tensor;
+pub mod tower;
+pub mod train;

@@ -1,0 +1,1 @@
+//! Optimizers (SGD, Momentum, Adam) and gradient processors, built as graph ops.

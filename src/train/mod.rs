@@ -1,0 +1,2 @@
+//! The trainer system: the epoch/step loop, callbacks, monitors, checkpoints, input sources and
+//! predictors.
