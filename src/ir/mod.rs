@@ -9,6 +9,7 @@ mod graph;
 mod infer;
 pub mod init;
 mod op;
+pub mod rng;
 mod shape;
 pub mod text;
 mod verify;

@@ -417,6 +417,7 @@ pub enum Op {
     /// Uniform `[0, 1)` samples shaped like its first input, from a counter-based generator:
     /// the value at flat index `i` is a pure function of `(seed, counter, i)`, where `counter`
     /// (second input, an integer scalar) is explicit RNG state such as the global step.
+    /// The exact function is [`crate::ir::rng`]: every backend reproduces its bits.
     RandomUniform {
         seed: u64,
     },
