@@ -10,32 +10,10 @@
 
 pub mod reference;
 
-use crate::ir::{Graph, IrError, NodeId, Value, VarId};
+pub use crate::ir::Step;
+
+use crate::ir::{Graph, IrError, NodeId, VarId};
 use crate::tensor::HostTensor;
-
-/// What one step computes: values to fetch and side-effect nodes (assigns, groups) to run.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Step {
-    /// Values returned by [`Session::run`], in this order.
-    pub fetches: Vec<Value>,
-    /// `Assign` or `Group` nodes whose effects the step applies.
-    pub targets: Vec<NodeId>,
-}
-
-impl Step {
-    /// A step fetching `fetches` and running `targets`.
-    pub fn new(fetches: Vec<Value>, targets: Vec<NodeId>) -> Step {
-        Step { fetches, targets }
-    }
-
-    /// A step that only fetches.
-    pub fn fetch(fetches: Vec<Value>) -> Step {
-        Step {
-            fetches,
-            targets: Vec::new(),
-        }
-    }
-}
 
 /// A value fed to an `Input` node for one step.
 pub type Feed = (NodeId, HostTensor);

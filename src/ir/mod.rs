@@ -11,6 +11,7 @@ pub mod init;
 mod op;
 pub mod rng;
 mod shape;
+mod step;
 pub mod text;
 mod verify;
 
@@ -22,4 +23,5 @@ pub use op::{
     ReduceOp, UnaryOp, VarId,
 };
 pub use shape::{Dim, Shape, TensorType};
+pub use step::Step;
 pub use verify::verify;
