@@ -10,6 +10,7 @@ mod infer;
 pub mod init;
 mod op;
 pub mod rng;
+pub mod scalar;
 mod shape;
 mod step;
 pub mod text;
