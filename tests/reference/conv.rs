@@ -10,7 +10,12 @@ use towerpack::tensor::{DType, HostTensor};
 
 const P64: Precision = Precision::F64;
 
-fn attrs(strides: [usize; 2], padding: Padding, dilations: [usize; 2], groups: usize) -> Conv2dAttrs {
+fn attrs(
+    strides: [usize; 2],
+    padding: Padding,
+    dilations: [usize; 2],
+    groups: usize,
+) -> Conv2dAttrs {
     Conv2dAttrs {
         strides,
         padding,
@@ -29,7 +34,11 @@ fn seq(shape: &[usize]) -> HostTensor {
 fn conv2d_matches_hand_values() {
     let diag = f32s(&[2, 2, 1, 1], &[1.0, 0.0, 0.0, 1.0]);
     let valid = attrs([1, 1], Padding::Valid, [1, 1], 1);
-    let got = run_op(Op::Conv2d(valid), vec![seq(&[1, 3, 3, 1]), diag.clone()], P64);
+    let got = run_op(
+        Op::Conv2d(valid),
+        vec![seq(&[1, 3, 3, 1]), diag.clone()],
+        P64,
+    );
     assert_close(&got, &[6.0, 8.0, 12.0, 14.0], 0.0);
 
     // Same, stride 1, 2x2 kernel: the one padding cell goes after (bottom/right), as TF.
@@ -57,13 +66,23 @@ fn conv2d_gradients_match_hand_values() {
     // Stride-2 transposed convolution of a 1x1 filter scatters dy onto every other cell.
     let dy = f32s(&[1, 2, 2, 1], &[1.0, 2.0, 3.0, 4.0]);
     let a = attrs([2, 2], Padding::Valid, [1, 1], 1);
-    let op = Op::Conv2dBackpropInput { attrs: a, input_hw: [3, 3] };
+    let op = Op::Conv2dBackpropInput {
+        attrs: a,
+        input_hw: [3, 3],
+    };
     let got = run_op(op, vec![dy, f32s(&[1, 1, 1, 1], &[2.0])], P64);
     assert_close(&got, &[2.0, 0.0, 4.0, 0.0, 0.0, 0.0, 6.0, 0.0, 8.0], 0.0);
 
     let valid = attrs([1, 1], Padding::Valid, [1, 1], 1);
-    let op = Op::Conv2dBackpropFilter { attrs: valid, filter_hw: [2, 2] };
-    let got = run_op(op, vec![seq(&[1, 2, 2, 1]), f32s(&[1, 1, 1, 1], &[2.0])], P64);
+    let op = Op::Conv2dBackpropFilter {
+        attrs: valid,
+        filter_hw: [2, 2],
+    };
+    let got = run_op(
+        op,
+        vec![seq(&[1, 2, 2, 1]), f32s(&[1, 1, 1, 1], &[2.0])],
+        P64,
+    );
     assert_eq!(got.shape(), &[2, 2, 1, 1]);
     assert_close(&got, &[2.0, 4.0, 6.0, 8.0], 0.0);
 }
@@ -76,7 +95,10 @@ fn random_geometry(r: &mut ChaCha8Rng) -> ([usize; 4], [usize; 4], Conv2dAttrs) 
     let padding = match r.random_range(0..3) {
         0 => Padding::Same,
         1 => Padding::Valid,
-        _ => Padding::Explicit([(r.random_range(0..3), r.random_range(0..3)), (r.random_range(0..3), r.random_range(0..3))]),
+        _ => Padding::Explicit([
+            (r.random_range(0..3), r.random_range(0..3)),
+            (r.random_range(0..3), r.random_range(0..3)),
+        ]),
     };
     let a = attrs(
         [r.random_range(1..=3), r.random_range(1..=3)],
@@ -84,8 +106,18 @@ fn random_geometry(r: &mut ChaCha8Rng) -> ([usize; 4], [usize; 4], Conv2dAttrs) 
         [r.random_range(1..=2), r.random_range(1..=2)],
         groups,
     );
-    let x = [r.random_range(1..=2), r.random_range(1..=7), r.random_range(1..=7), cg * groups];
-    let f = [r.random_range(1..=3), r.random_range(1..=3), cg, og * groups];
+    let x = [
+        r.random_range(1..=2),
+        r.random_range(1..=7),
+        r.random_range(1..=7),
+        cg * groups,
+    ];
+    let f = [
+        r.random_range(1..=3),
+        r.random_range(1..=3),
+        cg,
+        og * groups,
+    ];
     (x, f, a)
 }
 
@@ -94,8 +126,10 @@ fn random_geometry(r: &mut ChaCha8Rng) -> ([usize; 4], [usize; 4], Conv2dAttrs) 
 fn naive_conv2d(x: &HostTensor, w: &HostTensor, a: &Conv2dAttrs) -> Option<(Vec<f64>, [usize; 4])> {
     let [n, h, wd, c] = <[usize; 4]>::try_from(x.shape()).ok()?;
     let [kh, kw, cg, o] = <[usize; 4]>::try_from(w.shape()).ok()?;
-    let (oh, top, bottom) = window_output(h, kh, a.strides[0], a.dilations[0], a.padding, 0).ok()?;
-    let (ow, left, right) = window_output(wd, kw, a.strides[1], a.dilations[1], a.padding, 1).ok()?;
+    let (oh, top, bottom) =
+        window_output(h, kh, a.strides[0], a.dilations[0], a.padding, 0).ok()?;
+    let (ow, left, right) =
+        window_output(wd, kw, a.strides[1], a.dilations[1], a.padding, 1).ok()?;
     let (hp, wp) = (h + top + bottom, wd + left + right);
     let xv = x.to_f64_vec();
     let mut padded = vec![0.0; n * hp * wp * c];
@@ -103,7 +137,8 @@ fn naive_conv2d(x: &HostTensor, w: &HostTensor, a: &Conv2dAttrs) -> Option<(Vec<
         for i in 0..h {
             for j in 0..wd {
                 for ch in 0..c {
-                    padded[((b * hp + i + top) * wp + j + left) * c + ch] = xv[((b * h + i) * wd + j) * c + ch];
+                    padded[((b * hp + i + top) * wp + j + left) * c + ch] =
+                        xv[((b * h + i) * wd + j) * c + ch];
                 }
             }
         }
@@ -179,14 +214,33 @@ fn conv2d_gradients_are_exact_adjoints_on_random_geometries() {
         };
         let y_shape = b.g.node(conv).outputs[0].shape.to_static().expect("static");
         let dy = b.constant(random(&mut r, DType::F64, &y_shape));
-        let bpi = b.op(Op::Conv2dBackpropInput { attrs: a, input_hw: [xs[1], xs[2]] }, &[dy, w]);
-        let bpf = b.op(Op::Conv2dBackpropFilter { attrs: a, filter_hw: [fs[0], fs[1]] }, &[x, dy]);
-        let outs = eval(&b.g, &[], &[Value::first(conv), bpi, bpf, x, w, dy], P64).expect("conv step");
+        let bpi = b.op(
+            Op::Conv2dBackpropInput {
+                attrs: a,
+                input_hw: [xs[1], xs[2]],
+            },
+            &[dy, w],
+        );
+        let bpf = b.op(
+            Op::Conv2dBackpropFilter {
+                attrs: a,
+                filter_hw: [fs[0], fs[1]],
+            },
+            &[x, dy],
+        );
+        let outs =
+            eval(&b.g, &[], &[Value::first(conv), bpi, bpf, x, w, dy], P64).expect("conv step");
         let (y, dx, dw, xv, wv, dyv) = (&outs[0], &outs[1], &outs[2], &outs[3], &outs[4], &outs[5]);
         let forward = dot(y, dyv);
         let scale = 1.0 + forward.abs();
-        assert!((dot(xv, dx) - forward).abs() <= 1e-12 * scale, "input adjoint, {a:?}");
-        assert!((dot(wv, dw) - forward).abs() <= 1e-12 * scale, "filter adjoint, {a:?}");
+        assert!(
+            (dot(xv, dx) - forward).abs() <= 1e-12 * scale,
+            "input adjoint, {a:?}"
+        );
+        assert!(
+            (dot(wv, dw) - forward).abs() <= 1e-12 * scale,
+            "filter adjoint, {a:?}"
+        );
         checked += 1;
     }
     assert!(checked >= 100, "only {checked} geometries fit");

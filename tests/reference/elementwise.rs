@@ -18,14 +18,26 @@ fn float_unary_ops_match_hand_values() {
         (UnaryOp::Neg, vec![-2.0, 0.5], vec![2.0, -0.5]),
         (UnaryOp::Abs, vec![-2.0, 0.5], vec![2.0, 0.5]),
         (UnaryOp::Sign, vec![-3.0, 0.0, 0.25], vec![-1.0, 0.0, 1.0]),
-        (UnaryOp::Exp, vec![0.0, 1.0, ln3], vec![1.0, std::f64::consts::E, 3.0]),
-        (UnaryOp::Log, vec![1.0, std::f64::consts::E, 0.0], vec![0.0, 1.0, f64::NEG_INFINITY]),
+        (
+            UnaryOp::Exp,
+            vec![0.0, 1.0, ln3],
+            vec![1.0, std::f64::consts::E, 3.0],
+        ),
+        (
+            UnaryOp::Log,
+            vec![1.0, std::f64::consts::E, 0.0],
+            vec![0.0, 1.0, f64::NEG_INFINITY],
+        ),
         (UnaryOp::Sqrt, vec![4.0, 0.25], vec![2.0, 0.5]),
         (UnaryOp::Rsqrt, vec![4.0, 0.25], vec![0.5, 2.0]),
         (UnaryOp::Square, vec![3.0, -0.5], vec![9.0, 0.25]),
         (UnaryOp::Recip, vec![4.0, -0.5], vec![0.25, -2.0]),
         (UnaryOp::Relu, vec![-1.0, 0.0, 2.0], vec![0.0, 0.0, 2.0]),
-        (UnaryOp::Sigmoid, vec![0.0, ln3, -ln3], vec![0.5, 0.75, 0.25]),
+        (
+            UnaryOp::Sigmoid,
+            vec![0.0, ln3, -ln3],
+            vec![0.5, 0.75, 0.25],
+        ),
         (UnaryOp::Tanh, vec![0.0, ln2, -ln2], vec![0.0, 0.6, -0.6]),
         (UnaryOp::Floor, vec![-1.5, 1.5, 2.0], vec![-2.0, 1.0, 2.0]),
     ];
@@ -47,7 +59,11 @@ fn float_unary_ops_match_hand_values() {
 fn nan_propagates_through_sign_relu_maximum_and_minimum() {
     let x = f32s(&[2], &[f32::NAN, 1.0]);
     for op in [UnaryOp::Sign, UnaryOp::Relu] {
-        assert_close(&run_op(Op::Unary(op), vec![x.clone()], P32), &[f64::NAN, 1.0], 0.0);
+        assert_close(
+            &run_op(Op::Unary(op), vec![x.clone()], P32),
+            &[f64::NAN, 1.0],
+            0.0,
+        );
     }
     let y = f32s(&[2], &[1.0, f32::NAN]);
     for op in [BinaryOp::Maximum, BinaryOp::Minimum] {
@@ -59,13 +75,33 @@ fn nan_propagates_through_sign_relu_maximum_and_minimum() {
 #[test]
 fn integer_and_bool_unary_ops_wrap_like_hardware() {
     let x = i32s(&[4], &[-5, 0, 7, i32::MIN]);
-    assert_close(&run_op(Op::Unary(UnaryOp::Neg), vec![x.clone()], P32), &[5.0, 0.0, -7.0, -2147483648.0], 0.0);
-    assert_close(&run_op(Op::Unary(UnaryOp::Abs), vec![x.clone()], P32), &[5.0, 0.0, 7.0, -2147483648.0], 0.0);
-    assert_close(&run_op(Op::Unary(UnaryOp::Sign), vec![x], P32), &[-1.0, 0.0, 1.0, -1.0], 0.0);
-    let u = towerpack::tensor::HostTensor::from_f64_values(DType::U8, &[2], vec![1.0, 0.0]).expect("2");
+    assert_close(
+        &run_op(Op::Unary(UnaryOp::Neg), vec![x.clone()], P32),
+        &[5.0, 0.0, -7.0, -2147483648.0],
+        0.0,
+    );
+    assert_close(
+        &run_op(Op::Unary(UnaryOp::Abs), vec![x.clone()], P32),
+        &[5.0, 0.0, 7.0, -2147483648.0],
+        0.0,
+    );
+    assert_close(
+        &run_op(Op::Unary(UnaryOp::Sign), vec![x], P32),
+        &[-1.0, 0.0, 1.0, -1.0],
+        0.0,
+    );
+    let u =
+        towerpack::tensor::HostTensor::from_f64_values(DType::U8, &[2], vec![1.0, 0.0]).expect("2");
     let neg = run_op(Op::Unary(UnaryOp::Neg), vec![u], P32);
-    assert_eq!((neg.dtype(), neg.to_f64_vec()), (DType::U8, vec![255.0, 0.0]));
-    let not = run_op(Op::Unary(UnaryOp::Not), vec![bools(&[2], &[true, false])], P32);
+    assert_eq!(
+        (neg.dtype(), neg.to_f64_vec()),
+        (DType::U8, vec![255.0, 0.0])
+    );
+    let not = run_op(
+        Op::Unary(UnaryOp::Not),
+        vec![bools(&[2], &[true, false])],
+        P32,
+    );
     assert_eq!(not, bools(&[2], &[false, true]));
 }
 
@@ -93,7 +129,11 @@ fn binary_float_ops_broadcast_like_numpy() {
 fn random_broadcasts_match_an_explicit_coordinate_loop() {
     let mut r = rng(11);
     for _ in 0..20 {
-        let (i, j, k) = (r.random_range(1..4), r.random_range(1..4), r.random_range(1..4));
+        let (i, j, k) = (
+            r.random_range(1..4),
+            r.random_range(1..4),
+            r.random_range(1..4),
+        );
         let a = random(&mut r, DType::F64, &[i, 1, k]);
         let b = random(&mut r, DType::F64, &[j, 1]);
         let got = run_op(Op::Binary(BinaryOp::Sub), vec![a.clone(), b.clone()], P64);
@@ -101,9 +141,9 @@ fn random_broadcasts_match_an_explicit_coordinate_loop() {
         let (av, bv) = (a.to_f64_vec(), b.to_f64_vec());
         let mut want = Vec::new();
         for x in 0..i {
-            for y in 0..j {
+            for by in &bv {
                 for z in 0..k {
-                    want.push(av[x * k + z] - bv[y]);
+                    want.push(av[x * k + z] - by);
                 }
             }
         }
@@ -126,13 +166,25 @@ fn comparisons_give_bool_on_every_dtype() {
     for (op, want) in cases {
         let got = run_op(Op::Binary(op), vec![a.clone(), b.clone()], P32);
         assert_eq!(got, bools(&[3], &want), "{op:?} f32");
-        let ints = run_op(Op::Binary(op), vec![i64s(&[3], &[1, 2, 3]), i64s(&[], &[2])], P32);
+        let ints = run_op(
+            Op::Binary(op),
+            vec![i64s(&[3], &[1, 2, 3]), i64s(&[], &[2])],
+            P32,
+        );
         assert_eq!(ints, bools(&[3], &want), "{op:?} i64");
     }
     let t = bools(&[2], &[false, true]);
-    let lt = run_op(Op::Binary(BinaryOp::Lt), vec![t.clone(), bools(&[], &[true])], P32);
+    let lt = run_op(
+        Op::Binary(BinaryOp::Lt),
+        vec![t.clone(), bools(&[], &[true])],
+        P32,
+    );
     assert_eq!(lt, bools(&[2], &[true, false]));
-    let and = run_op(Op::Binary(BinaryOp::And), vec![t.clone(), bools(&[2], &[true, true])], P32);
+    let and = run_op(
+        Op::Binary(BinaryOp::And),
+        vec![t.clone(), bools(&[2], &[true, true])],
+        P32,
+    );
     assert_eq!(and, bools(&[2], &[false, true]));
     let or = run_op(Op::Binary(BinaryOp::Or), vec![t, bools(&[], &[false])], P32);
     assert_eq!(or, bools(&[2], &[false, true]));
@@ -146,28 +198,54 @@ fn integer_arithmetic_truncates_and_wraps() {
     assert_eq!(div, i32s(&[4], &[-3, -3, i32::MAX, 0]));
     let add = run_op(Op::Binary(BinaryOp::Add), vec![a.clone(), b.clone()], P32);
     assert_eq!(add, i32s(&[4], &[-5, 5, i32::MIN, 7]));
-    let pow = run_op(Op::Binary(BinaryOp::Pow), vec![i32s(&[3], &[3, -2, 2]), i32s(&[3], &[4, 3, 31])], P32);
+    let pow = run_op(
+        Op::Binary(BinaryOp::Pow),
+        vec![i32s(&[3], &[3, -2, 2]), i32s(&[3], &[4, 3, 31])],
+        P32,
+    );
     assert_eq!(pow, i32s(&[3], &[81, -8, i32::MIN]));
-    let u8s = |v: &[f64]| towerpack::tensor::HostTensor::from_f64_values(DType::U8, &[v.len()], v.to_vec()).expect("len");
-    let sum = run_op(Op::Binary(BinaryOp::Add), vec![u8s(&[200.0, 3.0]), u8s(&[100.0, 5.0])], P32);
+    let u8s = |v: &[f64]| {
+        towerpack::tensor::HostTensor::from_f64_values(DType::U8, &[v.len()], v.to_vec())
+            .expect("len")
+    };
+    let sum = run_op(
+        Op::Binary(BinaryOp::Add),
+        vec![u8s(&[200.0, 3.0]), u8s(&[100.0, 5.0])],
+        P32,
+    );
     assert_eq!(sum, u8s(&[44.0, 8.0]));
-    let diff = run_op(Op::Binary(BinaryOp::Sub), vec![u8s(&[3.0]), u8s(&[5.0])], P32);
+    let diff = run_op(
+        Op::Binary(BinaryOp::Sub),
+        vec![u8s(&[3.0]), u8s(&[5.0])],
+        P32,
+    );
     assert_eq!(diff, u8s(&[254.0]));
 }
 
 #[test]
 fn integer_division_by_zero_and_negative_powers_are_kernel_errors() {
-    let err = try_run_op(Op::Binary(BinaryOp::Div), vec![i64s(&[2], &[1, 2]), i64s(&[2], &[1, 0])], P32)
-        .unwrap_err();
+    let err = try_run_op(
+        Op::Binary(BinaryOp::Div),
+        vec![i64s(&[2], &[1, 2]), i64s(&[2], &[1, 0])],
+        P32,
+    )
+    .unwrap_err();
     match err {
         BackendError::Kernel { node, op, message } => {
             assert_eq!((node.as_str(), op.as_str()), ("n2", "div"));
-            assert!(message.contains("division by zero") && message.contains("i64[2]"), "{message}");
+            assert!(
+                message.contains("division by zero") && message.contains("i64[2]"),
+                "{message}"
+            );
         }
         other => panic!("expected a kernel error, got {other}"),
     }
-    let err = try_run_op(Op::Binary(BinaryOp::Pow), vec![i64s(&[1], &[2]), i64s(&[1], &[-1])], P32)
-        .unwrap_err();
+    let err = try_run_op(
+        Op::Binary(BinaryOp::Pow),
+        vec![i64s(&[1], &[2]), i64s(&[1], &[-1])],
+        P32,
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("negative integer powers"), "{err}");
 }
 
@@ -186,18 +264,36 @@ fn casts_truncate_wrap_and_round_as_tensorflow() {
     let to_i32 = run_op(Op::Cast { to: DType::I32 }, vec![x.clone()], P32);
     assert_eq!(to_i32, i32s(&[6], &[-1, 2, 0, 0, 0, 0]));
     let to_bool = run_op(Op::Cast { to: DType::Bool }, vec![x], P32);
-    assert_eq!(to_bool, bools(&[6], &[true, true, false, false, true, true]));
-    let from_bool = run_op(Op::Cast { to: DType::F32 }, vec![bools(&[2], &[true, false])], P32);
+    assert_eq!(
+        to_bool,
+        bools(&[6], &[true, true, false, false, true, true])
+    );
+    let from_bool = run_op(
+        Op::Cast { to: DType::F32 },
+        vec![bools(&[2], &[true, false])],
+        P32,
+    );
     assert_eq!(from_bool, f32s(&[2], &[1.0, 0.0]));
     let wide = i64s(&[2], &[(1 << 32) + 5, -1]);
-    assert_eq!(run_op(Op::Cast { to: DType::I32 }, vec![wide.clone()], P32), i32s(&[2], &[5, -1]));
+    assert_eq!(
+        run_op(Op::Cast { to: DType::I32 }, vec![wide.clone()], P32),
+        i32s(&[2], &[5, -1])
+    );
     let to_u8 = run_op(Op::Cast { to: DType::U8 }, vec![wide], P32);
     assert_eq!(to_u8.to_f64_vec(), vec![5.0, 255.0]);
     // 2^24 + 1 is not an f32: it rounds (to even) once.
-    let big = run_op(Op::Cast { to: DType::F32 }, vec![i64s(&[1], &[(1 << 24) + 1])], P32);
+    let big = run_op(
+        Op::Cast { to: DType::F32 },
+        vec![i64s(&[1], &[(1 << 24) + 1])],
+        P32,
+    );
     assert_eq!(big, f32s(&[1], &[16_777_216.0]));
     // f32 -> f16 rounds to the nearest f16; f16 results stay f16.
-    let h = run_op(Op::Cast { to: DType::F16 }, vec![f32s(&[2], &[1.0 + 1.0 / 4096.0, 70000.0])], P32);
+    let h = run_op(
+        Op::Cast { to: DType::F16 },
+        vec![f32s(&[2], &[1.0 + 1.0 / 4096.0, 70000.0])],
+        P32,
+    );
     assert_eq!(h.dtype(), DType::F16);
     assert_close(&h, &[1.0, f64::INFINITY], 0.0);
 }
@@ -205,12 +301,28 @@ fn casts_truncate_wrap_and_round_as_tensorflow() {
 #[test]
 fn half_precision_ops_round_every_result_back() {
     // In f16, 1 + 2^-11 is a tie that rounds to even (1.0); 1 + 3*2^-11 rounds up to 1 + 2^-9.
-    let one = run_op(Op::Cast { to: DType::F16 }, vec![f32s(&[2], &[1.0, 1.0])], P32);
-    let eps = run_op(Op::Cast { to: DType::F16 }, vec![f32s(&[2], &[1.0 / 2048.0, 3.0 / 2048.0])], P32);
-    let sum = run_op(Op::Binary(BinaryOp::Add), vec![one.clone(), eps.clone()], P32);
+    let one = run_op(
+        Op::Cast { to: DType::F16 },
+        vec![f32s(&[2], &[1.0, 1.0])],
+        P32,
+    );
+    let eps = run_op(
+        Op::Cast { to: DType::F16 },
+        vec![f32s(&[2], &[1.0 / 2048.0, 3.0 / 2048.0])],
+        P32,
+    );
+    let sum = run_op(
+        Op::Binary(BinaryOp::Add),
+        vec![one.clone(), eps.clone()],
+        P32,
+    );
     assert_eq!(sum.dtype(), DType::F16);
     assert_close(&sum, &[1.0, 1.0 + 1.0 / 512.0], 0.0);
-    let bf = run_op(Op::Cast { to: DType::BF16 }, vec![f32s(&[1], &[1.0 + 1.0 / 512.0])], P32);
+    let bf = run_op(
+        Op::Cast { to: DType::BF16 },
+        vec![f32s(&[1], &[1.0 + 1.0 / 512.0])],
+        P32,
+    );
     assert_eq!(bf.dtype(), DType::BF16);
     assert_close(&bf, &[1.0], 0.0);
     // In F64 mode the same sum is exact and comes back as f64.

@@ -18,10 +18,18 @@ fn matmul(transpose_a: bool, transpose_b: bool) -> Op {
 fn matmul_matches_hand_values() {
     let a = f32s(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
     let b = f32s(&[2, 2], &[5.0, 6.0, 7.0, 8.0]);
-    let got = run_op(matmul(false, false), vec![a.clone(), b.clone()], Precision::F32);
+    let got = run_op(
+        matmul(false, false),
+        vec![a.clone(), b.clone()],
+        Precision::F32,
+    );
     assert_eq!(got, f32s(&[2, 2], &[19.0, 22.0, 43.0, 50.0]));
     // a^T b = [[1,3],[2,4]] x [[5,6],[7,8]]
-    let got = run_op(matmul(true, false), vec![a.clone(), b.clone()], Precision::F32);
+    let got = run_op(
+        matmul(true, false),
+        vec![a.clone(), b.clone()],
+        Precision::F32,
+    );
     assert_eq!(got, f32s(&[2, 2], &[26.0, 30.0, 38.0, 44.0]));
     // a b^T = [[1,2],[3,4]] x [[5,7],[6,8]]
     let got = run_op(matmul(false, true), vec![a, b], Precision::F32);
@@ -41,7 +49,11 @@ fn batched_matmul_matches_a_triple_loop() {
     for t in 0..batch {
         for i in 0..m {
             for j in 0..n {
-                want.push((0..k).map(|kk| av[(t * m + i) * k + kk] * bv[(t * k + kk) * n + j]).sum());
+                want.push(
+                    (0..k)
+                        .map(|kk| av[(t * m + i) * k + kk] * bv[(t * k + kk) * n + j])
+                        .sum(),
+                );
             }
         }
     }
@@ -55,7 +67,11 @@ fn batched_matmul_matches_a_triple_loop() {
     for t in 0..batch {
         for i in 0..m {
             for j in 0..n {
-                want.push((0..k).map(|kk| av[(t * m + i) * k + kk] * sv[kk * n + j]).sum());
+                want.push(
+                    (0..k)
+                        .map(|kk| av[(t * m + i) * k + kk] * sv[kk * n + j])
+                        .sum(),
+                );
             }
         }
     }
@@ -73,7 +89,16 @@ fn transpose_flags_equal_explicit_transposes() {
         let b = bld.constant(random(&mut r, DType::F64, &b_shape));
         let fused = bld.op(matmul(ta, tb), &[a, b]);
         let swap = |bld: &mut Builder, v: Value, t: bool| {
-            if t { bld.op(Op::Transpose { perm: vec![0, 2, 1] }, &[v]) } else { v }
+            if t {
+                bld.op(
+                    Op::Transpose {
+                        perm: vec![0, 2, 1],
+                    },
+                    &[v],
+                )
+            } else {
+                v
+            }
         };
         let (at, bt) = (swap(&mut bld, a, ta), swap(&mut bld, b, tb));
         let plain = bld.op(matmul(false, false), &[at, bt]);

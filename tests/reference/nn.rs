@@ -24,7 +24,11 @@ fn softmax_and_log_softmax_match_hand_values_and_are_stable() {
     let x = f64s(&[2, 2], &[0.0, 5.0, ln3, 5.0]);
     let got = run_op(Op::Softmax { axis: 0 }, vec![x], P64);
     assert_close(&got, &[0.25, 0.5, 0.75, 0.5], 1e-12);
-    let got = run_op(Op::Softmax { axis: 0 }, vec![f32s(&[2], &[-1000.0, 1000.0])], P32);
+    let got = run_op(
+        Op::Softmax { axis: 0 },
+        vec![f32s(&[2], &[-1000.0, 1000.0])],
+        P32,
+    );
     assert_close(&got, &[0.0, 1.0], 0.0);
 }
 
@@ -32,17 +36,36 @@ fn softmax_and_log_softmax_match_hand_values_and_are_stable() {
 fn sparse_softmax_cross_entropy_is_minus_log_softmax_at_the_label() {
     let ln3 = 3f64.ln();
     let logits = f64s(&[2, 2], &[0.0, ln3, 2.0, 2.0]);
-    let got = run_op(Op::SparseSoftmaxCrossEntropy, vec![logits.clone(), i64s(&[2], &[1, 0])], P64);
+    let got = run_op(
+        Op::SparseSoftmaxCrossEntropy,
+        vec![logits.clone(), i64s(&[2], &[1, 0])],
+        P64,
+    );
     assert_close(&got, &[-(0.75f64.ln()), 2f64.ln()], 1e-12);
-    let got = run_op(Op::SparseSoftmaxCrossEntropy, vec![logits.clone(), i32s(&[2], &[0, 1])], P64);
+    let got = run_op(
+        Op::SparseSoftmaxCrossEntropy,
+        vec![logits.clone(), i32s(&[2], &[0, 1])],
+        P64,
+    );
     assert_close(&got, &[-(0.25f64.ln()), 2f64.ln()], 1e-12);
     for bad in [2, -1] {
-        let err = try_run_op(Op::SparseSoftmaxCrossEntropy, vec![logits.clone(), i64s(&[2], &[0, bad])], P64)
-            .unwrap_err();
+        let err = try_run_op(
+            Op::SparseSoftmaxCrossEntropy,
+            vec![logits.clone(), i64s(&[2], &[0, bad])],
+            P64,
+        )
+        .unwrap_err();
         match err {
             BackendError::Kernel { node, op, message } => {
-                assert_eq!((node.as_str(), op.as_str()), ("n2", "sparse_softmax_cross_entropy"));
-                assert!(message.contains(&format!("label value of {bad}")) && message.contains("[0, 2)"), "{message}");
+                assert_eq!(
+                    (node.as_str(), op.as_str()),
+                    ("n2", "sparse_softmax_cross_entropy")
+                );
+                assert!(
+                    message.contains(&format!("label value of {bad}"))
+                        && message.contains("[0, 2)"),
+                    "{message}"
+                );
             }
             other => panic!("expected a kernel error, got {other}"),
         }
@@ -51,10 +74,18 @@ fn sparse_softmax_cross_entropy_is_minus_log_softmax_at_the_label() {
 
 #[test]
 fn one_hot_gives_zero_rows_out_of_range() {
-    let got = run_op(Op::OneHot { depth: 3 }, vec![i64s(&[2, 2], &[0, 2, 3, -1])], P32);
+    let got = run_op(
+        Op::OneHot { depth: 3 },
+        vec![i64s(&[2, 2], &[0, 2, 3, -1])],
+        P32,
+    );
     assert_eq!(got.dtype(), DType::F32);
     assert_eq!(got.shape(), &[2, 2, 3]);
-    assert_close(&got, &[1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], 0.0);
+    assert_close(
+        &got,
+        &[1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+        0.0,
+    );
 }
 
 #[test]
@@ -68,12 +99,20 @@ fn in_top_k_counts_strictly_greater_predictions_as_tensorflow() {
         0.1, 0.5, 0.5, f32::INFINITY,
     ]);
     let targets = i64s(&[5], &[2, 3, 1, 2, 0]);
-    let k1 = run_op(Op::InTopK { k: 1 }, vec![preds.clone(), targets.clone()], P32);
+    let k1 = run_op(
+        Op::InTopK { k: 1 },
+        vec![preds.clone(), targets.clone()],
+        P32,
+    );
     assert_eq!(k1, bools(&[5], &[true, false, true, false, false]));
     let k3 = run_op(Op::InTopK { k: 3 }, vec![preds.clone(), targets], P32);
     assert_eq!(k3, bools(&[5], &[true, true, true, false, false]));
     // Targets out of range are never in the top k.
-    let out = run_op(Op::InTopK { k: 4 }, vec![preds, i32s(&[5], &[4, -1, 0, 0, 0])], P32);
+    let out = run_op(
+        Op::InTopK { k: 4 },
+        vec![preds, i32s(&[5], &[4, -1, 0, 0, 0])],
+        P32,
+    );
     assert_eq!(out, bools(&[5], &[false, false, true, false, false]));
 }
 

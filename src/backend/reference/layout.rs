@@ -19,7 +19,12 @@ pub(crate) fn reshape(x: &Array, shape: &[usize]) -> Result<Output, String> {
 
 /// Output axis `i` is input axis `perm[i]`.
 pub(crate) fn transpose(x: &Array, perm: &[usize]) -> Result<Output, String> {
-    if perm.len() != x.shape.len() || perm.iter().any(|&p| p >= x.shape.len()) {
+    let mut seen = vec![false; perm.len()];
+    let is_permutation = perm.len() == x.shape.len()
+        && perm
+            .iter()
+            .all(|&p| p < perm.len() && !std::mem::replace(&mut seen[p], true));
+    if !is_permutation {
         return Err(format!("internal: perm {perm:?} for shape {:?}", x.shape));
     }
     let out_shape: Vec<usize> = perm.iter().map(|&p| x.shape[p]).collect();
@@ -65,8 +70,13 @@ pub(crate) fn concat(parts: &[&Array], axis: usize) -> Result<Output, String> {
     let first = parts
         .first()
         .ok_or_else(|| "internal: concat of nothing".to_string())?;
-    if axis >= first.shape.len() {
-        return Err(format!("internal: axis {axis} of {:?}", first.shape));
+    let fits = |p: &Array| {
+        p.shape.len() == first.shape.len()
+            && (0..p.shape.len()).all(|i| i == axis || p.shape[i] == first.shape[i])
+    };
+    if axis >= first.shape.len() || !parts.iter().all(|p| fits(p)) {
+        let shapes: Vec<_> = parts.iter().map(|p| &p.shape).collect();
+        return Err(format!("internal: concat of {shapes:?} along axis {axis}"));
     }
     let mut out_shape = first.shape.clone();
     out_shape[axis] = parts.iter().map(|p| p.shape[axis]).sum();

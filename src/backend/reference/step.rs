@@ -46,7 +46,8 @@ pub(crate) fn accept_variable(
     Ok(Array::from_host(value, def.ty.dtype, p))
 }
 
-/// Checks every feed (target is an input, dtype, shape) and binds the batch size `N`.
+/// Checks every feed, needed by the step or not (it targets an input, once; dtype and shape
+/// fit), and binds the batch size `N`: every fed batched input must agree on it.
 fn bind_feeds(
     graph: &Graph,
     feeds: &[Feed],
@@ -168,6 +169,7 @@ pub(crate) fn run_step(
         let outputs = match &node.op {
             Op::Input { .. } => fed.remove(&id).into_iter().collect(),
             Op::Constant { value } => vec![Array::from_host(value, value.dtype(), p)],
+            // `graph.variable` cannot panic below: the verifier checked every variable id.
             Op::Variable { var } => {
                 let value = variables.get(var.0 as usize).and_then(Option::as_ref);
                 let value = value.cloned().ok_or_else(|| {
