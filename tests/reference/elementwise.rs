@@ -2,10 +2,9 @@
 
 use crate::common::*;
 use rand::Rng;
-use towerpack::backend::BackendError;
 use towerpack::backend::reference::Precision;
-use towerpack::ir::{BinaryOp, Op, UnaryOp};
-use towerpack::tensor::DType;
+use towerpack::ir::{BinaryOp, Op, UnaryOp, Value, scalar};
+use towerpack::tensor::{DType, HostTensor};
 
 const P32: Precision = Precision::F32;
 const P64: Precision = Precision::F64;
@@ -223,30 +222,106 @@ fn integer_arithmetic_truncates_and_wraps() {
 }
 
 #[test]
-fn integer_division_by_zero_and_negative_powers_are_kernel_errors() {
-    let err = try_run_op(
+fn integer_division_by_zero_gives_zero_and_negative_powers_truncate() {
+    // As ir::scalar defines them: never a trap.
+    let div = run_op(
         Op::Binary(BinaryOp::Div),
         vec![i64s(&[2], &[1, 2]), i64s(&[2], &[1, 0])],
         P32,
-    )
-    .unwrap_err();
-    match err {
-        BackendError::Kernel { node, op, message } => {
-            assert_eq!((node.as_str(), op.as_str()), ("n2", "div"));
-            assert!(
-                message.contains("division by zero") && message.contains("i64[2]"),
-                "{message}"
-            );
-        }
-        other => panic!("expected a kernel error, got {other}"),
-    }
-    let err = try_run_op(
+    );
+    assert_eq!(div, i64s(&[2], &[1, 0]));
+    let pow = run_op(
         Op::Binary(BinaryOp::Pow),
-        vec![i64s(&[1], &[2]), i64s(&[1], &[-1])],
+        vec![i64s(&[3], &[2, 1, -1]), i64s(&[3], &[-1, -2, -3])],
         P32,
-    )
-    .unwrap_err();
-    assert!(err.to_string().contains("negative integer powers"), "{err}");
+    );
+    assert_eq!(pow, i64s(&[3], &[0, 1, -1]));
+}
+
+#[test]
+fn every_elementwise_op_follows_ir_scalar_on_every_dtype() {
+    let grid = |dtype: DType| -> Vec<f64> {
+        match dtype {
+            DType::Bool => vec![0.0, 1.0],
+            DType::U8 => vec![0.0, 1.0, 2.0, 7.0, 200.0, 255.0],
+            DType::I32 | DType::I64 => vec![-7.0, -2.0, -1.0, 0.0, 1.0, 3.0, 2147483647.0],
+            _ => vec![
+                -2.5,
+                -1.0,
+                -0.0,
+                0.0,
+                0.5,
+                3.0,
+                70000.0,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                f64::NAN,
+            ],
+        }
+    };
+    // What the reference must store: the scalar result rounded (floats) or wrapped (integers).
+    let stored = |r: f64, dtype: DType| -> f64 {
+        match dtype {
+            DType::I32 => f64::from((r as i64) as i32),
+            DType::U8 => f64::from((r as i64) as u8),
+            DType::I64 => (r as i64) as f64,
+            DType::Bool => f64::from(u8::from(r != 0.0)),
+            _ => scalar::round_to(r, dtype),
+        }
+    };
+    let same = |a: f64, b: f64| (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits();
+    let mut checked = 0;
+    for dtype in DType::ALL {
+        let n = grid(dtype).len();
+        let as_tensor = |shape: &[usize], v: &[f64]| {
+            HostTensor::from_f64_values(dtype, shape, v.to_vec()).expect("grid")
+        };
+        // The operands as the dtype holds them (70000 is infinite in f16).
+        let values = as_tensor(&[n], &grid(dtype)).to_f64_vec();
+        for op in UnaryOp::ALL {
+            let mut b = Builder::new();
+            let x = b.constant(as_tensor(&[n], &values));
+            let Ok(id) = b.g.add_node("u", Op::Unary(op), &[x]) else {
+                continue; // not defined on this dtype
+            };
+            let got = eval(&b.g, &[], &[Value::first(id)], P32).expect("unary")[0].to_f64_vec();
+            for (v, g) in values.iter().zip(got) {
+                let want = stored(scalar::unary(op, *v, dtype), dtype);
+                assert!(same(g, want), "{op:?} {dtype} {v}: got {g}, want {want}");
+            }
+            checked += 1;
+        }
+        for op in BinaryOp::ALL {
+            let mut b = Builder::new();
+            let x = b.constant(as_tensor(&[n, 1], &values));
+            let y = b.constant(as_tensor(&[n], &values));
+            let Ok(id) = b.g.add_node("b", Op::Binary(op), &[x, y]) else {
+                continue; // not defined on this dtype
+            };
+            let out_dtype = b.g.node(id).outputs[0].dtype;
+            let got = eval(&b.g, &[], &[Value::first(id)], P32).expect("binary")[0].to_f64_vec();
+            for (i, g) in got.into_iter().enumerate() {
+                let (u, v) = (values[i / n], values[i % n]);
+                let want = stored(scalar::binary(op, u, v, dtype), out_dtype);
+                assert!(
+                    same(g, want),
+                    "{op:?} {dtype} ({u}, {v}): got {g}, want {want}"
+                );
+            }
+            checked += 1;
+        }
+        for to in DType::ALL {
+            let got = run_op(Op::Cast { to }, vec![as_tensor(&[n], &values)], P32).to_f64_vec();
+            for (v, g) in values.iter().zip(got) {
+                let want = stored(scalar::cast(*v, to), to);
+                assert!(
+                    same(g, want),
+                    "cast {dtype} -> {to} of {v}: got {g}, want {want}"
+                );
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} op/dtype pairs");
 }
 
 #[test]
@@ -259,7 +334,7 @@ fn select_broadcasts_condition_and_branches() {
 }
 
 #[test]
-fn casts_truncate_wrap_and_round_as_tensorflow() {
+fn casts_truncate_saturate_and_round() {
     let x = f32s(&[6], &[-1.7, 2.9, 0.0, -0.0, f32::NAN, 0.5]);
     let to_i32 = run_op(Op::Cast { to: DType::I32 }, vec![x.clone()], P32);
     assert_eq!(to_i32, i32s(&[6], &[-1, 2, 0, 0, 0, 0]));
@@ -274,13 +349,20 @@ fn casts_truncate_wrap_and_round_as_tensorflow() {
         P32,
     );
     assert_eq!(from_bool, f32s(&[2], &[1.0, 0.0]));
+    // Out-of-range conversions saturate (ir::scalar::cast), integer sources included.
     let wide = i64s(&[2], &[(1 << 32) + 5, -1]);
     assert_eq!(
         run_op(Op::Cast { to: DType::I32 }, vec![wide.clone()], P32),
-        i32s(&[2], &[5, -1])
+        i32s(&[2], &[i32::MAX, -1])
     );
     let to_u8 = run_op(Op::Cast { to: DType::U8 }, vec![wide], P32);
-    assert_eq!(to_u8.to_f64_vec(), vec![5.0, 255.0]);
+    assert_eq!(to_u8.to_f64_vec(), vec![255.0, 0.0]);
+    // In F64 mode a cast between float dtypes keeps the f64 value; in F32 mode it rounds.
+    let tenth = f64s(&[1], &[0.1]);
+    let kept = run_op(Op::Cast { to: DType::F32 }, vec![tenth.clone()], P64);
+    assert_eq!(kept, f64s(&[1], &[0.1]));
+    let rounded = run_op(Op::Cast { to: DType::F32 }, vec![tenth], P32);
+    assert_eq!(rounded, f32s(&[1], &[0.1]));
     // 2^24 + 1 is not an f32: it rounds (to even) once.
     let big = run_op(
         Op::Cast { to: DType::F32 },

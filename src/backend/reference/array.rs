@@ -4,6 +4,7 @@
 //! rounded to `f32`/`f16`/`bf16` (in [`Precision::F32`]), integers wrap to their width.
 
 use super::Precision;
+use crate::ir::scalar;
 use crate::tensor::{DType, HostTensor, Storage};
 use half::{bf16, f16};
 
@@ -120,14 +121,11 @@ fn class_of(dtype: DType) -> &'static str {
     }
 }
 
-/// Rounds `x` to what `dtype` can hold under precision `p` (no-op for `F64` and in `F64` mode).
+/// Rounds `x` to what `dtype` can hold ([`scalar::round_to`]); a no-op in `F64` mode.
 pub(crate) fn round_float(dtype: DType, p: Precision, x: f64) -> f64 {
-    match (p, dtype) {
-        (Precision::F64, _) => x,
-        (Precision::F32, DType::F32) => f64::from(x as f32),
-        (Precision::F32, DType::F16) => f16::from_f64(x).to_f64(),
-        (Precision::F32, DType::BF16) => bf16::from_f64(x).to_f64(),
-        _ => x,
+    match p {
+        Precision::F64 => x,
+        Precision::F32 => scalar::round_to(x, dtype),
     }
 }
 

@@ -4,7 +4,8 @@
 //! geometry. Floats are carried in `f64` and each op's result is rounded to its dtype, so in
 //! [`Precision::F32`] every op is the correctly rounded value of its exact result (up to `f64`
 //! error); [`Precision::F64`] skips the rounding and returns floats as `f64` tensors, for
-//! finite-difference gradient checks. Same inputs give the same bits.
+//! finite-difference gradient checks. Elementwise ops evaluate [`crate::ir::scalar`], the
+//! shared definition of their semantics. Same inputs give the same bits.
 
 mod array;
 mod conv;
