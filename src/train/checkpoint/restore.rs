@@ -89,7 +89,8 @@ pub struct RestoreReport {
     pub only_in_graph: Vec<String>,
     /// Unmatched training-only names, either side: expected, not warned about.
     pub training_only_unmatched: Vec<String>,
-    /// Names skipped because the options ignore them.
+    /// Names skipped because the options ignore them (graph names, and checkpoint keys no graph
+    /// variable asked for).
     pub ignored: Vec<String>,
     /// Relaxed mode: values reshaped and/or cast to fit.
     pub converted: Vec<Adjustment>,
@@ -247,7 +248,11 @@ pub fn match_for_restore(
         }
     }
     for (key, original) in &keys {
-        if used.contains(key) || ignore.contains(key) {
+        if used.contains(key) {
+            continue;
+        }
+        if ignore.contains(key) {
+            plan.report.ignored.push(original.to_string());
             continue;
         }
         if is_training_only_name(key) {
