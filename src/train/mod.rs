@@ -1,2 +1,6 @@
 //! The trainer system: the epoch/step loop, callbacks, monitors, checkpoints, input sources and
 //! predictors.
+
+pub mod checkpoint;
+pub mod logdir;
+pub mod monitor;
