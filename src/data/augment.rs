@@ -285,8 +285,18 @@ impl ImageAugmentor for Normalize {
 
     fn augment(&self, image: HostTensor, _key: RandomKey) -> Result<HostTensor, DataError> {
         let (h, w, c) = hwc(self.name(), &image)?;
-        let x = image.cast(DType::F32);
-        let values = x.as_f32()?;
+        let widened;
+        let values: &[f32] = match image.storage() {
+            Storage::F32(v) => v,
+            Storage::U8(v) => {
+                widened = v.iter().map(|&b| f32::from(b)).collect::<Vec<f32>>();
+                &widened
+            }
+            _ => {
+                widened = image.to_f32_vec();
+                &widened
+            }
+        };
         let out: Vec<f32> = match self {
             Normalize::PerChannel { mean, std } => {
                 if mean.len() != c || std.len() != c {

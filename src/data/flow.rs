@@ -148,8 +148,10 @@ pub trait DataFlow: Send {
     }
 
     /// Abandons the rest of the current pass (even one not yet started), so that the next call to
-    /// `next_datapoint` starts the following pass. The default skips to the end, which never
-    /// returns on an infinite flow; every flow here overrides it.
+    /// `next_datapoint` starts the following pass. Sources, maps, batching and shuffling drop what
+    /// was left of the pass (as if pulled); `FixedSizeData` with `keep_state` leaves its input
+    /// where it stands, so its next pass continues from there. The default skips to the end, which
+    /// never returns on an infinite flow; every flow here overrides it.
     fn end_pass(&mut self) -> Result<(), DataError> {
         while !self.skip(usize::MAX)?.pass_ended {}
         Ok(())

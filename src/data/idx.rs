@@ -170,7 +170,7 @@ fn gunzip(name: &str, file: &[u8]) -> Result<Vec<u8>, DataError> {
         Err(e) => {
             let consumed = file.len() - decoder.get_ref().len();
             let detail = if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                format!("the stream ends early, file truncated? {e}")
+                format!("the file ends inside the compressed stream, truncated? {e}")
             } else {
                 e.to_string()
             };
