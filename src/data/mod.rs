@@ -6,6 +6,37 @@
 //! [`RandomKey`]`(seed, pass, index)`, so a flow's position is a small [`FlowState`] and a run
 //! restored mid-pass — even through [`PrefetchData`] with several workers — continues with exactly
 //! the datapoints the uninterrupted run would have produced.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use towerpack::data::*;
+//!
+//! // The first 8,000 embedded digits, reshuffled every pass, padded and flipped, in batches.
+//! let train = mnist10k_split()?.train.slice(0, 100)?;
+//! let source = train.to_flow(Some(42))?;
+//! let augmentors: Vec<Arc<dyn ImageAugmentor>> =
+//!     vec![Arc::new(CenterPaste::new(32, 32)), Arc::new(Flip::horizontal())];
+//! let augmented = AugmentImageComponent::new(source, 0, augmentors, 7);
+//! let batches = BatchData::new(augmented, 16, false)?;
+//! let mut flow = PrefetchData::new(batches, 2, 4)?;
+//! flow.reset_state()?;
+//! let first = flow.next_datapoint()?.expect("a batch");
+//! assert_eq!(first[0].shape(), &[16, 32, 32, 1]);
+//! assert_eq!(first[1].shape(), &[16]);
+//!
+//! // Save the position (e.g. in a checkpoint), rebuild the pipeline, continue exactly.
+//! let saved = flow.state().to_json();
+//! let expected = flow.next_datapoint()?;
+//! # let source = train.to_flow(Some(42))?;
+//! # let augmentors: Vec<Arc<dyn ImageAugmentor>> =
+//! #     vec![Arc::new(CenterPaste::new(32, 32)), Arc::new(Flip::horizontal())];
+//! # let augmented = AugmentImageComponent::new(source, 0, augmentors, 7);
+//! # let mut resumed = PrefetchData::new(BatchData::new(augmented, 16, false)?, 1, 4)?;
+//! resumed.reset_state()?;
+//! resumed.restore(&FlowState::from_json(&saved)?)?;
+//! assert_eq!(resumed.next_datapoint()?, expected);
+//! # Ok::<(), DataError>(())
+//! ```
 
 mod augment;
 mod batch;

@@ -99,23 +99,35 @@ impl PrefetchData {
             flows.insert(0, template);
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let mut receivers = Vec::with_capacity(self.workers);
-        let mut handles = Vec::with_capacity(self.workers);
+        let mut running = Workers {
+            receivers: Vec::with_capacity(workers),
+            handles: Vec::with_capacity(workers),
+            stop: Arc::clone(&stop),
+        };
+        self.cursor = 0;
         for (worker, flow) in flows.into_iter().enumerate() {
             let (tx, rx) = bounded(self.queue_per_worker);
             let stop = Arc::clone(&stop);
-            let workers = self.workers;
-            handles.push(std::thread::spawn(move || {
-                run_worker(flow, worker, workers, tx, stop)
-            }));
-            receivers.push(rx);
+            let spawned = std::thread::Builder::new()
+                .name(format!("prefetch-{worker}"))
+                .spawn(move || run_worker(flow, worker, workers, tx, stop));
+            match spawned {
+                Ok(handle) => {
+                    running.handles.push(handle);
+                    running.receivers.push(rx);
+                }
+                Err(e) => {
+                    // Join what started (worker 0 gives the flow back, unless it was this one).
+                    self.running = Some(running);
+                    self.stop()?;
+                    return Err(DataError::Config {
+                        flow: NAME,
+                        what: format!("cannot start worker thread {worker}: {e}"),
+                    });
+                }
+            }
         }
-        self.running = Some(Workers {
-            receivers,
-            handles,
-            stop,
-        });
-        self.cursor = 0;
+        self.running = Some(running);
         Ok(())
     }
 

@@ -2,7 +2,7 @@
 //! permutation drawn from `(seed, pass)`.
 
 use super::DataError;
-use super::flow::{DataFlow, Datapoint, FlowState, Skipped, counter};
+use super::flow::{DataFlow, Datapoint, FlowState, Skipped, counter, flag};
 use super::rng::{RandomKey, permutation};
 use std::sync::Arc;
 
@@ -124,24 +124,24 @@ impl DataFlow for DataFromList {
         Ok(())
     }
 
-    /// Counters: `[pass, index, list length, shuffle seed + 1 (0 = no shuffle)]`; the last two
-    /// only guard against restoring into a different data set or seed.
+    /// Counters: `[pass, index, list length, shuffles (0/1), shuffle seed]`; the last three only
+    /// guard against restoring into a different data set or seed.
     fn state(&self) -> FlowState {
-        let seed_tag = self.shuffle_seed.map_or(0, |s| s.wrapping_add(1));
         FlowState::new(
             NAME,
             vec![
                 self.pass,
                 self.index as u64,
                 self.items.len() as u64,
-                seed_tag,
+                u64::from(self.shuffle_seed.is_some()),
+                self.shuffle_seed.unwrap_or(0),
             ],
             Vec::new(),
         )
     }
 
     fn restore(&mut self, state: &FlowState) -> Result<(), DataError> {
-        state.check(NAME, 4, 0)?;
+        state.check(NAME, 5, 0)?;
         let c = &state.counters;
         let len = counter(NAME, c[2])?;
         if len != self.items.len() {
@@ -153,8 +153,7 @@ impl DataFlow for DataFromList {
                 ),
             });
         }
-        let seed_tag = self.shuffle_seed.map_or(0, |s| s.wrapping_add(1));
-        if c[3] != seed_tag {
+        if flag(c[3]).then_some(c[4]) != self.shuffle_seed {
             return Err(DataError::BadState {
                 flow: NAME,
                 what: "the state was taken with another shuffle setting or seed".to_string(),
