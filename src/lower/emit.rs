@@ -4,6 +4,7 @@
 
 use super::LowerError;
 use super::kernelize::{Draft, Kernelized, Operand};
+use super::layout::StateLayout;
 use super::memplan::{self, Interval};
 use super::passes::StepGraph;
 use super::program::{Buffer, BufferId, Kernel, KernelKind, Program, Region, Storage, View};
@@ -38,7 +39,12 @@ impl Deps {
 }
 
 /// Builds the program of a kernelized step.
-pub fn emit(sg: &StepGraph, k: Kernelized, batch: usize) -> Result<Program, LowerError> {
+pub fn emit(
+    sg: &StepGraph,
+    k: Kernelized,
+    batch: usize,
+    state: StateLayout,
+) -> Result<Program, LowerError> {
     let Kernelized {
         drafts,
         producer,
@@ -145,6 +151,7 @@ pub fn emit(sg: &StepGraph, k: Kernelized, batch: usize) -> Result<Program, Lowe
     // Buffers.
     let mut prog = Program {
         batch,
+        state,
         ..Program::default()
     };
     let mut buf_of: HashMap<Value, BufferId> = HashMap::new();
@@ -168,11 +175,15 @@ pub fn emit(sg: &StepGraph, k: Kernelized, batch: usize) -> Result<Program, Lowe
         let var = read_of(sg, v).or_else(|| in_place.get(&v).copied());
         let b = if let Some(var) = var {
             *var_buf.entry(var).or_insert_with(|| {
+                let slot = prog.state.slot(var);
                 prog.buffers.push(Buffer {
                     name: sg.graph.variable(var).name.clone(),
                     dtype: ty.dtype,
                     shape: shape.clone(),
-                    storage: Storage::Variable(var),
+                    storage: Storage::State {
+                        device: slot.device,
+                        offset: slot.offset,
+                    },
                 });
                 BufferId((prog.buffers.len() - 1) as u32)
             })

@@ -16,6 +16,7 @@ mod error;
 pub mod expr;
 pub mod groups;
 pub mod kernelize;
+pub mod layout;
 pub mod memplan;
 pub mod passes;
 pub mod program;
@@ -26,6 +27,7 @@ mod tests;
 
 pub use error::LowerError;
 pub use expr::{ExprId, ExprOp, FusedExpr};
+pub use layout::{StateLayout, StateSlot};
 pub use program::{
     Buffer, BufferId, ConvGeom, Epilogue, Kernel, KernelKind, MatMulGeom, PoolGeom, Program,
     Region, Storage, View,
@@ -52,6 +54,9 @@ impl Default for LowerOptions {
 }
 
 /// Lowers `step` of `graph` with the batch size bound to `batch`.
+///
+/// The state layout is computed from the whole graph, so every step of one graph addresses
+/// its variables identically.
 pub fn lower(
     graph: &Graph,
     step: &Step,
@@ -66,5 +71,5 @@ pub fn lower(
     }
     passes::dce(&mut sg)?;
     let kernels = kernelize::kernelize(&sg, batch, options.fuse)?;
-    emit::emit(&sg, kernels, batch)
+    emit::emit(&sg, kernels, batch, StateLayout::new(graph))
 }

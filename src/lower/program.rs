@@ -3,9 +3,11 @@
 //! Kernels are data (a kind with its geometry, and fused expressions), never source text: the CPU
 //! backend interprets them and the CUDA backend renders them to C. Buffers live in a per-device
 //! scratch arena at offsets chosen by the memory planner, in a variable's persistent storage (so
-//! assigns can be done in place), or among the program's constants.
+//! assigns can be done in place), or among the program's constants. Variables live in a
+//! per-device state arena whose layout ([`StateLayout`]) is fixed per graph.
 
 use super::expr::FusedExpr;
+use super::layout::StateLayout;
 use crate::ir::{NodeId, PoolKind, ReduceOp, VarId};
 use crate::tensor::{DType, HostTensor};
 use smallvec::SmallVec;
@@ -26,8 +28,9 @@ impl fmt::Display for BufferId {
 pub enum Storage {
     /// A region of `device`'s scratch arena, `offset` bytes from its start (64-byte aligned).
     Scratch { device: u16, offset: usize },
-    /// The persistent storage of a variable, owned by the session.
-    Variable(VarId),
+    /// Bytes of `device`'s persistent state arena (see [`super::layout::StateLayout`]): a
+    /// variable, or a contiguous range of variables updated together.
+    State { device: u16, offset: usize },
     /// Constant `i` of [`Program::constants`].
     Constant(u32),
 }
@@ -314,6 +317,8 @@ pub struct Program {
     pub writebacks: Vec<(Region, VarId)>,
     /// Bytes of scratch arena per device.
     pub arena_bytes: Vec<usize>,
+    /// Where the graph's variables live (the same for every program of a graph).
+    pub state: StateLayout,
 }
 
 impl Program {
@@ -450,7 +455,7 @@ impl fmt::Display for Program {
         for (i, b) in self.buffers.iter().enumerate() {
             let place = match b.storage {
                 Storage::Scratch { device, offset } => format!("scratch dev{device} @{offset}"),
-                Storage::Variable(v) => format!("variable #{}", v.0),
+                Storage::State { device, offset } => format!("state dev{device} @{offset}"),
                 Storage::Constant(c) => format!("constant #{c}"),
             };
             writeln!(f, "  b{i} {}{:?} {place}  `{}`", b.dtype, b.shape, b.name)?;

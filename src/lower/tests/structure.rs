@@ -95,7 +95,7 @@ fn mlp_fuses_bias_and_relu_into_matmul_epilogues_and_updates_in_place() {
     let upd = p.kernels.last().expect("update");
     assert!(matches!(
         p.buffer(upd.outputs[0]).storage,
-        Storage::Variable(_)
+        Storage::State { .. }
     ));
     // The update must run after the matmul that reads the old fc2/W.
     let reader = p
@@ -226,4 +226,43 @@ fn layout_ops_are_views_not_copies() {
     let p = lower(&g, &Step::fetch(vec![t]), 1, &LowerOptions::default()).expect("lower");
     assert_eq!(p.kernel_histogram(), vec![("elementwise", 1)], "\n{p}");
     let _ = DType::F32;
+}
+
+#[test]
+fn state_layout_keeps_slot_families_in_variable_order() {
+    let mut g = Graph::new();
+    let mut ids = Vec::new();
+    for (name, n) in [("a/W", 3usize), ("b/W", 5)] {
+        ids.push(var(&mut g, name, &[n]).0);
+    }
+    let slot = |g: &mut Graph, name: &str, n: usize| {
+        g.declare_variable(VariableDef {
+            name: name.into(),
+            ty: TensorType::f32(Shape::fixed(&[n])),
+            init: Initializer::Zeros,
+            flags: VarFlags::default(),
+        })
+        .expect("slot")
+    };
+    let gs = g
+        .declare_variable(VariableDef {
+            name: "global_step".into(),
+            ty: TensorType::scalar(DType::I64),
+            init: Initializer::Zeros,
+            flags: VarFlags::default(),
+        })
+        .expect("gs");
+    // Declared out of order on purpose.
+    let mb = slot(&mut g, "b/W/Momentum", 5);
+    let ma = slot(&mut g, "a/W/Momentum", 3);
+    let l = StateLayout::new(&g);
+    let off = |v: VarId| l.slot(v).offset;
+    assert_eq!((off(ids[0]), off(ids[1])), (0, 12));
+    assert_eq!(
+        (off(ma), off(mb)),
+        (32, 44),
+        "slots follow their variables' order"
+    );
+    assert_eq!(off(gs) % 8, 0);
+    assert!(off(gs) >= 64);
 }
