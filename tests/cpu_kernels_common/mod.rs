@@ -27,7 +27,7 @@ pub fn tie_heavy_vec(rng: &mut ChaCha8Rng, len: usize) -> Vec<f32> {
 pub fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
     assert_eq!(got.len(), want.len(), "{what}: lengths differ");
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = (g - w).abs() <= atol + rtol * w.abs() || (g.is_nan() && w.is_nan());
+        let ok = g == w || (g - w).abs() <= atol + rtol * w.abs() || (g.is_nan() && w.is_nan());
         assert!(ok, "{what}: element {i} is {g}, expected {w}");
     }
 }
