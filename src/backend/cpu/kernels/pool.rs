@@ -99,7 +99,8 @@ impl Pool2dGeometry {
     }
 }
 
-/// Max pooling: `y[n, oh, ow, c]` is the maximum of `x` over the window's in-bounds cells.
+/// Max pooling: `y[n, oh, ow, c]` is the maximum of `x` over the window's in-bounds cells; NaN
+/// counts as larger than everything (it propagates, as in the reference executor).
 pub fn max_pool_forward(g: &Pool2dGeometry, x: &[f32], y: &mut [f32]) -> Result<(), KernelError> {
     let [oh_len, ow_len] = g.check("max_pool_forward", x.len(), y.len())?;
     let (c, [h, w]) = (g.channels, g.in_hw);
@@ -112,7 +113,10 @@ pub fn max_pool_forward(g: &Pool2dGeometry, x: &[f32], y: &mut [f32]) -> Result<
             for ih in rows {
                 for iw in cols.clone() {
                     let cell = &image[(ih * w + iw) * c..(ih * w + iw + 1) * c];
-                    out.iter_mut().zip(cell).for_each(|(o, &v)| *o = o.max(v));
+                    // `v <= o` is false for a NaN `v`, so NaN wins; a NaN `o` stays.
+                    out.iter_mut()
+                        .zip(cell)
+                        .for_each(|(o, &v)| *o = if o.is_nan() || v <= *o { *o } else { v });
                 }
             }
         }
@@ -146,7 +150,8 @@ pub fn max_pool_backward(
                     let cell = (ih * w + iw) * c;
                     let values = &image[cell..cell + c];
                     for ((b, a), &v) in best.iter_mut().zip(at.iter_mut()).zip(values) {
-                        if *a == usize::MAX || v > *b {
+                        // The first maximum, NaN counting as the largest (as the forward).
+                        if *a == usize::MAX || (!b.is_nan() && (v > *b || v.is_nan())) {
                             *b = v;
                             *a = cell;
                         }
