@@ -1,6 +1,7 @@
 //! Backends: what runs a graph. Every backend implements [`Session`], the one interface the
 //! trainer uses.
 //!
+//! - [`cpu`]: the fast CPU backend (its compute kernels live in [`cpu::kernels`]).
 //! - [`reference`]: the oracle. An op-by-op interpreter of the IR, written for clarity. Every
 //!   compiled backend is tested against it.
 //!
@@ -8,6 +9,7 @@
 //! began, and every `Assign` of the step takes effect when it ends. A step may assign a variable
 //! at most once.
 
+pub mod cpu;
 pub mod reference;
 
 pub use crate::ir::Step;

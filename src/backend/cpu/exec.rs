@@ -1,0 +1,530 @@
+//! The executor of lowered programs on the CPU.
+//!
+//! [`Prepared`] is a `Program` made ready to run: fused expressions compiled to
+//! [`FusedProgram`]s, geometries mapped onto the [`kernels`](super::kernels) library, and every
+//! operand's reach checked against its buffer once, so running a step does no bounds work and
+//! no allocation beyond the kernels' own scratch.
+
+use super::fused::{CHUNK, FusedProgram};
+use super::fused_reduce::ReduceProgram;
+use super::kernels::pool::Pool2dGeometry;
+use super::kernels::{self, Conv2dGeometry, Epilogue, KernelError, MatRef, Padding2d};
+use super::memory::{Arena, RawBuf};
+use crate::backend::BackendError;
+use crate::ir::PoolKind;
+use crate::lower::{ConvGeom, Kernel, KernelKind, PoolGeom, Program, Storage, View};
+use crate::tensor::DType;
+use rayon::prelude::*;
+
+/// Elementwise kernels smaller than this run on one thread.
+const PARALLEL_POINTS: usize = 1 << 15;
+
+/// One kernel ready to run.
+enum Step {
+    Fused(FusedProgram, usize),
+    Reduce(ReduceProgram),
+    /// A fixed-function kernel, with its epilogue compiled if it has one.
+    Fixed(Option<FusedProgram>),
+}
+
+/// A program ready to run against a session's state.
+pub struct Prepared {
+    pub program: Program,
+    steps: Vec<Step>,
+    scratch: Vec<Arena>,
+    constants: Arena,
+    constant_offsets: Vec<usize>,
+}
+
+fn kernel_error(k: &Kernel, e: impl std::fmt::Display) -> BackendError {
+    BackendError::Kernel {
+        node: k.name.clone(),
+        op: k.kind.name().to_string(),
+        message: e.to_string(),
+    }
+}
+
+fn views_of(k: &Kernel, skip: usize) -> Vec<(usize, &[usize])> {
+    k.inputs[skip..]
+        .iter()
+        .map(|v| (v.offset, v.strides.as_slice()))
+        .collect()
+}
+
+impl Prepared {
+    /// Prepares `program` (the state arenas are owned by the session).
+    pub fn new(program: Program) -> Result<Prepared, BackendError> {
+        let mut constant_offsets = Vec::with_capacity(program.constants.len());
+        let mut total = 0;
+        for c in &program.constants {
+            constant_offsets.push(total);
+            total += (c.len() * c.dtype().size_bytes()).div_ceil(64) * 64;
+        }
+        let mut constants = Arena::new(total);
+        for (c, &off) in program.constants.iter().zip(&constant_offsets) {
+            let bytes = c.to_le_bytes();
+            constants.bytes_mut()[off..off + bytes.len()].copy_from_slice(&bytes);
+        }
+        let scratch = program.arena_bytes.iter().map(|&b| Arena::new(b)).collect();
+        let mut steps = Vec::with_capacity(program.kernels.len());
+        for k in &program.kernels {
+            let step = match &k.kind {
+                KernelKind::Elementwise { shape, expr } => {
+                    let f = FusedProgram::new(expr, shape, &views_of(k, 0));
+                    Step::Fused(f, shape.iter().product())
+                }
+                KernelKind::Reduce {
+                    shape,
+                    axes,
+                    prologue,
+                    ops,
+                } => Step::Reduce(ReduceProgram::new(
+                    prologue,
+                    shape,
+                    axes,
+                    ops,
+                    &views_of(k, 0),
+                )),
+                kind => {
+                    let epi = kind.epilogue().map(|e| {
+                        let out_shape = &program.buffers[k.outputs[0].0 as usize].shape;
+                        // Operand 0 is the kernel's own result, contiguous over the output.
+                        let own = crate::lower::program::contiguous_strides(out_shape);
+                        let mut views: Vec<(usize, &[usize])> = vec![(0, own.as_slice())];
+                        views.extend(views_of(k, kind.main_inputs()));
+                        FusedProgram::new(&e.expr, out_shape, &views)
+                    });
+                    Step::Fixed(epi)
+                }
+            };
+            steps.push(step);
+        }
+        let prepared = Prepared {
+            program,
+            steps,
+            scratch,
+            constants,
+            constant_offsets,
+        };
+        prepared.check_bounds()?;
+        Ok(prepared)
+    }
+
+    /// Checks that every elementwise operand stays inside its buffer.
+    fn check_bounds(&self) -> Result<(), BackendError> {
+        for (k, step) in self.program.kernels.iter().zip(&self.steps) {
+            let (prog, points) = match step {
+                Step::Fused(f, n) => (f, *n),
+                Step::Reduce(r) => {
+                    let KernelKind::Reduce { shape, .. } = &k.kind else {
+                        continue;
+                    };
+                    (r.prologue(), shape.iter().product())
+                }
+                Step::Fixed(Some(f)) => (f, self.program.buffers[k.outputs[0].0 as usize].len()),
+                Step::Fixed(None) => continue,
+            };
+            for i in 0..prog.operands() {
+                // Map operand i of the fused program to the kernel input it reads.
+                let input = match step {
+                    Step::Fixed(Some(_)) if i == 0 => continue,
+                    Step::Fixed(Some(_)) => k.kind.main_inputs() + i - 1,
+                    _ => i,
+                };
+                let v = &k.inputs[input];
+                let len = self.program.buffers[v.buffer.0 as usize].len();
+                if prog.access(i).extent(points) > len {
+                    return Err(kernel_error(
+                        k,
+                        format!(
+                            "operand {input} reads past the end of buffer {} ({len} elements)",
+                            v.buffer
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The raw buffer behind `b`, given the session's state arenas.
+    pub fn raw(
+        &mut self,
+        state: &mut [Arena],
+        b: crate::lower::BufferId,
+    ) -> Result<RawBuf, BackendError> {
+        let buf = &self.program.buffers[b.0 as usize];
+        let base = match buf.storage {
+            Storage::Scratch { device, offset } => {
+                self.scratch[usize::from(device)].ptr().wrapping_add(offset)
+            }
+            Storage::State { device, offset } => {
+                let arena = state.get_mut(usize::from(device)).ok_or_else(|| {
+                    BackendError::Unavailable {
+                        backend: "cpu".into(),
+                        reason: format!("no state arena for device {device}"),
+                    }
+                })?;
+                arena.ptr().wrapping_add(offset)
+            }
+            Storage::Constant(i) => self
+                .constants
+                .ptr()
+                .wrapping_add(self.constant_offsets[i as usize]),
+        };
+        Ok(RawBuf {
+            ptr: base,
+            dtype: buf.dtype,
+            len: buf.len(),
+        })
+    }
+
+    /// Runs every kernel in order.
+    pub fn run_kernels(&mut self, state: &mut [Arena], threads: usize) -> Result<(), BackendError> {
+        for i in 0..self.program.kernels.len() {
+            let ins: Vec<RawBuf> = self.program.kernels[i]
+                .inputs
+                .iter()
+                .map(|v| v.buffer)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|b| self.raw(state, b))
+                .collect::<Result<_, _>>()?;
+            let outs: Vec<RawBuf> = self.program.kernels[i]
+                .outputs
+                .clone()
+                .into_iter()
+                .map(|b| self.raw(state, b))
+                .collect::<Result<_, _>>()?;
+            let k = &self.program.kernels[i];
+            run_kernel(k, &self.steps[i], &ins, &outs, threads).map_err(|e| kernel_error(k, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Element offset of a view as a contiguous slice of `len` elements of `raw`.
+fn slice<'a>(
+    raw: &RawBuf,
+    view: &View,
+    len: usize,
+    what: &'static str,
+) -> Result<&'a [f32], KernelError> {
+    if raw.dtype != DType::F32 || view.offset + len > raw.len {
+        return Err(KernelError::Shape {
+            kernel: what,
+            message: format!(
+                "operand is {} with {} elements, needs f32 {}+{len}",
+                raw.dtype, raw.len, view.offset
+            ),
+        });
+    }
+    // SAFETY: bounds just checked; the planner never overlaps a kernel's inputs and outputs
+    // except for elementwise kernels, which do not come here.
+    Ok(unsafe { raw.f32_slice(view.offset, len) })
+}
+
+fn slice_mut<'a>(raw: &RawBuf, what: &'static str) -> Result<&'a mut [f32], KernelError> {
+    if raw.dtype != DType::F32 {
+        return Err(KernelError::Shape {
+            kernel: what,
+            message: format!("output is {}, expected f32", raw.dtype),
+        });
+    }
+    // SAFETY: outputs of fixed-function kernels never alias their inputs (memory planner).
+    Ok(unsafe { raw.f32_slice_mut(0, raw.len) })
+}
+
+fn conv_geometry(g: &ConvGeom) -> Conv2dGeometry {
+    Conv2dGeometry {
+        batch: g.n,
+        in_hw: [g.h, g.w],
+        in_channels: g.c,
+        out_channels: g.o,
+        kernel_hw: [g.kh, g.kw],
+        strides: g.stride,
+        dilations: g.dilation,
+        padding: Padding2d {
+            top: g.pad[0],
+            bottom: g.pad[1],
+            left: g.pad[2],
+            right: g.pad[3],
+        },
+        groups: g.groups,
+    }
+}
+
+fn pool_geometry(g: &PoolGeom) -> Pool2dGeometry {
+    Pool2dGeometry {
+        batch: g.n,
+        in_hw: [g.h, g.w],
+        channels: g.c,
+        window: g.window,
+        strides: g.stride,
+        padding: Padding2d {
+            top: g.pad[0],
+            bottom: g.pad[1],
+            left: g.pad[2],
+            right: g.pad[3],
+        },
+    }
+}
+
+/// A fused epilogue as a kernel-library [`Epilogue`].
+struct FusedEpilogue<'a> {
+    program: &'a FusedProgram,
+    inputs: Vec<RawBuf>,
+    outputs: Vec<RawBuf>,
+    /// Flat position of row 0 of the block the kernel hands over.
+    base: usize,
+}
+
+impl Epilogue for FusedEpilogue<'_> {
+    fn apply(&self, rows: &mut [f32], first_row: usize, cols: usize) {
+        // SAFETY: operand extents were checked when the program was prepared; the kernel hands
+        // out disjoint row blocks, so the extra outputs' positions are disjoint too.
+        unsafe {
+            self.program.run_epilogue(
+                rows,
+                self.base + first_row * cols,
+                &self.inputs,
+                &self.outputs,
+            )
+        };
+    }
+}
+
+fn epilogue<'a>(
+    step: &'a Step,
+    k: &Kernel,
+    ins: &[RawBuf],
+    outs: &[RawBuf],
+    base: usize,
+) -> Option<FusedEpilogue<'a>> {
+    match step {
+        Step::Fixed(Some(program)) => {
+            // Operand 0 is the rows themselves; the placeholder is never read.
+            let mut inputs = vec![outs[0]];
+            inputs.extend_from_slice(&ins[k.kind.main_inputs()..]);
+            Some(FusedEpilogue {
+                program,
+                inputs,
+                outputs: outs.to_vec(),
+                base,
+            })
+        }
+        _ => None,
+    }
+}
+
+fn run_kernel(
+    k: &Kernel,
+    step: &Step,
+    ins: &[RawBuf],
+    outs: &[RawBuf],
+    threads: usize,
+) -> Result<(), KernelError> {
+    let none = kernels::NoEpilogue;
+    match (&k.kind, step) {
+        (KernelKind::Elementwise { .. }, Step::Fused(f, points)) => {
+            let points = *points;
+            if points < PARALLEL_POINTS || threads <= 1 {
+                // SAFETY: extents checked at preparation; one thread owns the outputs.
+                unsafe { f.run(0, points, ins, outs) };
+            } else {
+                let chunks = points.div_ceil(CHUNK);
+                let blocks = (threads * 4).min(chunks);
+                let per = chunks.div_ceil(blocks) * CHUNK;
+                (0..blocks).into_par_iter().for_each(|b| {
+                    let (s, e) = ((b * per).min(points), ((b + 1) * per).min(points));
+                    // SAFETY: as above; blocks write disjoint output ranges.
+                    unsafe { f.run(s, e, ins, outs) };
+                });
+            }
+            Ok(())
+        }
+        (KernelKind::Reduce { .. }, Step::Reduce(r)) => {
+            // SAFETY: extents checked at preparation; outputs are this kernel's own.
+            unsafe { r.run(ins, outs, threads) };
+            Ok(())
+        }
+        (KernelKind::MatMul(g, _), _) => {
+            let (a_len, b_len) = (g.m * g.k, g.k * g.n);
+            let a_all = slice(&ins[0], &k.inputs[0], g.batch * a_len, "matmul")?;
+            let b_all = slice(
+                &ins[1],
+                &k.inputs[1],
+                if g.rhs_batched { g.batch } else { 1 } * b_len,
+                "matmul",
+            )?;
+            let c_all = slice_mut(&outs[0], "matmul")?;
+            for i in 0..g.batch {
+                let a = &a_all[i * a_len..(i + 1) * a_len];
+                let b = if g.rhs_batched {
+                    &b_all[i * b_len..(i + 1) * b_len]
+                } else {
+                    b_all
+                };
+                let a = if g.transpose_a {
+                    MatRef::transposed(a, g.m)
+                } else {
+                    MatRef::row_major(a, g.k)
+                };
+                let b = if g.transpose_b {
+                    MatRef::transposed(b, g.k)
+                } else {
+                    MatRef::row_major(b, g.n)
+                };
+                let c = &mut c_all[i * g.m * g.n..(i + 1) * g.m * g.n];
+                match epilogue(step, k, ins, outs, i * g.m * g.n) {
+                    Some(e) => kernels::sgemm_with_epilogue(g.m, g.n, g.k, 1.0, a, b, 0.0, c, &e)?,
+                    None => kernels::sgemm(g.m, g.n, g.k, 1.0, a, b, 0.0, c, g.n)?,
+                }
+            }
+            Ok(())
+        }
+        (KernelKind::Conv2d(g, _), _) => {
+            let cg = conv_geometry(g);
+            let x = slice(&ins[0], &k.inputs[0], cg.input_len(), "conv2d")?;
+            let w = slice(&ins[1], &k.inputs[1], cg.filter_len(), "conv2d")?;
+            let y = slice_mut(&outs[0], "conv2d")?;
+            match epilogue(step, k, ins, outs, 0) {
+                Some(e) => kernels::conv2d_forward(&cg, x, w, y, &e),
+                None => kernels::conv2d_forward(&cg, x, w, y, &none),
+            }
+        }
+        (KernelKind::Conv2dBackpropInput(g, _), _) => {
+            let cg = conv_geometry(g);
+            let dy = slice(
+                &ins[0],
+                &k.inputs[0],
+                cg.output_len(),
+                "conv2d_backprop_input",
+            )?;
+            let w = slice(
+                &ins[1],
+                &k.inputs[1],
+                cg.filter_len(),
+                "conv2d_backprop_input",
+            )?;
+            let dx = slice_mut(&outs[0], "conv2d_backprop_input")?;
+            match epilogue(step, k, ins, outs, 0) {
+                Some(e) => kernels::conv2d_backward_input(&cg, dy, w, dx, &e),
+                None => kernels::conv2d_backward_input(&cg, dy, w, dx, &none),
+            }
+        }
+        (KernelKind::Conv2dBackpropFilter(g), _) => {
+            let cg = conv_geometry(g);
+            let x = slice(
+                &ins[0],
+                &k.inputs[0],
+                cg.input_len(),
+                "conv2d_backprop_filter",
+            )?;
+            let dy = slice(
+                &ins[1],
+                &k.inputs[1],
+                cg.output_len(),
+                "conv2d_backprop_filter",
+            )?;
+            kernels::conv2d_backward_filter(
+                &cg,
+                x,
+                dy,
+                slice_mut(&outs[0], "conv2d_backprop_filter")?,
+            )
+        }
+        (KernelKind::Pool(g), _) => {
+            let pg = pool_geometry(g);
+            let x = slice(&ins[0], &k.inputs[0], pg.input_len(), "pool")?;
+            let y = slice_mut(&outs[0], "pool")?;
+            match g.kind {
+                PoolKind::Max => kernels::pool::max_pool_forward(&pg, x, y),
+                PoolKind::Avg => kernels::pool::avg_pool_forward(&pg, x, y),
+            }
+        }
+        (KernelKind::MaxPoolGrad(g), _) => {
+            let pg = pool_geometry(g);
+            let x = slice(&ins[0], &k.inputs[0], pg.input_len(), "max_pool_grad")?;
+            let dy = slice(&ins[1], &k.inputs[1], pg.output_len(), "max_pool_grad")?;
+            kernels::pool::max_pool_backward(&pg, x, dy, slice_mut(&outs[0], "max_pool_grad")?)
+        }
+        (KernelKind::AvgPoolGrad(g), _) => {
+            let pg = pool_geometry(g);
+            let dy = slice(&ins[0], &k.inputs[0], pg.output_len(), "avg_pool_grad")?;
+            kernels::pool::avg_pool_backward(&pg, dy, slice_mut(&outs[0], "avg_pool_grad")?)
+        }
+        (KernelKind::Softmax { rows, cols, log }, _) => {
+            let x = slice(&ins[0], &k.inputs[0], rows * cols, "softmax")?;
+            let y = slice_mut(&outs[0], "softmax")?;
+            if *log {
+                kernels::softmax::log_softmax(x, *cols, y)
+            } else {
+                kernels::softmax::softmax(x, *cols, y)
+            }
+        }
+        (KernelKind::SparseSoftmaxCrossEntropy { rows, classes }, _) => {
+            let logits = slice(
+                &ins[0],
+                &k.inputs[0],
+                rows * classes,
+                "sparse_softmax_cross_entropy",
+            )?;
+            let loss = slice_mut(&outs[0], "sparse_softmax_cross_entropy")?;
+            let labels = labels(&ins[1], &k.inputs[1], *rows)?;
+            kernels::softmax::sparse_softmax_cross_entropy(logits, &labels, *classes, loss)
+        }
+        (KernelKind::ArgMax { outer, len, inner }, _) => crate::backend::cpu::small::argmax(
+            &ins[0],
+            &k.inputs[0],
+            &outs[0],
+            *outer,
+            *len,
+            *inner,
+        ),
+        (
+            KernelKind::InTopK {
+                rows,
+                classes,
+                k: top,
+            },
+            _,
+        ) => {
+            let preds = slice(&ins[0], &k.inputs[0], rows * classes, "in_top_k")?;
+            let targets = labels(&ins[1], &k.inputs[1], *rows)?;
+            crate::backend::cpu::small::in_top_k(preds, &targets, *classes, *top, &outs[0])
+        }
+        (
+            KernelKind::Concat {
+                outer,
+                sizes,
+                inner: _,
+            },
+            _,
+        ) => crate::backend::cpu::small::concat(ins, &k.inputs, &outs[0], *outer, sizes),
+        (KernelKind::Pad { shape, pads }, _) => {
+            crate::backend::cpu::small::pad(&ins[0], &k.inputs[0], &outs[0], shape, pads)
+        }
+        (kind, _) => Err(KernelError::Shape {
+            kernel: "cpu",
+            message: format!("kernel kind {} was prepared inconsistently", kind.name()),
+        }),
+    }
+}
+
+/// Integer labels as `i64`, whatever their stored integer type.
+fn labels(raw: &RawBuf, view: &View, rows: usize) -> Result<Vec<i64>, KernelError> {
+    if view.offset + rows > raw.len || !raw.dtype.is_int() {
+        return Err(KernelError::Shape {
+            kernel: "labels",
+            message: format!(
+                "labels are {} with {} elements, need {rows} integers",
+                raw.dtype, raw.len
+            ),
+        });
+    }
+    // SAFETY: bounds checked above.
+    Ok((0..rows)
+        .map(|i| unsafe { raw.get_f64(view.offset + i) } as i64)
+        .collect())
+}

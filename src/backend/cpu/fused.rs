@@ -1,0 +1,615 @@
+//! The CPU engine for fused elementwise expressions.
+//!
+//! A [`FusedExpr`] is evaluated on chunks of `CHUNK` points: every SSA value is a register of
+//! `CHUNK` lanes, and every instruction is one tight loop over a chunk (which the compiler
+//! vectorises) — no per-element dispatch. Loads use the view's [`Access`] pattern. Values are
+//! computed in four register classes: `f32` (also for f16/bf16, rounded on store), `f64`,
+//! `i64` (every integer type) and `bool`.
+
+use super::access::{Access, coalesce};
+use super::memory::RawBuf;
+use crate::ir::{BinaryOp, UnaryOp, rng};
+use crate::lower::{ExprOp, FusedExpr};
+use crate::tensor::DType;
+
+/// Points per chunk.
+pub const CHUNK: usize = 256;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    F32,
+    F64,
+    I64,
+    Bool,
+}
+
+fn class(d: DType) -> Class {
+    match d {
+        DType::F32 | DType::F16 | DType::BF16 => Class::F32,
+        DType::F64 => Class::F64,
+        DType::I32 | DType::I64 | DType::U8 => Class::I64,
+        DType::Bool => Class::Bool,
+    }
+}
+
+/// A register file for one worker: `slot[value]` indexes the lanes of the value's class.
+struct Regs {
+    f32: Vec<f32>,
+    f64: Vec<f64>,
+    i64: Vec<i64>,
+    bool: Vec<bool>,
+}
+
+/// A fused expression prepared for one kernel: classes, register slots and operand accesses.
+#[derive(Clone, Debug)]
+pub struct FusedProgram {
+    expr: FusedExpr,
+    classes: Vec<Class>,
+    slots: Vec<usize>,
+    counts: [usize; 4],
+    accesses: Vec<Access>,
+    /// The uncoalesced iteration shape (for `Index`).
+    shape: Vec<usize>,
+}
+
+impl FusedProgram {
+    /// Prepares `expr` over `shape` with operand views `(offset, strides)`.
+    pub fn new(expr: &FusedExpr, shape: &[usize], views: &[(usize, &[usize])]) -> FusedProgram {
+        let strides: Vec<&[usize]> = views.iter().map(|(_, s)| *s).collect();
+        let (cshape, cstrides) = coalesce(shape, &strides);
+        let accesses = views
+            .iter()
+            .zip(&cstrides)
+            .map(|((off, _), s)| Access::classify(*off, &cshape, s))
+            .collect();
+        let mut counts = [0usize; 4];
+        let mut classes = Vec::with_capacity(expr.ops.len());
+        let mut slots = Vec::with_capacity(expr.ops.len());
+        for (_, dt) in &expr.ops {
+            let c = class(*dt);
+            let k = c as usize;
+            classes.push(c);
+            slots.push(counts[k]);
+            counts[k] += 1;
+        }
+        FusedProgram {
+            expr: expr.clone(),
+            classes,
+            slots,
+            counts,
+            accesses,
+            shape: shape.to_vec(),
+        }
+    }
+
+    /// The access pattern of operand `i`.
+    pub fn access(&self, i: usize) -> &Access {
+        &self.accesses[i]
+    }
+
+    /// Number of operands.
+    pub fn operands(&self) -> usize {
+        self.accesses.len()
+    }
+
+    fn regs(&self) -> Regs {
+        Regs {
+            f32: vec![0.0; self.counts[0] * CHUNK],
+            f64: vec![0.0; self.counts[1] * CHUNK],
+            i64: vec![0; self.counts[2] * CHUNK],
+            bool: vec![false; self.counts[3] * CHUNK],
+        }
+    }
+
+    /// Evaluates points `start..end`, reading `inputs` and writing `outputs` (contiguous over the
+    /// iteration space, written at the same flat positions).
+    ///
+    /// # Safety
+    /// Every operand access must stay inside its buffer for these points (checked by the caller
+    /// with [`Access::extent`]), outputs must hold `end` elements, and no other thread may write
+    /// the output positions `start..end` concurrently.
+    pub unsafe fn run(&self, start: usize, end: usize, inputs: &[RawBuf], outputs: &[RawBuf]) {
+        let mut regs = self.regs();
+        let mut idx = vec![0usize; CHUNK];
+        let mut s = start;
+        while s < end {
+            let n = (end - s).min(CHUNK);
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { self.chunk(&mut regs, &mut idx[..n], s, n, inputs, None) };
+            for (o, &v) in self.expr.outputs.iter().enumerate() {
+                // SAFETY: outputs hold `end` elements; this range is this call's own.
+                unsafe { self.store(&regs, v, &outputs[o], s, n) };
+            }
+            s += n;
+        }
+    }
+
+    /// Evaluates points `start..end` chunk by chunk and hands each chunk's outputs (as `f32`
+    /// lanes; other classes are converted) to `sink(chunk_start, lanes)`.
+    ///
+    /// # Safety
+    /// As [`FusedProgram::run`] for the inputs.
+    pub unsafe fn for_each_chunk(
+        &self,
+        start: usize,
+        end: usize,
+        inputs: &[RawBuf],
+        mut sink: impl FnMut(usize, &[&[f32]]),
+    ) {
+        let mut regs = self.regs();
+        let mut idx = vec![0usize; CHUNK];
+        let mut converted: Vec<Vec<f32>> = vec![Vec::new(); self.expr.outputs.len()];
+        let mut s = start;
+        while s < end {
+            let n = (end - s).min(CHUNK);
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { self.chunk(&mut regs, &mut idx[..n], s, n, inputs, None) };
+            for (o, &v) in self.expr.outputs.iter().enumerate() {
+                let lanes = self.slots[v as usize] * CHUNK;
+                let c = &mut converted[o];
+                c.clear();
+                match self.classes[v as usize] {
+                    Class::F32 => c.extend_from_slice(&regs.f32[lanes..lanes + n]),
+                    Class::F64 => c.extend(regs.f64[lanes..lanes + n].iter().map(|&x| x as f32)),
+                    Class::I64 => c.extend(regs.i64[lanes..lanes + n].iter().map(|&x| x as f32)),
+                    Class::Bool => c.extend(
+                        regs.bool[lanes..lanes + n]
+                            .iter()
+                            .map(|&x| f32::from(u8::from(x))),
+                    ),
+                }
+            }
+            let views: Vec<&[f32]> = converted.iter().map(|c| c.as_slice()).collect();
+            sink(s, &views);
+            s += n;
+        }
+    }
+
+    /// Runs as an epilogue on `rows` (the producing kernel's result for flat positions
+    /// `first..first + rows.len()`, read as operand 0): output 0 is written back into `rows`,
+    /// outputs `1..` into `outputs[1..]`.
+    ///
+    /// # Safety
+    /// As [`FusedProgram::run`] for operands `1..` and `outputs[1..]`.
+    pub unsafe fn run_epilogue(
+        &self,
+        rows: &mut [f32],
+        first: usize,
+        inputs: &[RawBuf],
+        outputs: &[RawBuf],
+    ) {
+        let mut regs = self.regs();
+        let mut idx = vec![0usize; CHUNK];
+        let mut done = 0;
+        while done < rows.len() {
+            let n = (rows.len() - done).min(CHUNK);
+            let s = first + done;
+            let local = &rows[done..done + n];
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { self.chunk(&mut regs, &mut idx[..n], s, n, inputs, Some(local)) };
+            for (o, &v) in self.expr.outputs.iter().enumerate() {
+                if o == 0 {
+                    let lanes = self.slots[v as usize] * CHUNK;
+                    match self.classes[v as usize] {
+                        Class::F32 => {
+                            rows[done..done + n].copy_from_slice(&regs.f32[lanes..lanes + n])
+                        }
+                        Class::F64 => {
+                            for (d, x) in rows[done..done + n]
+                                .iter_mut()
+                                .zip(&regs.f64[lanes..lanes + n])
+                            {
+                                *d = *x as f32;
+                            }
+                        }
+                        _ => {}
+                    }
+                } else {
+                    // SAFETY: forwarded from the caller's contract.
+                    unsafe { self.store(&regs, v, &outputs[o], s, n) };
+                }
+            }
+            done += n;
+        }
+    }
+
+    /// Evaluates every instruction on the chunk of `n` points starting at flat position `s`.
+    unsafe fn chunk(
+        &self,
+        r: &mut Regs,
+        idx: &mut [usize],
+        s: usize,
+        n: usize,
+        inputs: &[RawBuf],
+        operand0: Option<&[f32]>,
+    ) {
+        for (i, (op, dt)) in self.expr.ops.iter().enumerate() {
+            let c = self.classes[i];
+            let out = self.slots[i] * CHUNK;
+            match op {
+                ExprOp::Load(k) => {
+                    let k = usize::from(*k);
+                    if let (0, Some(local)) = (k, operand0) {
+                        r.f32[out..out + n].copy_from_slice(local);
+                        continue;
+                    }
+                    // SAFETY: the caller checked every index against the buffer.
+                    unsafe { inputs[k].load(&self.accesses[k], s, idx, c_slice(r, c, out, n)) };
+                }
+                ExprOp::Const(x) => fill_const(r, c, out, n, *x, *dt),
+                ExprOp::Unary(u, a) => {
+                    let a = self.slots[*a as usize] * CHUNK;
+                    unary(r, c, *u, a, out, n);
+                }
+                ExprOp::Binary(b, x, y) => {
+                    let ca = self.classes[*x as usize];
+                    let (x, y) = (
+                        self.slots[*x as usize] * CHUNK,
+                        self.slots[*y as usize] * CHUNK,
+                    );
+                    binary(r, ca, c, *b, x, y, out, n);
+                }
+                ExprOp::Select(cond, a, b) => {
+                    let cs = self.slots[*cond as usize] * CHUNK;
+                    let (a, b) = (
+                        self.slots[*a as usize] * CHUNK,
+                        self.slots[*b as usize] * CHUNK,
+                    );
+                    select(r, c, cs, a, b, out, n);
+                }
+                ExprOp::Cast(a) => {
+                    let ca = self.classes[*a as usize];
+                    let a = self.slots[*a as usize] * CHUNK;
+                    cast(r, ca, c, *dt, a, out, n);
+                }
+                ExprOp::Index(axis) => {
+                    let axis = usize::from(*axis);
+                    let inner: usize = self.shape[axis + 1..].iter().product();
+                    let size = self.shape.get(axis).copied().unwrap_or(1).max(1);
+                    for (j, v) in r.i64[out..out + n].iter_mut().enumerate() {
+                        *v = (((s + j) / inner.max(1)) % size) as i64;
+                    }
+                }
+                ExprOp::Random { seed, counter } => {
+                    let k = usize::from(*counter);
+                    self.accesses[k].indices(s, &mut idx[..1]);
+                    let mut ctr = [0i64; 1];
+                    // SAFETY: the caller checked the counter's index.
+                    unsafe { inputs[k].gather(&idx[..1], Lanes::I64(&mut ctr)) };
+                    let key = rng::step_key(*seed, ctr[0]);
+                    for (j, v) in r.f32[out..out + n].iter_mut().enumerate() {
+                        *v = rng::uniform_at(key, (s + j) as u64);
+                    }
+                }
+            }
+        }
+    }
+
+    unsafe fn store(&self, r: &Regs, v: u32, out: &RawBuf, s: usize, n: usize) {
+        let c = self.classes[v as usize];
+        let lanes = self.slots[v as usize] * CHUNK;
+        // SAFETY: the caller guarantees `s + n` elements and exclusive access to them.
+        unsafe {
+            match c {
+                Class::F32 => out.scatter_contiguous(s, Lanes::F32Ref(&r.f32[lanes..lanes + n])),
+                Class::F64 => out.scatter_contiguous(s, Lanes::F64Ref(&r.f64[lanes..lanes + n])),
+                Class::I64 => out.scatter_contiguous(s, Lanes::I64Ref(&r.i64[lanes..lanes + n])),
+                Class::Bool => out.scatter_contiguous(s, Lanes::BoolRef(&r.bool[lanes..lanes + n])),
+            }
+        }
+    }
+}
+
+/// A destination or source of lanes, by register class.
+pub enum Lanes<'a> {
+    F32(&'a mut [f32]),
+    F64(&'a mut [f64]),
+    I64(&'a mut [i64]),
+    Bool(&'a mut [bool]),
+    F32Ref(&'a [f32]),
+    F64Ref(&'a [f64]),
+    I64Ref(&'a [i64]),
+    BoolRef(&'a [bool]),
+}
+
+fn c_slice(r: &mut Regs, c: Class, out: usize, n: usize) -> Lanes<'_> {
+    match c {
+        Class::F32 => Lanes::F32(&mut r.f32[out..out + n]),
+        Class::F64 => Lanes::F64(&mut r.f64[out..out + n]),
+        Class::I64 => Lanes::I64(&mut r.i64[out..out + n]),
+        Class::Bool => Lanes::Bool(&mut r.bool[out..out + n]),
+    }
+}
+
+fn fill_const(r: &mut Regs, c: Class, out: usize, n: usize, x: f64, dt: DType) {
+    let x = crate::ir::scalar::round_to(x, dt);
+    match c {
+        Class::F32 => r.f32[out..out + n].fill(x as f32),
+        Class::F64 => r.f64[out..out + n].fill(x),
+        Class::I64 => r.i64[out..out + n].fill(x as i64),
+        Class::Bool => r.bool[out..out + n].fill(x != 0.0),
+    }
+}
+
+/// Applies `f` lane by lane from register `a` to register `out` of one class.
+macro_rules! map1 {
+    ($v:expr, $a:expr, $out:expr, $n:expr, |$x:ident| $body:expr) => {{
+        for j in 0..$n {
+            let $x = $v[$a + j];
+            $v[$out + j] = $body;
+        }
+    }};
+}
+
+fn unary(r: &mut Regs, c: Class, u: UnaryOp, a: usize, out: usize, n: usize) {
+    match c {
+        Class::F32 => {
+            let v = &mut r.f32;
+            match u {
+                UnaryOp::Neg => map1!(v, a, out, n, |x| -x),
+                UnaryOp::Abs => map1!(v, a, out, n, |x| x.abs()),
+                UnaryOp::Sign => map1!(v, a, out, n, |x| if x > 0.0 {
+                    1.0
+                } else if x < 0.0 {
+                    -1.0
+                } else {
+                    x
+                }),
+                UnaryOp::Exp => map1!(v, a, out, n, |x| x.exp()),
+                UnaryOp::Log => map1!(v, a, out, n, |x| x.ln()),
+                UnaryOp::Sqrt => map1!(v, a, out, n, |x| x.sqrt()),
+                UnaryOp::Rsqrt => map1!(v, a, out, n, |x| 1.0 / x.sqrt()),
+                UnaryOp::Square => map1!(v, a, out, n, |x| x * x),
+                UnaryOp::Recip => map1!(v, a, out, n, |x| 1.0 / x),
+                UnaryOp::Relu => map1!(v, a, out, n, |x| if x > 0.0 || x.is_nan() {
+                    x
+                } else {
+                    0.0
+                }),
+                UnaryOp::Sigmoid => map1!(v, a, out, n, |x| {
+                    if x >= 0.0 {
+                        1.0 / (1.0 + (-x).exp())
+                    } else {
+                        let e = x.exp();
+                        e / (1.0 + e)
+                    }
+                }),
+                UnaryOp::Tanh => map1!(v, a, out, n, |x| x.tanh()),
+                UnaryOp::Floor => map1!(v, a, out, n, |x| x.floor()),
+                UnaryOp::Not => {}
+            }
+        }
+        Class::F64 => {
+            let v = &mut r.f64;
+            map1!(v, a, out, n, |x| crate::ir::scalar::unary(u, x, DType::F64));
+        }
+        Class::I64 => {
+            let v = &mut r.i64;
+            match u {
+                UnaryOp::Neg => map1!(v, a, out, n, |x| x.wrapping_neg()),
+                UnaryOp::Abs => map1!(v, a, out, n, |x| x.wrapping_abs()),
+                UnaryOp::Sign => map1!(v, a, out, n, |x| x.signum()),
+                UnaryOp::Square => map1!(v, a, out, n, |x| x.wrapping_mul(x)),
+                _ => map1!(v, a, out, n, |x| x),
+            }
+        }
+        Class::Bool => {
+            let v = &mut r.bool;
+            map1!(v, a, out, n, |x| !x);
+        }
+    }
+}
+
+macro_rules! map2 {
+    ($src:expr, $dst:expr, $x:expr, $y:expr, $out:expr, $n:expr, |$a:ident, $b:ident| $body:expr) => {{
+        for j in 0..$n {
+            let $a = $src[$x + j];
+            let $b = $src[$y + j];
+            $dst[$out + j] = $body;
+        }
+    }};
+}
+
+macro_rules! cmp {
+    ($src:expr, $bools:expr, $b:expr, $x:expr, $y:expr, $out:expr, $n:expr) => {{
+        match $b {
+            BinaryOp::Eq => map2!($src, $bools, $x, $y, $out, $n, |a, b| a == b),
+            BinaryOp::Ne => map2!($src, $bools, $x, $y, $out, $n, |a, b| a != b),
+            BinaryOp::Lt => map2!($src, $bools, $x, $y, $out, $n, |a, b| a < b),
+            BinaryOp::Le => map2!($src, $bools, $x, $y, $out, $n, |a, b| a <= b),
+            BinaryOp::Gt => map2!($src, $bools, $x, $y, $out, $n, |a, b| a > b),
+            _ => map2!($src, $bools, $x, $y, $out, $n, |a, b| a >= b),
+        }
+    }};
+}
+
+#[allow(clippy::too_many_arguments)] // registers, classes, op and three lane offsets.
+fn binary(
+    r: &mut Regs,
+    operand: Class,
+    result: Class,
+    b: BinaryOp,
+    x: usize,
+    y: usize,
+    out: usize,
+    n: usize,
+) {
+    if b.is_comparison() {
+        let Regs {
+            f32,
+            f64,
+            i64,
+            bool,
+        } = r;
+        match operand {
+            Class::F32 => cmp!(f32, bool, b, x, y, out, n),
+            Class::F64 => cmp!(f64, bool, b, x, y, out, n),
+            Class::I64 => cmp!(i64, bool, b, x, y, out, n),
+            Class::Bool => {
+                let bb: Vec<bool> = bool[x..x + n].to_vec();
+                let cc: Vec<bool> = bool[y..y + n].to_vec();
+                for j in 0..n {
+                    bool[out + j] = match b {
+                        BinaryOp::Eq => bb[j] == cc[j],
+                        BinaryOp::Ne => bb[j] != cc[j],
+                        BinaryOp::Lt => !bb[j] & cc[j],
+                        BinaryOp::Le => bb[j] <= cc[j],
+                        BinaryOp::Gt => bb[j] & !cc[j],
+                        _ => bb[j] >= cc[j],
+                    };
+                }
+            }
+        }
+        return;
+    }
+    let _ = result;
+    match operand {
+        Class::F32 => {
+            let v = &mut r.f32;
+            match b {
+                BinaryOp::Add => map2!(v, v, x, y, out, n, |a, c| a + c),
+                BinaryOp::Sub => map2!(v, v, x, y, out, n, |a, c| a - c),
+                BinaryOp::Mul => map2!(v, v, x, y, out, n, |a, c| a * c),
+                BinaryOp::Div => map2!(v, v, x, y, out, n, |a, c| a / c),
+                BinaryOp::Pow => map2!(v, v, x, y, out, n, |a, c| a.powf(c)),
+                BinaryOp::Maximum => {
+                    map2!(v, v, x, y, out, n, |a, c| if a.is_nan() || c.is_nan() {
+                        f32::NAN
+                    } else if a > c {
+                        a
+                    } else {
+                        c
+                    })
+                }
+                BinaryOp::Minimum => {
+                    map2!(v, v, x, y, out, n, |a, c| if a.is_nan() || c.is_nan() {
+                        f32::NAN
+                    } else if a < c {
+                        a
+                    } else {
+                        c
+                    })
+                }
+                _ => {}
+            }
+        }
+        Class::F64 => {
+            let v = &mut r.f64;
+            map2!(v, v, x, y, out, n, |a, c| crate::ir::scalar::binary(
+                b,
+                a,
+                c,
+                DType::F64
+            ));
+        }
+        Class::I64 => {
+            let v = &mut r.i64;
+            match b {
+                BinaryOp::Add => map2!(v, v, x, y, out, n, |a, c| a.wrapping_add(c)),
+                BinaryOp::Sub => map2!(v, v, x, y, out, n, |a, c| a.wrapping_sub(c)),
+                BinaryOp::Mul => map2!(v, v, x, y, out, n, |a, c| a.wrapping_mul(c)),
+                BinaryOp::Div => map2!(v, v, x, y, out, n, |a, c| if c == 0 {
+                    0
+                } else {
+                    a.wrapping_div(c)
+                }),
+                BinaryOp::Pow => map2!(v, v, x, y, out, n, |a, c| (a as f64).powf(c as f64) as i64),
+                BinaryOp::Maximum => map2!(v, v, x, y, out, n, |a, c| a.max(c)),
+                BinaryOp::Minimum => map2!(v, v, x, y, out, n, |a, c| a.min(c)),
+                _ => {}
+            }
+        }
+        Class::Bool => {
+            let v = &mut r.bool;
+            match b {
+                BinaryOp::And => map2!(v, v, x, y, out, n, |a, c| a & c),
+                BinaryOp::Or => map2!(v, v, x, y, out, n, |a, c| a | c),
+                _ => {}
+            }
+        }
+    }
+}
+
+fn select(r: &mut Regs, c: Class, cond: usize, a: usize, b: usize, out: usize, n: usize) {
+    let Regs {
+        f32,
+        f64,
+        i64,
+        bool,
+    } = r;
+    let m = &bool[cond..cond + n];
+    match c {
+        Class::F32 => {
+            for j in 0..n {
+                f32[out + j] = if m[j] { f32[a + j] } else { f32[b + j] };
+            }
+        }
+        Class::F64 => {
+            for j in 0..n {
+                f64[out + j] = if m[j] { f64[a + j] } else { f64[b + j] };
+            }
+        }
+        Class::I64 => {
+            for j in 0..n {
+                i64[out + j] = if m[j] { i64[a + j] } else { i64[b + j] };
+            }
+        }
+        Class::Bool => {
+            let m: Vec<bool> = m.to_vec();
+            for j in 0..n {
+                bool[out + j] = if m[j] { bool[a + j] } else { bool[b + j] };
+            }
+        }
+    }
+}
+
+fn cast(r: &mut Regs, from: Class, to: Class, dt: DType, a: usize, out: usize, n: usize) {
+    let Regs {
+        f32,
+        f64,
+        i64,
+        bool,
+    } = r;
+    // The hot casts (masks to floats, labels to floats, same-class f32) without widening.
+    match (from, to, dt) {
+        (Class::Bool, Class::F32, DType::F32) => {
+            for j in 0..n {
+                f32[out + j] = if bool[a + j] { 1.0 } else { 0.0 };
+            }
+            return;
+        }
+        (Class::I64, Class::F32, DType::F32) => {
+            for j in 0..n {
+                f32[out + j] = i64[a + j] as f32;
+            }
+            return;
+        }
+        (Class::I64, Class::I64, DType::I64) => {
+            i64.copy_within(a..a + n, out);
+            return;
+        }
+        (Class::F32, Class::F32, DType::F32) => {
+            f32.copy_within(a..a + n, out);
+            return;
+        }
+        _ => {}
+    }
+    let get = |j: usize| -> f64 {
+        match from {
+            Class::F32 => f64::from(f32[a + j]),
+            Class::F64 => f64[a + j],
+            Class::I64 => i64[a + j] as f64,
+            Class::Bool => f64::from(u8::from(bool[a + j])),
+        }
+    };
+    let vals: Vec<f64> = (0..n).map(get).collect();
+    for (j, x) in vals.into_iter().enumerate() {
+        let y = crate::ir::scalar::cast(x, dt);
+        match to {
+            Class::F32 => f32[out + j] = y as f32,
+            Class::F64 => f64[out + j] = y,
+            Class::I64 => i64[out + j] = y as i64,
+            Class::Bool => bool[out + j] = y != 0.0,
+        }
+    }
+}

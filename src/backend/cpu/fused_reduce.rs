@@ -1,0 +1,209 @@
+//! The CPU engine for reduction kernels with fused prologues.
+//!
+//! The prologue (a fused expression over the input space) is evaluated chunk by chunk, and each
+//! of its outputs is folded into an accumulator per output element. Partial sums are taken in
+//! `f32` within a chunk and added into `f64` accumulators, so long reductions stay accurate at
+//! vector speed. The input is split into a fixed number of blocks with private accumulators,
+//! combined in block order: results depend on the thread count only through that number.
+
+use super::access::{Access, coalesce};
+use super::fused::FusedProgram;
+use super::memory::RawBuf;
+use crate::ir::ReduceOp;
+use rayon::prelude::*;
+
+/// A reduction kernel prepared for execution.
+pub struct ReduceProgram {
+    prologue: FusedProgram,
+    ops: Vec<ReduceOp>,
+    /// Where each input point's result goes.
+    out_access: Access,
+    points: usize,
+    out_len: usize,
+    /// Number of input points folded into each output element (for means).
+    count: usize,
+}
+
+fn identity(op: ReduceOp) -> f64 {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => 0.0,
+        ReduceOp::Max => f64::NEG_INFINITY,
+        ReduceOp::Min => f64::INFINITY,
+    }
+}
+
+fn combine(op: ReduceOp, a: f64, b: f64) -> f64 {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => a + b,
+        ReduceOp::Max => {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.max(b)
+            }
+        }
+        ReduceOp::Min => {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.min(b)
+            }
+        }
+    }
+}
+
+impl ReduceProgram {
+    /// Prepares a reduction of `shape` over `axes` with the given prologue and operand views.
+    pub fn new(
+        prologue: &crate::lower::FusedExpr,
+        shape: &[usize],
+        axes: &[usize],
+        ops: &[ReduceOp],
+        views: &[(usize, &[usize])],
+    ) -> ReduceProgram {
+        let points: usize = shape.iter().product();
+        let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
+        let out_len: usize = kept.iter().map(|&d| shape[d]).product();
+        let mut out_strides = vec![0usize; shape.len()];
+        let mut acc = 1;
+        for &d in kept.iter().rev() {
+            out_strides[d] = acc;
+            acc *= shape[d];
+        }
+        let (cshape, cs) = coalesce(shape, &[&out_strides]);
+        ReduceProgram {
+            prologue: FusedProgram::new(prologue, shape, views),
+            ops: ops.to_vec(),
+            out_access: Access::classify(0, &cshape, &cs[0]),
+            points,
+            out_len,
+            count: points.checked_div(out_len).unwrap_or(0),
+        }
+    }
+
+    /// The prologue (for bounds checks of its operands).
+    pub fn prologue(&self) -> &FusedProgram {
+        &self.prologue
+    }
+
+    fn fold_block(&self, start: usize, end: usize, inputs: &[RawBuf]) -> Vec<Vec<f64>> {
+        let mut acc: Vec<Vec<f64>> = self
+            .ops
+            .iter()
+            .map(|&op| vec![identity(op); self.out_len])
+            .collect();
+        let mut idx = vec![0usize; super::fused::CHUNK];
+        let ops = &self.ops;
+        let out_access = &self.out_access;
+        let sink = |s: usize, lanes: &[&[f32]]| {
+            let n = lanes.first().map_or(0, |l| l.len());
+            let idx = &mut idx[..n];
+            match out_access {
+                Access::Periodic { period, .. } => {
+                    // Per-column partials within the chunk.
+                    for (j, &op) in ops.iter().enumerate() {
+                        let mut part = vec![identity(op) as f32; *period];
+                        let mut p = s % period;
+                        for &x in lanes[j] {
+                            part[p] = combine_f32(op, part[p], x);
+                            p += 1;
+                            if p == *period {
+                                p = 0;
+                            }
+                        }
+                        let touched = n.min(*period);
+                        let first = s % period;
+                        for t in 0..touched {
+                            let c = (first + t) % period;
+                            acc[j][c] = combine(op, acc[j][c], f64::from(part[c]));
+                        }
+                    }
+                }
+                _ => {
+                    out_access.indices(s, idx);
+                    for (j, &op) in ops.iter().enumerate() {
+                        let mut run_idx = idx[0];
+                        let mut run = identity(op) as f32;
+                        for (k, &x) in lanes[j].iter().enumerate() {
+                            if idx[k] != run_idx {
+                                acc[j][run_idx] = combine(op, acc[j][run_idx], f64::from(run));
+                                run_idx = idx[k];
+                                run = identity(op) as f32;
+                            }
+                            run = combine_f32(op, run, x);
+                        }
+                        acc[j][run_idx] = combine(op, acc[j][run_idx], f64::from(run));
+                    }
+                }
+            }
+        };
+        // SAFETY: the executor checked the prologue's operand extents before running.
+        unsafe { self.prologue.for_each_chunk(start, end, inputs, sink) };
+        acc
+    }
+
+    /// Runs the reduction, writing output `j` (of `out_len` elements) to `outputs[j]`.
+    ///
+    /// # Safety
+    /// Operand extents were checked against their buffers; outputs hold `out_len` elements and
+    /// are not accessed by anyone else meanwhile.
+    pub unsafe fn run(&self, inputs: &[RawBuf], outputs: &[RawBuf], threads: usize) {
+        let chunk = super::fused::CHUNK;
+        let chunks = self.points.div_ceil(chunk);
+        let blocks = if self.points < (1 << 15) {
+            1
+        } else {
+            (threads * 4).min(chunks).max(1)
+        };
+        let per = chunks.div_ceil(blocks) * chunk;
+        let partials: Vec<Vec<Vec<f64>>> = (0..blocks)
+            .into_par_iter()
+            .map(|b| {
+                let start = (b * per).min(self.points);
+                let end = ((b + 1) * per).min(self.points);
+                self.fold_block(start, end, inputs)
+            })
+            .collect();
+        for (j, &op) in self.ops.iter().enumerate() {
+            let mut total = vec![identity(op); self.out_len];
+            for p in &partials {
+                for (t, x) in total.iter_mut().zip(&p[j]) {
+                    *t = combine(op, *t, *x);
+                }
+            }
+            for (i, t) in total.iter().enumerate() {
+                let v = if op == ReduceOp::Mean {
+                    t / self.count.max(1) as f64
+                } else {
+                    *t
+                };
+                // SAFETY: `i < out_len`, exclusive by the caller's contract.
+                unsafe { outputs[j].set_f64(i, v) };
+            }
+        }
+    }
+}
+
+fn combine_f32(op: ReduceOp, a: f32, b: f32) -> f32 {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => a + b,
+        ReduceOp::Max => {
+            if a.is_nan() || b.is_nan() {
+                f32::NAN
+            } else if a > b {
+                a
+            } else {
+                b
+            }
+        }
+        ReduceOp::Min => {
+            if a.is_nan() || b.is_nan() {
+                f32::NAN
+            } else if a < b {
+                a
+            } else {
+                b
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Epilogues: elementwise work applied to blocks of GEMM/convolution output rows while they are
+//! still hot in cache. The compiler fuses bias+activation, batch-norm apply+ReLU and residual adds
+//! into them; any fused elementwise expression can run as a closure.
+
+use super::simd::vectorized;
+use super::{KernelError, check_len};
+
+/// Work applied to finished output rows. `rows` holds whole rows `first_row..first_row + r`, each
+/// `cols` wide (row-major, NHWC: a row is one pixel's channels). Blocks are disjoint and cover the
+/// output once; their boundaries depend only on the shapes, so an epilogue may keep per-block
+/// partial results keyed by `first_row` and combine them in order for deterministic reductions.
+/// Blocks may be processed concurrently on different threads.
+pub trait Epilogue: Sync {
+    fn apply(&self, rows: &mut [f32], first_row: usize, cols: usize);
+
+    /// Checks, before a kernel runs, that the epilogue's operands fit an output of
+    /// `rows × cols`. Every kernel calls it first, so `apply` may index its operands freely.
+    fn check(&self, _rows: usize, _cols: usize) -> Result<(), KernelError> {
+        Ok(())
+    }
+
+    /// Whether [`Epilogue::apply`] does nothing (lets kernels skip the call).
+    fn is_identity(&self) -> bool {
+        false
+    }
+}
+
+/// The epilogue that leaves the output as computed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoEpilogue;
+
+impl Epilogue for NoEpilogue {
+    fn apply(&self, _rows: &mut [f32], _first_row: usize, _cols: usize) {}
+
+    fn is_identity(&self) -> bool {
+        true
+    }
+}
+
+/// Any `Fn(rows, first_row, cols)` closure is an epilogue.
+impl<F: Fn(&mut [f32], usize, usize) + Sync> Epilogue for F {
+    fn apply(&self, rows: &mut [f32], first_row: usize, cols: usize) {
+        self(rows, first_row, cols)
+    }
+}
+
+/// `y = relu?(y * scale[c] + shift[c] + residual)`, per output channel `c` (the last axis):
+/// bias + ReLU, batch-norm apply + ReLU, and a residual add in one pass.
+///
+/// `scale` and `shift` have one entry per channel; `residual` is shaped like the whole output and
+/// is read at the rows being finished.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ChannelEpilogue<'a> {
+    pub scale: Option<&'a [f32]>,
+    pub shift: Option<&'a [f32]>,
+    pub residual: Option<&'a [f32]>,
+    pub relu: bool,
+}
+
+impl Epilogue for ChannelEpilogue<'_> {
+    fn check(&self, rows: usize, cols: usize) -> Result<(), KernelError> {
+        const K: &str = "channel_epilogue";
+        if let Some(scale) = self.scale {
+            check_len(K, "scale", scale.len(), cols)?;
+        }
+        if let Some(shift) = self.shift {
+            check_len(K, "shift", shift.len(), cols)?;
+        }
+        if let Some(residual) = self.residual {
+            check_len(K, "residual", residual.len(), rows * cols)?;
+        }
+        Ok(())
+    }
+
+    fn apply(&self, rows: &mut [f32], first_row: usize, cols: usize) {
+        if cols == 0 {
+            return;
+        }
+        // Kernels call `check` before running, so the residual covers these rows.
+        let residual = self
+            .residual
+            .map(|r| &r[first_row * cols..first_row * cols + rows.len()]);
+        vectorized(|| {
+            for (i, row) in rows.chunks_exact_mut(cols).enumerate() {
+                if let Some(scale) = self.scale {
+                    row.iter_mut().zip(scale).for_each(|(y, s)| *y *= s);
+                }
+                if let Some(shift) = self.shift {
+                    row.iter_mut().zip(shift).for_each(|(y, b)| *y += b);
+                }
+                if let Some(res) = residual {
+                    let res = &res[i * cols..(i + 1) * cols];
+                    row.iter_mut().zip(res).for_each(|(y, r)| *y += r);
+                }
+                if self.relu {
+                    row.iter_mut().for_each(|y| *y = y.max(0.0));
+                }
+            }
+        })
+    }
+
+    fn is_identity(&self) -> bool {
+        self.scale.is_none() && self.shift.is_none() && self.residual.is_none() && !self.relu
+    }
+}

@@ -1,0 +1,70 @@
+//! Compute kernels of the CPU backend: pure functions over `f32` slices, knowing nothing of the
+//! IR. GEMM ([`gemm`]), NHWC convolution with fused epilogues ([`conv`]), pooling ([`pool`]),
+//! reductions ([`reduce`]) and softmax/cross-entropy ([`softmax`]).
+//!
+//! Every kernel checks its slice lengths against the shapes it is given and returns
+//! [`KernelError`] instead of panicking. Threading uses the rayon pool the caller runs in; work is
+//! split at boundaries that depend only on the shapes (and, for cross-row reductions, on
+//! `rayon::current_num_threads()`), so results are bit-identical from run to run for a given
+//! thread count. Small problems stay on the calling thread.
+
+pub mod conv;
+pub mod epilogue;
+pub mod gemm;
+mod parallel;
+pub mod pool;
+pub mod reduce;
+mod simd;
+pub mod softmax;
+
+pub use conv::{
+    Conv2dGeometry, Padding2d, conv2d_backward_filter, conv2d_backward_input, conv2d_forward,
+};
+pub use epilogue::{ChannelEpilogue, Epilogue, NoEpilogue};
+pub use gemm::{MatRef, sgemm, sgemm_with_epilogue};
+
+/// A kernel was called with buffers or shapes that do not fit together.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KernelError {
+    /// A slice is shorter (or, for outputs, of a different length) than the shapes require.
+    #[error("{kernel}: `{operand}` has {got} elements, expected {expected}")]
+    BufferLength {
+        kernel: &'static str,
+        operand: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    /// The shape parameters themselves are inconsistent.
+    #[error("{kernel}: {message}")]
+    Shape {
+        kernel: &'static str,
+        message: String,
+    },
+}
+
+/// Checks that `operand` has exactly `expected` elements.
+pub(crate) fn check_len(
+    kernel: &'static str,
+    operand: &'static str,
+    got: usize,
+    expected: usize,
+) -> Result<(), KernelError> {
+    if got == expected {
+        Ok(())
+    } else {
+        Err(KernelError::BufferLength {
+            kernel,
+            operand,
+            expected,
+            got,
+        })
+    }
+}
+
+/// A [`KernelError::Shape`] with a formatted message.
+pub(crate) fn shape_error(kernel: &'static str, message: impl Into<String>) -> KernelError {
+    KernelError::Shape {
+        kernel,
+        message: message.into(),
+    }
+}

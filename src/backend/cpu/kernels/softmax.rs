@@ -1,0 +1,188 @@
+//! Softmax, log-softmax and sparse softmax cross-entropy over the last axis of `[rows, cols]`
+//! matrices, forward and backward. Every row subtracts its maximum before exponentiating, so large
+//! logits do not overflow. Rows are independent; large inputs spread rows over the pool.
+
+use rayon::prelude::*;
+
+use super::parallel::worth_parallel;
+use super::{KernelError, check_len, shape_error};
+
+/// Rows per parallel task (fixed so results never depend on scheduling; rows are independent).
+const ROWS_PER_TASK: usize = 64;
+
+/// Runs `f(row_index, out_row)` over the rows of `out`, spread over the pool when large.
+fn per_row(out: &mut [f32], cols: usize, f: impl Fn(usize, &mut [f32]) + Sync + Send) {
+    if cols == 0 {
+        return;
+    }
+    if worth_parallel(out.len() * 16) {
+        out.par_chunks_mut(cols * ROWS_PER_TASK)
+            .enumerate()
+            .for_each(|(t, rows)| {
+                for (i, row) in rows.chunks_exact_mut(cols).enumerate() {
+                    f(t * ROWS_PER_TASK + i, row);
+                }
+            });
+    } else {
+        for (i, row) in out.chunks_exact_mut(cols).enumerate() {
+            f(i, row);
+        }
+    }
+}
+
+fn row_max(row: &[f32]) -> f32 {
+    row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v))
+}
+
+/// `log Σ exp(row)`, computed stably.
+fn log_sum_exp(row: &[f32]) -> f32 {
+    let max = row_max(row);
+    if max == f32::NEG_INFINITY {
+        return max;
+    }
+    let sum: f32 = row.iter().map(|&v| (v - max).exp()).sum();
+    max + sum.ln()
+}
+
+fn check_pair(kernel: &'static str, a: usize, b: usize, cols: usize) -> Result<(), KernelError> {
+    check_len(kernel, "output", b, a)?;
+    if cols == 0 && a != 0 || cols != 0 && !a.is_multiple_of(cols) {
+        return Err(shape_error(
+            kernel,
+            format!("{a} elements do not form rows of {cols}"),
+        ));
+    }
+    Ok(())
+}
+
+/// `y = softmax(x)` along rows of `cols`.
+pub fn softmax(x: &[f32], cols: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    check_pair("softmax", x.len(), y.len(), cols)?;
+    per_row(y, cols, |i, out| {
+        let row = &x[i * cols..(i + 1) * cols];
+        let max = row_max(row);
+        let mut sum = 0.0;
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o = (v - max).exp();
+            sum += *o;
+        }
+        let inv = 1.0 / sum;
+        out.iter_mut().for_each(|o| *o *= inv);
+    });
+    Ok(())
+}
+
+/// `y = log_softmax(x) = x - log Σ exp(x)` along rows of `cols`.
+pub fn log_softmax(x: &[f32], cols: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    check_pair("log_softmax", x.len(), y.len(), cols)?;
+    per_row(y, cols, |i, out| {
+        let row = &x[i * cols..(i + 1) * cols];
+        let lse = log_sum_exp(row);
+        out.iter_mut().zip(row).for_each(|(o, &v)| *o = v - lse);
+    });
+    Ok(())
+}
+
+/// Gradient of softmax from its output `y`: `dx = y · (dy - Σ dy·y)` per row.
+pub fn softmax_backward(
+    y: &[f32],
+    dy: &[f32],
+    cols: usize,
+    dx: &mut [f32],
+) -> Result<(), KernelError> {
+    check_pair("softmax_backward", y.len(), dx.len(), cols)?;
+    check_len("softmax_backward", "dy", dy.len(), y.len())?;
+    per_row(dx, cols, |i, out| {
+        let (y, dy) = (&y[i * cols..(i + 1) * cols], &dy[i * cols..(i + 1) * cols]);
+        let dot: f32 = y.iter().zip(dy).map(|(a, b)| a * b).sum();
+        for ((o, &y), &d) in out.iter_mut().zip(y).zip(dy) {
+            *o = y * (d - dot);
+        }
+    });
+    Ok(())
+}
+
+/// Gradient of log-softmax from its output `y`: `dx = dy - exp(y) · Σ dy` per row.
+pub fn log_softmax_backward(
+    y: &[f32],
+    dy: &[f32],
+    cols: usize,
+    dx: &mut [f32],
+) -> Result<(), KernelError> {
+    check_pair("log_softmax_backward", y.len(), dx.len(), cols)?;
+    check_len("log_softmax_backward", "dy", dy.len(), y.len())?;
+    per_row(dx, cols, |i, out| {
+        let (y, dy) = (&y[i * cols..(i + 1) * cols], &dy[i * cols..(i + 1) * cols]);
+        let sum: f32 = dy.iter().sum();
+        for ((o, &y), &d) in out.iter_mut().zip(y).zip(dy) {
+            *o = d - y.exp() * sum;
+        }
+    });
+    Ok(())
+}
+
+/// Checks the labels of a `[rows, classes]` cross-entropy and returns them as indices.
+fn label_indices<L: Copy + Into<i64>>(
+    kernel: &'static str,
+    labels: &[L],
+    classes: usize,
+) -> Result<Vec<usize>, KernelError> {
+    labels
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| {
+            let l: i64 = l.into();
+            usize::try_from(l)
+                .ok()
+                .filter(|&c| c < classes)
+                .ok_or_else(|| {
+                    shape_error(
+                        kernel,
+                        format!("label {l} of row {i} is outside the {classes} classes"),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// Per-row cross-entropy of `softmax(logits)` against integer labels:
+/// `loss[i] = log Σ exp(logits[i]) - logits[i, labels[i]]`. `logits` is `[rows, classes]`,
+/// `labels` and `loss` have `rows` entries; a label outside `0..classes` is an error (as TF).
+pub fn sparse_softmax_cross_entropy<L: Copy + Into<i64>>(
+    logits: &[f32],
+    labels: &[L],
+    classes: usize,
+    loss: &mut [f32],
+) -> Result<(), KernelError> {
+    const K: &str = "sparse_softmax_cross_entropy";
+    check_len(K, "logits", logits.len(), labels.len() * classes)?;
+    check_len(K, "loss", loss.len(), labels.len())?;
+    let labels = label_indices(K, labels, classes)?;
+    for (i, l) in loss.iter_mut().enumerate() {
+        let row = &logits[i * classes..(i + 1) * classes];
+        *l = log_sum_exp(row) - row[labels[i]];
+    }
+    Ok(())
+}
+
+/// Gradient of [`sparse_softmax_cross_entropy`] with respect to the logits:
+/// `dlogits[i] = dloss[i] · (softmax(logits[i]) - one_hot(labels[i]))`.
+pub fn sparse_softmax_cross_entropy_backward<L: Copy + Into<i64>>(
+    logits: &[f32],
+    labels: &[L],
+    classes: usize,
+    dloss: &[f32],
+    dlogits: &mut [f32],
+) -> Result<(), KernelError> {
+    const K: &str = "sparse_softmax_cross_entropy_backward";
+    check_len(K, "logits", logits.len(), labels.len() * classes)?;
+    check_len(K, "dloss", dloss.len(), labels.len())?;
+    check_len(K, "dlogits", dlogits.len(), logits.len())?;
+    let labels = label_indices(K, labels, classes)?;
+    softmax(logits, classes, dlogits)?;
+    for (i, row) in dlogits.chunks_exact_mut(classes.max(1)).enumerate() {
+        row[labels[i]] -= 1.0;
+        row.iter_mut().for_each(|v| *v *= dloss[i]);
+    }
+    Ok(())
+}

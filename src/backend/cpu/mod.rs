@@ -1,0 +1,18 @@
+//! The fast CPU backend: runs lowered [`Program`](crate::lower::Program)s.
+//!
+//! - [`kernels`]: compute kernels over `f32` slices (GEMM, convolution, pooling, reductions,
+//!   softmax), vectorised and threaded with rayon;
+//! - [`fused`] and [`fused_reduce`]: the engines for fused elementwise expressions and
+//!   reductions with fused prologues, over [`access`] patterns and raw [`memory`];
+//! - [`exec`]: a program prepared to run; [`session`]: the [`Session`](crate::backend::Session).
+
+pub mod access;
+pub mod exec;
+pub mod fused;
+pub mod fused_reduce;
+pub mod kernels;
+pub mod memory;
+pub mod session;
+mod small;
+
+pub use session::{CpuOptions, CpuSession};

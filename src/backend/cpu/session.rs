@@ -1,0 +1,252 @@
+//! `CpuSession`: the fast CPU backend behind the [`Session`] interface.
+//!
+//! Each distinct (step, batch size) is lowered once and cached as a [`Prepared`] program; a run
+//! copies the feeds in, runs the kernels on a private rayon pool, applies the write-backs and
+//! copies the fetches out. Variables live in per-device state arenas laid out by
+//! [`StateLayout`], shared by every program of the session.
+
+use super::exec::Prepared;
+use super::memory::{Arena, RawBuf};
+use crate::backend::{BackendError, Feed, Session, Step};
+use crate::ir::{Dim, Graph, NodeId, Op, VarId, verify};
+use crate::lower::{LowerOptions, StateLayout, lower};
+use crate::tensor::HostTensor;
+use std::collections::HashMap;
+
+/// Options of the CPU backend.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuOptions {
+    /// Worker threads (0: one per core).
+    pub threads: usize,
+    pub lower: LowerOptions,
+}
+
+/// A graph bound to CPU memory.
+pub struct CpuSession {
+    graph: Graph,
+    layout: StateLayout,
+    state: Vec<Arena>,
+    programs: HashMap<(Step, usize), Prepared>,
+    pool: rayon::ThreadPool,
+    threads: usize,
+    options: CpuOptions,
+}
+
+impl CpuSession {
+    /// Binds `graph` (verified first) to fresh, zeroed variables.
+    pub fn new(graph: Graph, options: CpuOptions) -> Result<CpuSession, BackendError> {
+        verify(&graph)?;
+        let threads = if options.threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            options.threads
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| BackendError::Unavailable {
+                backend: "cpu".into(),
+                reason: format!("cannot start {threads} worker threads: {e}"),
+            })?;
+        let layout = StateLayout::new(&graph);
+        let state = layout.arena_bytes.iter().map(|&b| Arena::new(b)).collect();
+        Ok(CpuSession {
+            graph,
+            layout,
+            state,
+            programs: HashMap::new(),
+            pool,
+            threads,
+            options,
+        })
+    }
+
+    /// The number of worker threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The lowered program of `step` for `batch`, compiling it on first use.
+    pub fn program(
+        &mut self,
+        step: &Step,
+        batch: usize,
+    ) -> Result<&crate::lower::Program, BackendError> {
+        self.prepared(step, batch).map(|p| &p.program)
+    }
+
+    fn prepared(&mut self, step: &Step, batch: usize) -> Result<&mut Prepared, BackendError> {
+        let key = (step.clone(), batch);
+        if !self.programs.contains_key(&key) {
+            let program = lower(&self.graph, step, batch, &self.options.lower).map_err(|e| {
+                BackendError::Kernel {
+                    node: String::new(),
+                    op: "lower".into(),
+                    message: e.to_string(),
+                }
+            })?;
+            self.programs.insert(key.clone(), Prepared::new(program)?);
+        }
+        self.programs
+            .get_mut(&key)
+            .ok_or_else(|| BackendError::Unavailable {
+                backend: "cpu".into(),
+                reason: "program cache lost an entry".into(),
+            })
+    }
+
+    /// Checks the feeds against their inputs and returns the batch size they bind.
+    fn bind_feeds(&self, feeds: &[Feed]) -> Result<usize, BackendError> {
+        let mut batch: Option<(usize, String)> = None;
+        for (id, value) in feeds {
+            let node = self
+                .graph
+                .try_node(*id)
+                .ok_or_else(|| BackendError::UnknownValue(format!("#{}", id.index())))?;
+            let Op::Input { name, ty } = &node.op else {
+                return Err(BackendError::FeedNotInput {
+                    node: node.name.clone(),
+                });
+            };
+            let shape = value.shape();
+            let fits = value.dtype() == ty.dtype
+                && shape.len() == ty.rank()
+                && ty.shape.dims().iter().zip(shape).all(|(d, &s)| match d {
+                    Dim::Fixed(n) => *n == s,
+                    Dim::Batch => true,
+                });
+            if !fits {
+                return Err(BackendError::FeedMismatch {
+                    input: name.clone(),
+                    expected: ty.to_string(),
+                    got: format!("{}{:?}", value.dtype(), shape),
+                });
+            }
+            if ty.shape.has_batch() {
+                let n = shape[0];
+                match &batch {
+                    Some((b, _)) if *b != n => {
+                        return Err(BackendError::BatchMismatch {
+                            input: name.clone(),
+                            expected: *b,
+                            got: n,
+                        });
+                    }
+                    None => batch = Some((n, name.clone())),
+                    _ => {}
+                }
+            }
+        }
+        Ok(batch.map_or(1, |(b, _)| b))
+    }
+}
+
+fn state_raw(
+    state: &mut [Arena],
+    layout: &StateLayout,
+    var: VarId,
+    dtype: crate::tensor::DType,
+) -> Option<RawBuf> {
+    let slot = layout.slots.get(var.0 as usize)?;
+    let arena = state.get_mut(usize::from(slot.device))?;
+    Some(RawBuf {
+        ptr: arena.ptr().wrapping_add(slot.offset),
+        dtype,
+        len: slot.bytes / dtype.size_bytes(),
+    })
+}
+
+impl Session for CpuSession {
+    fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    fn run(&mut self, step: &Step, feeds: &[Feed]) -> Result<Vec<HostTensor>, BackendError> {
+        let batch = self.bind_feeds(feeds)?;
+        let key = (step.clone(), batch);
+        if !self.programs.contains_key(&key) {
+            self.prepared(step, batch)?;
+        }
+        let threads = self.threads;
+        let fed: HashMap<NodeId, &HostTensor> = feeds.iter().map(|(n, t)| (*n, t)).collect();
+        // Split borrows: the graph, pool and state are used while the program is borrowed.
+        let graph = &self.graph;
+        let pool = &self.pool;
+        let layout = &self.layout;
+        let state = &mut self.state;
+        let prepared = self
+            .programs
+            .get_mut(&key)
+            .ok_or_else(|| BackendError::UnknownValue("program".into()))?;
+        for (node, b) in prepared.program.feeds.clone() {
+            let value = fed.get(&node).ok_or_else(|| BackendError::MissingFeed {
+                input: match &graph.node(node).op {
+                    Op::Input { name, .. } => name.clone(),
+                    _ => graph.node(node).name.clone(),
+                },
+            })?;
+            let raw = prepared.raw(state, b)?;
+            // SAFETY: the feed's shape was checked against the input, whose buffer has exactly
+            // that many elements for this batch size.
+            unsafe { raw.write_host(0, value) };
+        }
+        pool.install(|| prepared.run_kernels(state, threads))?;
+        for (region, var) in prepared.program.writebacks.clone() {
+            let src = prepared.raw(state, region.buffer)?;
+            let def = graph.variable(var);
+            // SAFETY: the region lies in its buffer (lowering), the slot holds the variable.
+            let value = unsafe { src.to_host(region.offset, &region.shape) };
+            let dst = state_raw(state, layout, var, def.ty.dtype)
+                .ok_or(BackendError::UnknownVariable(var.0))?;
+            // SAFETY: the value has the variable's type, so it fits its slot exactly.
+            unsafe { dst.write_host(0, &value) };
+        }
+        let mut out = Vec::with_capacity(prepared.program.fetches.len());
+        for region in prepared.program.fetches.clone() {
+            let raw = prepared.raw(state, region.buffer)?;
+            // SAFETY: the region lies in its buffer (lowering).
+            out.push(unsafe { raw.to_host(region.offset, &region.shape) });
+        }
+        Ok(out)
+    }
+
+    fn read_variable(&self, var: VarId) -> Result<HostTensor, BackendError> {
+        let def = self
+            .graph
+            .variables()
+            .get(var.0 as usize)
+            .ok_or(BackendError::UnknownVariable(var.0))?;
+        let slot = self.layout.slot(var);
+        let shape = def.ty.shape.to_static().unwrap_or_default();
+        let bytes =
+            &self.state[usize::from(slot.device)].bytes()[slot.offset..slot.offset + slot.bytes];
+        HostTensor::from_le_bytes(def.ty.dtype, &shape, bytes).map_err(|e| {
+            BackendError::VariableMismatch {
+                variable: def.name.clone(),
+                expected: def.ty.to_string(),
+                got: e.to_string(),
+            }
+        })
+    }
+
+    fn write_variable(&mut self, var: VarId, value: &HostTensor) -> Result<(), BackendError> {
+        let def = self
+            .graph
+            .variables()
+            .get(var.0 as usize)
+            .ok_or(BackendError::UnknownVariable(var.0))?;
+        let shape = def.ty.shape.to_static().unwrap_or_default();
+        if value.dtype() != def.ty.dtype || value.shape() != shape.as_slice() {
+            return Err(BackendError::VariableMismatch {
+                variable: def.name.clone(),
+                expected: def.ty.to_string(),
+                got: format!("{}{:?}", value.dtype(), value.shape()),
+            });
+        }
+        let slot = self.layout.slot(var);
+        let bytes = value.to_le_bytes();
+        self.state[usize::from(slot.device)].bytes_mut()[slot.offset..slot.offset + slot.bytes]
+            .copy_from_slice(&bytes);
+        Ok(())
+    }
+}

@@ -1,0 +1,478 @@
+//! `Program`: the backend-neutral result of lowering — kernels over planned buffers.
+//!
+//! Kernels are data (a kind with its geometry, and fused expressions), never source text: the CPU
+//! backend interprets them and the CUDA backend renders them to C. Buffers live in a per-device
+//! scratch arena at offsets chosen by the memory planner, in a variable's persistent storage (so
+//! assigns can be done in place), or among the program's constants. Variables live in a
+//! per-device state arena whose layout ([`StateLayout`]) is fixed per graph.
+
+use super::expr::FusedExpr;
+use super::layout::StateLayout;
+use crate::ir::{NodeId, PoolKind, ReduceOp, VarId};
+use crate::tensor::{DType, HostTensor};
+use smallvec::SmallVec;
+use std::fmt;
+
+/// Index of a buffer in [`Program::buffers`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferId(pub u32);
+
+impl fmt::Display for BufferId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "b{}", self.0)
+    }
+}
+
+/// Where a buffer's bytes live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Storage {
+    /// A region of `device`'s scratch arena, `offset` bytes from its start (64-byte aligned).
+    Scratch { device: u16, offset: usize },
+    /// Bytes of `device`'s persistent state arena (see [`super::layout::StateLayout`]): a
+    /// variable, or a contiguous range of variables updated together.
+    State { device: u16, offset: usize },
+    /// Constant `i` of [`Program::constants`].
+    Constant(u32),
+}
+
+/// A dense, row-major tensor buffer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffer {
+    /// The graph value it holds (for errors and printing).
+    pub name: String,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    pub storage: Storage,
+}
+
+impl Buffer {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// True for a buffer without elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.len() * self.dtype.size_bytes()
+    }
+}
+
+/// How a kernel reads an operand: element `offset + Σ index[d]·strides[d]` of `buffer` at point
+/// `index` of the kernel's iteration space. A stride of 0 broadcasts.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct View {
+    pub buffer: BufferId,
+    pub offset: usize,
+    pub strides: SmallVec<[usize; 4]>,
+}
+
+impl View {
+    /// The identity view of a contiguous buffer of `shape`.
+    pub fn contiguous(buffer: BufferId, shape: &[usize]) -> View {
+        View {
+            buffer,
+            offset: 0,
+            strides: contiguous_strides(shape),
+        }
+    }
+
+    /// True when this is the identity view of a contiguous tensor of `shape`.
+    pub fn is_contiguous(&self, shape: &[usize]) -> bool {
+        self.offset == 0 && same_strides(&self.strides, &contiguous_strides(shape), shape)
+    }
+}
+
+/// Row-major strides of `shape`.
+pub fn contiguous_strides(shape: &[usize]) -> SmallVec<[usize; 4]> {
+    let mut s: SmallVec<[usize; 4]> = SmallVec::from_elem(0, shape.len());
+    let mut acc = 1;
+    for d in (0..shape.len()).rev() {
+        s[d] = acc;
+        acc *= shape[d];
+    }
+    s
+}
+
+/// Strides are equivalent when they agree on every axis longer than 1.
+fn same_strides(a: &[usize], b: &[usize], shape: &[usize]) -> bool {
+    a.len() == b.len() && (0..a.len()).all(|d| shape[d] <= 1 || a[d] == b[d])
+}
+
+/// Geometry of a (batched) matrix product `[batch, m, k] x [batch?, k, n] -> [batch, m, n]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatMulGeom {
+    pub batch: usize,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub transpose_a: bool,
+    pub transpose_b: bool,
+    /// False when the right operand is one `[k, n]` matrix shared by every batch entry.
+    pub rhs_batched: bool,
+}
+
+/// Geometry of a 2-D convolution over NHWC input and HWIO filter (`i = c / groups`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConvGeom {
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub c: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub o: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub stride: [usize; 2],
+    pub dilation: [usize; 2],
+    /// Padding `[top, bottom, left, right]`.
+    pub pad: [usize; 4],
+    pub groups: usize,
+}
+
+/// Geometry of a 2-D pooling window over NHWC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PoolGeom {
+    pub kind: PoolKind,
+    pub n: usize,
+    pub h: usize,
+    pub w: usize,
+    pub c: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub window: [usize; 2],
+    pub stride: [usize; 2],
+    /// Padding `[top, bottom, left, right]`.
+    pub pad: [usize; 4],
+}
+
+/// A fused elementwise computation applied to a kernel's result while it is hot.
+///
+/// `Load(0)` is the kernel's own result element; `Load(i)` for `i ≥ 1` reads the kernel's extra
+/// input `main_inputs + i - 1` through its view over the output space. Its outputs are the
+/// kernel's outputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Epilogue {
+    pub expr: FusedExpr,
+}
+
+/// What a kernel computes. Inputs and outputs are listed on the [`Kernel`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum KernelKind {
+    /// `expr` at every point of `shape`; inputs are read through views over `shape`, outputs
+    /// are contiguous tensors of `shape`.
+    Elementwise { shape: Vec<usize>, expr: FusedExpr },
+    /// Reductions of `shape` over `axes`: `prologue` computes, at each input point, one value per
+    /// entry of `ops`; output `j` holds reduction `ops[j]` of prologue output `j`, with the
+    /// reduced axes removed.
+    Reduce {
+        shape: Vec<usize>,
+        axes: Vec<usize>,
+        prologue: FusedExpr,
+        ops: Vec<ReduceOp>,
+    },
+    /// Inputs `(a, b, extra...)`.
+    MatMul(MatMulGeom, Option<Epilogue>),
+    /// Inputs `(x, filter, extra...)`.
+    Conv2d(ConvGeom, Option<Epilogue>),
+    /// Inputs `(dy, filter, extra...)`; output `dx`.
+    Conv2dBackpropInput(ConvGeom, Option<Epilogue>),
+    /// Inputs `(x, dy)`; output `dfilter`.
+    Conv2dBackpropFilter(ConvGeom),
+    /// Input `x`.
+    Pool(PoolGeom),
+    /// Inputs `(x, dy)`; output `dx` (each `dy` to the first maximum of its window).
+    MaxPoolGrad(PoolGeom),
+    /// Input `dy`; output `dx`.
+    AvgPoolGrad(PoolGeom),
+    /// Row-wise (log-)softmax of a `[rows, cols]` input.
+    Softmax { rows: usize, cols: usize, log: bool },
+    /// Inputs `(logits [rows, classes], labels [rows])`; output the per-row loss.
+    SparseSoftmaxCrossEntropy { rows: usize, classes: usize },
+    /// Argmax over the middle axis of `[outer, len, inner]`, as `i64`.
+    ArgMax {
+        outer: usize,
+        len: usize,
+        inner: usize,
+    },
+    /// Inputs `(predictions [rows, classes], targets [rows])`; output `bool [rows]`.
+    InTopK {
+        rows: usize,
+        classes: usize,
+        k: usize,
+    },
+    /// Joins the inputs along the middle axis of `[outer, size_i, inner]`.
+    Concat {
+        outer: usize,
+        sizes: Vec<usize>,
+        inner: usize,
+    },
+    /// Zero padding of a `shape` input by `(before, after)` per axis.
+    Pad {
+        shape: Vec<usize>,
+        pads: Vec<(usize, usize)>,
+    },
+}
+
+impl KernelKind {
+    /// Short name used in printed programs and generated kernel names.
+    pub fn name(&self) -> &'static str {
+        match self {
+            KernelKind::Elementwise { .. } => "elementwise",
+            KernelKind::Reduce { .. } => "reduce",
+            KernelKind::MatMul(..) => "matmul",
+            KernelKind::Conv2d(..) => "conv2d",
+            KernelKind::Conv2dBackpropInput(..) => "conv2d_backprop_input",
+            KernelKind::Conv2dBackpropFilter(..) => "conv2d_backprop_filter",
+            KernelKind::Pool(g) => match g.kind {
+                PoolKind::Max => "max_pool",
+                PoolKind::Avg => "avg_pool",
+            },
+            KernelKind::MaxPoolGrad(_) => "max_pool_grad",
+            KernelKind::AvgPoolGrad(_) => "avg_pool_grad",
+            KernelKind::Softmax { log: false, .. } => "softmax",
+            KernelKind::Softmax { log: true, .. } => "log_softmax",
+            KernelKind::SparseSoftmaxCrossEntropy { .. } => "sparse_softmax_cross_entropy",
+            KernelKind::ArgMax { .. } => "argmax",
+            KernelKind::InTopK { .. } => "in_top_k",
+            KernelKind::Concat { .. } => "concat",
+            KernelKind::Pad { .. } => "pad",
+        }
+    }
+
+    /// The epilogue of a kernel kind that takes one.
+    pub fn epilogue(&self) -> Option<&Epilogue> {
+        match self {
+            KernelKind::MatMul(_, e)
+            | KernelKind::Conv2d(_, e)
+            | KernelKind::Conv2dBackpropInput(_, e) => e.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Number of inputs the kernel itself reads before any epilogue inputs.
+    pub fn main_inputs(&self) -> usize {
+        match self {
+            KernelKind::MatMul(..)
+            | KernelKind::Conv2d(..)
+            | KernelKind::Conv2dBackpropInput(..)
+            | KernelKind::Conv2dBackpropFilter(..)
+            | KernelKind::MaxPoolGrad(_)
+            | KernelKind::SparseSoftmaxCrossEntropy { .. }
+            | KernelKind::InTopK { .. } => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// One kernel launch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    /// The scoped name of the (last) graph node it computes.
+    pub name: String,
+    /// The logical device whose stream runs it.
+    pub device: u16,
+    pub kind: KernelKind,
+    pub inputs: Vec<View>,
+    pub outputs: Vec<BufferId>,
+}
+
+/// A contiguous tensor inside a buffer: `shape` elements from element `offset`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Region {
+    pub buffer: BufferId,
+    pub offset: usize,
+    pub shape: Vec<usize>,
+}
+
+impl fmt::Display for Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.buffer)?;
+        if self.offset != 0 {
+            write!(f, "+{}", self.offset)?;
+        }
+        write!(f, "{:?}", self.shape)
+    }
+}
+
+/// The lowered form of one step of a graph, for one batch size.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Program {
+    /// The batch size `N` was bound to.
+    pub batch: usize,
+    pub buffers: Vec<Buffer>,
+    pub constants: Vec<HostTensor>,
+    /// Kernels in execution order.
+    pub kernels: Vec<Kernel>,
+    /// Feeds: each `Input` node's value is copied into its buffer before the first kernel.
+    pub feeds: Vec<(NodeId, BufferId)>,
+    /// The step's fetches, in order; read after the last kernel.
+    pub fetches: Vec<Region>,
+    /// Assigns not done in place: region copied into the variable after the last kernel.
+    pub writebacks: Vec<(Region, VarId)>,
+    /// Bytes of scratch arena per device.
+    pub arena_bytes: Vec<usize>,
+    /// Where the graph's variables live (the same for every program of a graph).
+    pub state: StateLayout,
+}
+
+impl Program {
+    /// The buffer `id`.
+    pub fn buffer(&self, id: BufferId) -> &Buffer {
+        &self.buffers[id.0 as usize]
+    }
+
+    /// Total planned scratch bytes over all devices (the peak: the arena holds every live
+    /// buffer at once).
+    pub fn peak_bytes(&self) -> usize {
+        self.arena_bytes.iter().sum()
+    }
+
+    /// Number of kernels of each kind, sorted by kind name.
+    pub fn kernel_histogram(&self) -> Vec<(&'static str, usize)> {
+        let mut h: std::collections::BTreeMap<&'static str, usize> = Default::default();
+        for k in &self.kernels {
+            *h.entry(k.kind.name()).or_default() += 1;
+        }
+        h.into_iter().collect()
+    }
+}
+
+fn write_view(f: &mut fmt::Formatter<'_>, v: &View) -> fmt::Result {
+    write!(f, "{}", v.buffer)?;
+    if v.offset != 0 {
+        write!(f, "+{}", v.offset)?;
+    }
+    write!(f, "{:?}", v.strides.as_slice())
+}
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} `{}` dev{} (",
+            self.kind.name(),
+            self.name,
+            self.device
+        )?;
+        for (i, v) in self.inputs.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write_view(f, v)?;
+        }
+        f.write_str(") -> ")?;
+        let outs: Vec<String> = self.outputs.iter().map(|b| b.to_string()).collect();
+        write!(f, "[{}]", outs.join(", "))?;
+        match &self.kind {
+            KernelKind::Elementwise { shape, expr } => write!(f, "\n      over {shape:?}: {expr}"),
+            KernelKind::Reduce {
+                shape,
+                axes,
+                prologue,
+                ops,
+            } => {
+                let names: Vec<&str> = ops.iter().map(|o| o.name()).collect();
+                write!(
+                    f,
+                    "\n      {} of {shape:?} over axes {axes:?}: {prologue}",
+                    names.join(",")
+                )
+            }
+            KernelKind::MatMul(g, e) => {
+                write!(f, "\n      {g:?}")?;
+                write_epilogue(f, e.as_ref())
+            }
+            KernelKind::Conv2d(g, e) | KernelKind::Conv2dBackpropInput(g, e) => {
+                write_conv(f, g)?;
+                write_epilogue(f, e.as_ref())
+            }
+            KernelKind::Conv2dBackpropFilter(g) => write_conv(f, g),
+            KernelKind::Pool(g) | KernelKind::MaxPoolGrad(g) | KernelKind::AvgPoolGrad(g) => {
+                write!(
+                    f,
+                    "\n      {}x{}x{}x{} window {:?} stride {:?} pad {:?}",
+                    g.n, g.h, g.w, g.c, g.window, g.stride, g.pad
+                )
+            }
+            other => {
+                let dbg = format!("{other:?}");
+                let body = dbg.split_once(' ').map_or("", |(_, b)| b);
+                if body.is_empty() {
+                    Ok(())
+                } else {
+                    write!(f, "\n      {body}")
+                }
+            }
+        }
+    }
+}
+
+fn write_conv(f: &mut fmt::Formatter<'_>, g: &ConvGeom) -> fmt::Result {
+    write!(
+        f,
+        "\n      {}x{}x{}x{} * {}x{}x{}x{} -> {}x{} stride {:?} dilation {:?} pad {:?} groups {}",
+        g.n,
+        g.h,
+        g.w,
+        g.c,
+        g.kh,
+        g.kw,
+        g.c / g.groups.max(1),
+        g.o,
+        g.oh,
+        g.ow,
+        g.stride,
+        g.dilation,
+        g.pad,
+        g.groups
+    )
+}
+
+fn write_epilogue(f: &mut fmt::Formatter<'_>, e: Option<&Epilogue>) -> fmt::Result {
+    match e {
+        Some(e) => write!(f, "\n      epilogue: {}", e.expr),
+        None => Ok(()),
+    }
+}
+
+impl fmt::Display for Program {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "program: batch {}, {} kernels, {} buffers, scratch {} bytes",
+            self.batch,
+            self.kernels.len(),
+            self.buffers.len(),
+            self.peak_bytes()
+        )?;
+        writeln!(f, "buffers:")?;
+        for (i, b) in self.buffers.iter().enumerate() {
+            let place = match b.storage {
+                Storage::Scratch { device, offset } => format!("scratch dev{device} @{offset}"),
+                Storage::State { device, offset } => format!("state dev{device} @{offset}"),
+                Storage::Constant(c) => format!("constant #{c}"),
+            };
+            writeln!(f, "  b{i} {}{:?} {place}  `{}`", b.dtype, b.shape, b.name)?;
+        }
+        writeln!(f, "kernels:")?;
+        for (i, k) in self.kernels.iter().enumerate() {
+            writeln!(f, "  k{i} {k}")?;
+        }
+        let feeds: Vec<String> = self.feeds.iter().map(|(_, b)| b.to_string()).collect();
+        let fetches: Vec<String> = self.fetches.iter().map(|r| r.to_string()).collect();
+        let wb: Vec<String> = self
+            .writebacks
+            .iter()
+            .map(|(r, v)| format!("{r}->#{}", v.0))
+            .collect();
+        writeln!(f, "feeds: [{}]", feeds.join(", "))?;
+        writeln!(f, "fetches: [{}]", fetches.join(", "))?;
+        write!(f, "writebacks: [{}]", wb.join(", "))
+    }
+}

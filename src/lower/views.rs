@@ -1,0 +1,116 @@
+//! Strided views: how layout ops (reshape, transpose, slice, broadcast) become index maps over an
+//! existing buffer instead of copies.
+
+use smallvec::SmallVec;
+
+/// A strided view of a materialised tensor: element `offset + Σ index[d]·strides[d]`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ViewMap {
+    pub offset: usize,
+    pub shape: Vec<usize>,
+    pub strides: SmallVec<[usize; 4]>,
+}
+
+impl ViewMap {
+    /// The identity view of a contiguous tensor.
+    pub fn identity(shape: &[usize]) -> ViewMap {
+        ViewMap {
+            offset: 0,
+            shape: shape.to_vec(),
+            strides: super::program::contiguous_strides(shape),
+        }
+    }
+
+    /// True when this is the identity view of a contiguous tensor of its shape.
+    pub fn is_identity(&self) -> bool {
+        self.offset == 0
+            && self
+                .strides
+                .iter()
+                .zip(super::program::contiguous_strides(&self.shape).iter())
+                .zip(&self.shape)
+                .all(|((a, b), &n)| n <= 1 || a == b)
+    }
+
+    /// The same elements viewed with a new shape; `None` unless the view is contiguous.
+    pub fn reshape(&self, shape: &[usize]) -> Option<ViewMap> {
+        let contiguous = self
+            .strides
+            .iter()
+            .zip(super::program::contiguous_strides(&self.shape).iter())
+            .zip(&self.shape)
+            .all(|((a, b), &n)| n <= 1 || a == b);
+        contiguous.then(|| ViewMap {
+            offset: self.offset,
+            ..ViewMap::identity(shape)
+        })
+    }
+
+    /// Axes permuted: axis `i` of the result is axis `perm[i]` of `self`.
+    pub fn transpose(&self, perm: &[usize]) -> ViewMap {
+        ViewMap {
+            offset: self.offset,
+            shape: perm.iter().map(|&p| self.shape[p]).collect(),
+            strides: perm.iter().map(|&p| self.strides[p]).collect(),
+        }
+    }
+
+    /// Elements `start..end` of `axis`.
+    pub fn slice(&self, axis: usize, start: usize, end: usize) -> ViewMap {
+        let mut v = self.clone();
+        v.offset += start * self.strides[axis];
+        v.shape[axis] = end - start;
+        v
+    }
+
+    /// NumPy broadcast to `target` (the caller checked compatibility).
+    pub fn broadcast_to(&self, target: &[usize]) -> ViewMap {
+        let lead = target.len() - self.shape.len();
+        let strides = (0..target.len())
+            .map(|d| {
+                if d < lead || self.shape[d - lead] != target[d] {
+                    0
+                } else {
+                    self.strides[d - lead]
+                }
+            })
+            .collect();
+        ViewMap {
+            offset: self.offset,
+            shape: target.to_vec(),
+            strides,
+        }
+    }
+
+    /// Appends trailing axes of the given sizes with stride 0 (used by one-hot encoding).
+    pub fn with_trailing_broadcast(&self, extra: &[usize]) -> ViewMap {
+        let mut v = self.clone();
+        v.shape.extend_from_slice(extra);
+        v.strides.extend(extra.iter().map(|_| 0));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_ops_compose_as_index_maps() {
+        let v = ViewMap::identity(&[2, 3, 4]);
+        let t = v.transpose(&[2, 0, 1]);
+        assert_eq!(t.shape, vec![4, 2, 3]);
+        assert_eq!(t.strides.as_slice(), &[1, 12, 4]);
+        assert!(
+            t.reshape(&[24]).is_none(),
+            "a transposed view is not contiguous"
+        );
+        let s = v.slice(2, 1, 3);
+        assert_eq!((s.offset, s.shape.clone()), (1, vec![2, 3, 2]));
+        let b = ViewMap::identity(&[4]).broadcast_to(&[2, 3, 4]);
+        assert_eq!(b.strides.as_slice(), &[0, 0, 1]);
+        assert!(v.reshape(&[6, 4]).expect("contiguous").is_identity());
+        let one_hot = ViewMap::identity(&[5]).with_trailing_broadcast(&[10]);
+        assert_eq!(one_hot.strides.as_slice(), &[1, 0]);
+    }
+}

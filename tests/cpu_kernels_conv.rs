@@ -1,0 +1,268 @@
+//! The CPU convolution kernels against naive loops over every tap, on seeded random geometries
+//! (strides, dilations, asymmetric padding, groups) and inputs. Tolerance: 1e-4 absolute plus
+//! 1e-4 relative on small problems (f32 sums of at most a few hundred products of values in
+//! [-1, 1], against f64 references); 2e-3 absolute on the large ones.
+
+mod cpu_kernels_common;
+
+use cpu_kernels_common::*;
+use rand::Rng;
+use towerpack::backend::cpu::kernels::{
+    ChannelEpilogue, Conv2dGeometry, KernelError, NoEpilogue, Padding2d, conv2d_backward_filter,
+    conv2d_backward_input, conv2d_forward,
+};
+
+/// A random small geometry with a valid output.
+fn random_geometry(rng: &mut rand_chacha::ChaCha8Rng) -> Conv2dGeometry {
+    loop {
+        let groups = rng.random_range(1..=3);
+        let g = Conv2dGeometry {
+            batch: rng.random_range(1..=3),
+            in_hw: [rng.random_range(1..=9), rng.random_range(1..=9)],
+            in_channels: groups * rng.random_range(1..=4),
+            out_channels: groups * rng.random_range(1..=4),
+            kernel_hw: [rng.random_range(1..=3), rng.random_range(1..=3)],
+            strides: [rng.random_range(1..=3), rng.random_range(1..=3)],
+            dilations: [rng.random_range(1..=2), rng.random_range(1..=2)],
+            padding: Padding2d {
+                top: rng.random_range(0..=2),
+                bottom: rng.random_range(0..=2),
+                left: rng.random_range(0..=2),
+                right: rng.random_range(0..=2),
+            },
+            groups,
+        };
+        if g.validate().is_ok() {
+            return g;
+        }
+    }
+}
+
+fn check_all_passes(g: &Conv2dGeometry, seed: u64, atol: f32) {
+    let mut r = rng(seed);
+    let x = random_vec(&mut r, g.input_len());
+    let w = random_vec(&mut r, g.filter_len());
+    let dy = random_vec(&mut r, g.output_len());
+    let what = format!("{g:?}");
+
+    let mut y = vec![f32::NAN; g.output_len()];
+    conv2d_forward(g, &x, &w, &mut y, &NoEpilogue).unwrap();
+    assert_close(
+        &format!("forward {what}"),
+        &y,
+        &naive_conv_forward(g, &x, &w),
+        atol,
+        1e-4,
+    );
+
+    let mut dx = vec![f32::NAN; g.input_len()];
+    conv2d_backward_input(g, &dy, &w, &mut dx, &NoEpilogue).unwrap();
+    let want = naive_conv_backward_input(g, &dy, &w);
+    assert_close(&format!("backward input {what}"), &dx, &want, atol, 1e-4);
+
+    let mut dw = vec![f32::NAN; g.filter_len()];
+    conv2d_backward_filter(g, &x, &dy, &mut dw).unwrap();
+    let want = naive_conv_backward_filter(g, &x, &dy);
+    assert_close(&format!("backward filter {what}"), &dw, &want, atol, 1e-4);
+}
+
+#[test]
+fn random_small_geometries_match_the_naive_convolution() {
+    let mut r = rng(7);
+    for case in 0..300 {
+        let g = random_geometry(&mut r);
+        check_all_passes(&g, 1000 + case, 1e-4);
+    }
+}
+
+#[test]
+fn pointwise_and_same_padded_shapes_match() {
+    // 1×1 stride 1 (the plain-GEMM path), TF 'same' 3×3 with stride 1 and 2, a 1×1 stride-2
+    // projection shortcut and an asymmetric 'same' padding (extra cell at the end).
+    let mut pointwise = Conv2dGeometry::new(2, [5, 7], 6, 5, [1, 1]);
+    let mut same3 = Conv2dGeometry::new(2, [6, 6], 4, 8, [3, 3]);
+    same3.padding = Padding2d::uniform(1);
+    let mut strided3 = same3;
+    strided3.strides = [2, 2];
+    strided3.padding = Padding2d {
+        top: 0,
+        bottom: 1,
+        left: 0,
+        right: 1,
+    };
+    let mut projection = pointwise;
+    projection.strides = [2, 2];
+    for (i, g) in [pointwise, same3, strided3, projection].iter().enumerate() {
+        check_all_passes(g, 50 + i as u64, 1e-4);
+    }
+    pointwise.batch = 0;
+    check_all_passes(&pointwise, 60, 1e-4);
+}
+
+#[test]
+fn large_convolutions_match_and_are_deterministic_on_two_threads() {
+    // Big enough to split into parallel blocks (ResNet-like 3×3 stride 1 and 2, and a 1×1).
+    let mut stride1 = Conv2dGeometry::new(4, [16, 16], 16, 16, [3, 3]);
+    stride1.padding = Padding2d::uniform(1);
+    let mut stride2 = Conv2dGeometry::new(4, [16, 16], 16, 32, [3, 3]);
+    stride2.strides = [2, 2];
+    stride2.padding = Padding2d {
+        top: 0,
+        bottom: 1,
+        left: 0,
+        right: 1,
+    };
+    let pointwise = Conv2dGeometry::new(4, [16, 16], 32, 16, [1, 1]);
+    for (i, g) in [stride1, stride2, pointwise].iter().enumerate() {
+        with_threads(2, || check_all_passes(g, 70 + i as u64, 2e-3));
+        let mut r = rng(80 + i as u64);
+        let x = random_vec(&mut r, g.input_len());
+        let w = random_vec(&mut r, g.filter_len());
+        let dy = random_vec(&mut r, g.output_len());
+        let run = || {
+            let mut y = vec![0.0; g.output_len()];
+            let mut dx = vec![0.0; g.input_len()];
+            let mut dw = vec![0.0; g.filter_len()];
+            conv2d_forward(g, &x, &w, &mut y, &NoEpilogue).unwrap();
+            conv2d_backward_input(g, &dy, &w, &mut dx, &NoEpilogue).unwrap();
+            conv2d_backward_filter(g, &x, &dy, &mut dw).unwrap();
+            (y, dx, dw)
+        };
+        let first = with_threads(2, run);
+        let second = with_threads(2, run);
+        assert!(
+            first == second,
+            "two-thread results differ between runs for {g:?}"
+        );
+    }
+}
+
+#[test]
+fn channel_epilogue_applies_scale_shift_residual_and_relu() {
+    let mut r = rng(90);
+    for case in 0..40 {
+        let g = random_geometry(&mut r);
+        let x = random_vec(&mut r, g.input_len());
+        let w = random_vec(&mut r, g.filter_len());
+        let o = g.out_channels;
+        let scale = random_vec(&mut r, o);
+        let shift = random_vec(&mut r, o);
+        let residual = random_vec(&mut r, g.output_len());
+        let relu = case % 2 == 0;
+        let epilogue = ChannelEpilogue {
+            scale: Some(&scale),
+            shift: Some(&shift),
+            residual: Some(&residual),
+            relu,
+        };
+        let mut y = vec![0.0; g.output_len()];
+        conv2d_forward(&g, &x, &w, &mut y, &epilogue).unwrap();
+        let mut want = naive_conv_forward(&g, &x, &w);
+        for (i, v) in want.iter_mut().enumerate() {
+            *v = *v * scale[i % o] + shift[i % o] + residual[i];
+            if relu {
+                *v = v.max(0.0);
+            }
+        }
+        assert_close(&format!("fused forward {g:?}"), &y, &want, 2e-4, 1e-4);
+
+        // The same epilogue on the input gradient (rows are input pixels, C wide).
+        let c = g.in_channels;
+        let dy = random_vec(&mut r, g.output_len());
+        let res_in = random_vec(&mut r, g.input_len());
+        let epilogue = ChannelEpilogue {
+            residual: Some(&res_in),
+            relu,
+            ..Default::default()
+        };
+        let mut dx = vec![0.0; g.input_len()];
+        conv2d_backward_input(&g, &dy, &w, &mut dx, &epilogue).unwrap();
+        let mut want = naive_conv_backward_input(&g, &dy, &w);
+        for (v, res) in want.iter_mut().zip(&res_in) {
+            *v += res;
+            if relu {
+                *v = v.max(0.0);
+            }
+        }
+        assert_close(
+            &format!("fused backward input {g:?} c={c}"),
+            &dx,
+            &want,
+            2e-4,
+            1e-4,
+        );
+    }
+}
+
+#[test]
+fn closure_epilogues_see_every_row_once_with_its_index() {
+    let mut g = Conv2dGeometry::new(3, [20, 20], 8, 12, [3, 3]);
+    g.padding = Padding2d::uniform(1);
+    let mut r = rng(95);
+    let x = random_vec(&mut r, g.input_len());
+    let w = random_vec(&mut r, g.filter_len());
+    // Writes each row's global index into its first channel; every row must be visited once.
+    let tag = |rows: &mut [f32], first_row: usize, cols: usize| {
+        for (i, row) in rows.chunks_exact_mut(cols).enumerate() {
+            row[0] = (first_row + i) as f32;
+        }
+    };
+    for threads in [1, 2] {
+        let mut y = vec![0.0; g.output_len()];
+        with_threads(threads, || conv2d_forward(&g, &x, &w, &mut y, &tag)).unwrap();
+        let plain = naive_conv_forward(&g, &x, &w);
+        for (row, (got, want)) in y.chunks_exact(12).zip(plain.chunks_exact(12)).enumerate() {
+            assert_eq!(got[0], row as f32, "row {row} tagged wrongly");
+            assert_close("untouched channels", &got[1..], &want[1..], 1e-4, 1e-4);
+        }
+    }
+}
+
+#[test]
+fn mismatched_buffers_and_bad_geometries_are_errors() {
+    let g = Conv2dGeometry::new(1, [4, 4], 2, 3, [3, 3]);
+    let x = vec![0.0; g.input_len()];
+    let w = vec![0.0; g.filter_len()];
+    let mut y = vec![0.0; g.output_len() + 1];
+    let err = conv2d_forward(&g, &x, &w, &mut y, &NoEpilogue).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            KernelError::BufferLength {
+                operand: "output",
+                expected: 12,
+                got: 13,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let mut bad = g;
+    bad.groups = 2;
+    bad.out_channels = 3;
+    let err = conv2d_forward(&bad, &x, &w, &mut y, &NoEpilogue).unwrap_err();
+    assert!(
+        err.to_string().contains("not divisible into 2 groups"),
+        "{err}"
+    );
+    let mut too_big = g;
+    too_big.kernel_hw = [5, 5];
+    assert!(too_big.validate().is_err());
+    let mut dy = vec![0.0; g.output_len()];
+    let residual = vec![0.0; 3];
+    let epilogue = ChannelEpilogue {
+        residual: Some(&residual),
+        ..Default::default()
+    };
+    let err = conv2d_forward(&g, &x, &w, &mut dy, &epilogue).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            KernelError::BufferLength {
+                operand: "residual",
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
