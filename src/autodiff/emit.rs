@@ -193,25 +193,27 @@ impl<'g> Emitter<'g> {
         self.reshape(summed, target)
     }
 
-    /// A scalar of `dtype` holding `1 / (number of elements of the `axes` of `shape`)`. When the
-    /// batch axis is among them, the count is computed in the graph (the batch size is only
-    /// known when a step runs).
-    pub fn inverse_count(
+    /// A scalar of `dtype` holding the number of elements of the `axes` of `shape` (an exact
+    /// integer, so dividing by it rounds once). When the batch axis is among them, the count is
+    /// computed in the graph: the batch size is only known when a step runs.
+    pub fn count(
         &mut self,
         shape: &Shape,
         axes: &[usize],
         dtype: DType,
     ) -> Result<Value, AutodiffError> {
         let fixed: usize = axes.iter().filter_map(|&a| shape.dim(a).fixed()).product();
-        let inv_fixed = 1.0 / fixed.max(1) as f64;
         if !axes.iter().any(|&a| shape.dim(a) == Dim::Batch) {
-            return self.scalar(dtype, inv_fixed);
+            return self.scalar(dtype, fixed as f64);
         }
         let one = self.scalar(dtype, 1.0)?;
         let ones = self.broadcast(one, &Shape::batched(&[]))?;
         let batch = self.reduce_sum(ones, vec![0], false)?;
-        let k = self.scalar(dtype, inv_fixed)?;
-        self.div(k, batch)
+        if fixed == 1 {
+            return Ok(batch);
+        }
+        let k = self.scalar(dtype, fixed as f64)?;
+        self.mul(batch, k)
     }
 }
 

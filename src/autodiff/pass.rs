@@ -116,7 +116,8 @@ pub fn gradients_of_values(
         let base = grad_scope(name_prefix, &graph.node(cost.node).name);
         let mut e = Emitter::new(graph, base, cost.node);
         let dtype = e.ty(cost).dtype;
-        let one = e.scalar(dtype, 1.0)?;
+        let value = crate::tensor::HostTensor::scalar(dtype, 1.0);
+        let one = e.node("ones", Op::Constant { value }, &[])?;
         adjoints.insert(cost, vec![one]);
     }
     let wrt_nodes: HashSet<NodeId> = wrt_float.iter().map(|v| v.node).collect();

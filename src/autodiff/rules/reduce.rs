@@ -24,8 +24,8 @@ pub(super) fn reduce(
     let dx = match op {
         ReduceOp::Sum => e.broadcast(gk, &tx.shape)?,
         ReduceOp::Mean => {
-            let inv = e.inverse_count(&tx.shape, axes, tx.dtype)?;
-            let scaled = e.mul(gk, inv)?;
+            let n = e.count(&tx.shape, axes, tx.dtype)?;
+            let scaled = e.div(gk, n)?;
             e.broadcast(scaled, &tx.shape)?
         }
         ReduceOp::Max | ReduceOp::Min => {
@@ -82,8 +82,8 @@ pub(super) fn moments(
         (None, Some(v)) => v,
         (Some(m), Some(v)) => e.add(m, v)?,
     };
-    let inv = e.inverse_count(&tx.shape, axes, tx.dtype)?;
-    let scaled = e.mul(sum, inv)?;
+    let n = e.count(&tx.shape, axes, tx.dtype)?;
+    let scaled = e.div(sum, n)?;
     Ok(vec![Some(e.broadcast(scaled, &tx.shape)?)])
 }
 
