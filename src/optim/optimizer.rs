@@ -172,6 +172,7 @@ impl Optimizer {
     ) -> Result<Vec<VariableUpdate>, OptimError> {
         check_gradients(graph, grads)?;
         self.check_settings()?;
+        self.check_fresh(graph, grads)?;
         if let Optimizer::AccumGrad { inner, steps } = self {
             return super::accum::accumulate(graph, grads, inner, *steps);
         }
@@ -238,6 +239,56 @@ impl Optimizer {
             // Handled above.
             Optimizer::AccumGrad { .. } => Ok(Vec::new()),
         }
+    }
+
+    /// The slot suffixes this optimizer (and the one it wraps) creates per variable.
+    fn slot_suffixes(&self) -> Vec<&'static str> {
+        match self {
+            Optimizer::Sgd { .. } => vec![],
+            Optimizer::Momentum { .. } => vec!["Momentum"],
+            Optimizer::Adam { .. } => vec!["Adam", "Adam_1"],
+            Optimizer::AccumGrad { inner, .. } => {
+                let mut s = vec!["AccumGrad"];
+                s.extend(inner.slot_suffixes());
+                s
+            }
+        }
+    }
+
+    /// The shared state variables this optimizer (and the one it wraps) assigns.
+    fn state_names(&self) -> Vec<&'static str> {
+        match self {
+            Optimizer::Sgd { .. } | Optimizer::Momentum { .. } => vec![],
+            Optimizer::Adam { .. } => vec!["beta1_power", "beta2_power"],
+            Optimizer::AccumGrad { inner, .. } => {
+                let mut s = vec![super::accum::ACCUM_COUNTER];
+                s.extend(inner.state_names());
+                s
+            }
+        }
+    }
+
+    /// Errors, before anything is added to the graph, when a slot already exists or a shared
+    /// state variable is already assigned (the optimizer was applied before).
+    fn check_fresh(&self, graph: &Graph, grads: &[(VarId, Value)]) -> Result<(), OptimError> {
+        for &(var, _) in grads {
+            let name = &graph.variable(var).name;
+            for suffix in self.slot_suffixes() {
+                let slot = format!("{name}/{suffix}");
+                if graph.find_variable(&slot).is_some() {
+                    return Err(OptimError::SlotExists {
+                        slot,
+                        variable: name.clone(),
+                    });
+                }
+            }
+        }
+        for state_name in self.state_names() {
+            if let Some(id) = graph.find_variable(state_name) {
+                ensure_unassigned(graph, id)?;
+            }
+        }
+        Ok(())
     }
 
     fn check_settings(&self) -> Result<(), OptimError> {
