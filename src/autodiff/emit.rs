@@ -65,10 +65,10 @@ impl<'g> Emitter<'g> {
         Ok(Value::first(id))
     }
 
-    /// A scalar constant of `dtype`.
-    pub fn scalar(&mut self, dtype: DType, x: f64) -> Result<Value, AutodiffError> {
+    /// A scalar constant of `dtype`, named `{base}/{name}`.
+    pub fn scalar(&mut self, name: &str, dtype: DType, x: f64) -> Result<Value, AutodiffError> {
         let value = HostTensor::scalar(dtype, x);
-        self.node("const", Op::Constant { value }, &[])
+        self.node(name, Op::Constant { value }, &[])
     }
 
     pub fn unary(&mut self, op: UnaryOp, x: Value) -> Result<Value, AutodiffError> {
@@ -99,9 +99,9 @@ impl<'g> Emitter<'g> {
         self.unary(UnaryOp::Neg, a)
     }
 
-    /// `a * c` for a constant `c` of `a`'s dtype.
-    pub fn scale(&mut self, a: Value, c: f64) -> Result<Value, AutodiffError> {
-        let k = self.scalar(self.ty(a).dtype, c)?;
+    /// `a * c` for a constant `c` of `a`'s dtype, named `{base}/{name}`.
+    pub fn scale(&mut self, a: Value, name: &str, c: f64) -> Result<Value, AutodiffError> {
+        let k = self.scalar(name, self.ty(a).dtype, c)?;
         self.mul(a, k)
     }
 
@@ -117,7 +117,7 @@ impl<'g> Emitter<'g> {
         g: Value,
         keep_on_true: bool,
     ) -> Result<Value, AutodiffError> {
-        let zero = self.scalar(self.ty(g).dtype, 0.0)?;
+        let zero = self.scalar("zero", self.ty(g).dtype, 0.0)?;
         if keep_on_true {
             self.select(cond, g, zero)
         } else {
@@ -204,15 +204,15 @@ impl<'g> Emitter<'g> {
     ) -> Result<Value, AutodiffError> {
         let fixed: usize = axes.iter().filter_map(|&a| shape.dim(a).fixed()).product();
         if !axes.iter().any(|&a| shape.dim(a) == Dim::Batch) {
-            return self.scalar(dtype, fixed as f64);
+            return self.scalar("count", dtype, fixed as f64);
         }
-        let one = self.scalar(dtype, 1.0)?;
+        let one = self.scalar("one", dtype, 1.0)?;
         let ones = self.broadcast(one, &Shape::batched(&[]))?;
         let batch = self.reduce_sum(ones, vec![0], false)?;
         if fixed == 1 {
             return Ok(batch);
         }
-        let k = self.scalar(dtype, fixed as f64)?;
+        let k = self.scalar("count", dtype, fixed as f64)?;
         self.mul(batch, k)
     }
 }

@@ -14,6 +14,33 @@ use std::collections::{HashMap, HashSet};
 /// cost depends on (with variables shared by towers, only the reads of the cost's own tower are
 /// ancestors of the cost). Variables the cost does not reach through float paths (including
 /// non-float variables) are listed in [`GradientSet::unreached`].
+///
+/// ```
+/// use towerpack::autodiff::gradients;
+/// use towerpack::ir::{
+///     Graph, Initializer, Op, ReduceOp, Shape, TensorType, UnaryOp, Value, VarFlags, VariableDef,
+/// };
+///
+/// let mut g = Graph::new();
+/// let w = g.declare_variable(VariableDef {
+///     name: "w".into(),
+///     ty: TensorType::f32(Shape::fixed(&[3])),
+///     init: Initializer::Zeros,
+///     flags: VarFlags { trainable: true, ..VarFlags::default() },
+/// })?;
+/// let read = Value::first(g.add_node("w/read", Op::Variable { var: w }, &[])?);
+/// let sq = Value::first(g.add_node("sq", Op::Unary(UnaryOp::Square), &[read])?);
+/// let sum = Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keep_dims: false };
+/// let cost = Value::first(g.add_node("cost", sum, &[sq])?);
+///
+/// let set = gradients(&mut g, cost, &[w], "gradients")?;
+/// let (var, grad) = set.grads[0];
+/// assert_eq!(var, w);
+/// assert_eq!(g.value_type(grad), &g.variable(w).ty);
+/// // d sum(w^2) / dw = 2w, built by the rule of the `sq` node:
+/// assert!(g.node(grad.node).name.starts_with("gradients/sq_grad/"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn gradients(
     graph: &mut Graph,
     cost: Value,

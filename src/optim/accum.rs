@@ -3,7 +3,8 @@
 //! each update is a `Select` on "this is the n-th step" between the new and the current value.
 
 use super::OptimError;
-use super::optimizer::{Builder, Optimizer, VariableUpdate};
+use super::builder::Builder;
+use super::optimizer::{Optimizer, VariableUpdate};
 use super::state::{self, create_slot, ensure_unassigned};
 use crate::ir::{BinaryOp, Initializer, Op, TensorType, Value, VarFlags, VarId};
 use crate::tensor::DType;
@@ -27,8 +28,8 @@ pub(crate) fn accumulate(
         VarFlags::default(),
     )?;
     ensure_unassigned(graph, counter)?;
+    let count = state::read(graph, counter, "AccumGrad/counter/read", None)?;
     let mut s = Builder::scalar(graph, "AccumGrad/counter");
-    let count = s.read(counter)?;
     let one = state::constant(s.graph(), "AccumGrad/counter/one", DType::I32, 1.0, None)?;
     let period = state::constant(
         s.graph(),
@@ -50,7 +51,7 @@ pub(crate) fn accumulate(
         let mut b = Builder::new(graph, "AccumGrad", var, g);
         let acc = b.read(slot)?;
         let sum = b.bin(BinaryOp::Add, acc, g)?;
-        let zero = b.constant(0.0)?;
+        let zero = b.constant("zero", 0.0)?;
         let acc_new = b.node("select", Op::Select, &[apply, zero, sum])?;
         out.push(VariableUpdate {
             var: slot,

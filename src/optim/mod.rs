@@ -6,6 +6,8 @@
 //! [`Graph`](crate::ir::Graph); it never runs anything.
 
 mod accum;
+mod adam;
+mod builder;
 mod optimizer;
 mod process;
 mod state;

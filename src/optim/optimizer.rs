@@ -6,9 +6,9 @@
 //! update (gradient accumulation) is a `Select` between the new and the current value.
 
 use super::OptimError;
-use super::state::{self, constant, create_slot, ensure_unassigned, read};
-use crate::ir::{BinaryOp, Graph, NodeId, Op, TensorType, UnaryOp, Value, VarId};
-use crate::tensor::DType;
+use super::builder::Builder;
+use super::state::{self, create_slot, ensure_unassigned, read};
+use crate::ir::{BinaryOp, Graph, NodeId, Op, Value, VarId};
 use std::collections::HashSet;
 
 /// An optimizer. Weight decay is not its business: as in tensorpack, it belongs in the cost.
@@ -136,6 +136,25 @@ impl Optimizer {
     /// (Adam's beta powers, the accumulation counter) is updated by exactly one call, and a
     /// second call errors instead of assigning it twice. `learning_rate` is get-or-created
     /// with [`Optimizer::initial_learning_rate`].
+    ///
+    /// ```
+    /// use towerpack::ir::{Graph, Initializer, Op, Shape, TensorType, Value, VarFlags, VariableDef};
+    /// use towerpack::optim::Optimizer;
+    ///
+    /// let mut g = Graph::new();
+    /// let ty = TensorType::f32(Shape::fixed(&[3, 3, 1, 8]));
+    /// let flags = VarFlags { trainable: true, ..VarFlags::default() };
+    /// let w = g.declare_variable(VariableDef {
+    ///     name: "conv0/W".into(), ty: ty.clone(), init: Initializer::Zeros, flags,
+    /// })?;
+    /// let grad = Value::first(g.add_node("grad", Op::Input { name: "grad".into(), ty }, &[])?);
+    ///
+    /// let train = Optimizer::momentum(0.1, 0.9).apply_gradients(&mut g, &[(w, grad)], "train_op")?;
+    /// assert_eq!(g.node(train.train_op).name, "train_op");
+    /// assert!(g.find_variable("conv0/W/Momentum").is_some());
+    /// assert!(g.find_variable("learning_rate").is_some());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn apply_gradients(
         &self,
         graph: &mut Graph,
@@ -205,7 +224,7 @@ impl Optimizer {
                     let mut b = Builder::new(graph, scope, var, g);
                     let (cur, acc) = (b.read(var)?, b.read(slot)?);
                     let lr = b.cast(lr)?;
-                    let mu = b.constant(*momentum)?;
+                    let mu = b.constant("momentum", *momentum)?;
                     let decayed = b.bin(BinaryOp::Mul, mu, acc)?;
                     let acc_new = b.bin(BinaryOp::Add, decayed, g)?;
                     let direction = if *nesterov {
@@ -235,7 +254,7 @@ impl Optimizer {
                 beta2,
                 epsilon,
                 ..
-            } => adam(graph, grads, lr, *beta1, *beta2, *epsilon),
+            } => super::adam::adam(graph, grads, lr, *beta1, *beta2, *epsilon),
             // Handled above.
             Optimizer::AccumGrad { .. } => Ok(Vec::new()),
         }
@@ -323,87 +342,6 @@ impl Optimizer {
     }
 }
 
-/// Adam's updates: per-variable `m`, `v` and the shared beta powers.
-fn adam(
-    graph: &mut Graph,
-    grads: &[(VarId, Value)],
-    lr: Value,
-    beta1: f64,
-    beta2: f64,
-    epsilon: f64,
-) -> Result<Vec<VariableUpdate>, OptimError> {
-    let scalar = TensorType::scalar(DType::F32);
-    let flags = crate::ir::VarFlags::default();
-    let init = |b: f64| crate::ir::Initializer::Constant(b);
-    let b1p_var = state::get_or_create(graph, "beta1_power", scalar.clone(), init(beta1), flags)?;
-    let b2p_var = state::get_or_create(graph, "beta2_power", scalar, init(beta2), flags)?;
-    ensure_unassigned(graph, b1p_var)?;
-    ensure_unassigned(graph, b2p_var)?;
-    let mut out = Vec::new();
-    // The step-wide scalars live on no particular device.
-    let mut s = Builder::scalar(graph, "Adam/lr_t");
-    let b1p = s.read(b1p_var)?;
-    let b2p = s.read(b2p_var)?;
-    let one = s.constant(1.0)?;
-    let one_minus_b2p = s.bin(BinaryOp::Sub, one, b2p)?;
-    let root = s.un(UnaryOp::Sqrt, one_minus_b2p)?;
-    let one_minus_b1p = s.bin(BinaryOp::Sub, one, b1p)?;
-    let correction = s.bin(BinaryOp::Div, root, one_minus_b1p)?;
-    let lr_t = s.bin(BinaryOp::Mul, lr, correction)?;
-    let b1 = s.constant(beta1)?;
-    let b2 = s.constant(beta2)?;
-    let b1p_new = s.bin(BinaryOp::Mul, b1p, b1)?;
-    let b2p_new = s.bin(BinaryOp::Mul, b2p, b2)?;
-    for &(var, g) in grads {
-        let m_slot = create_slot(graph, var, "Adam")?;
-        let v_slot = create_slot(graph, var, "Adam_1")?;
-        let mut b = Builder::new(graph, "Adam", var, g);
-        let (cur, m, v) = (b.read(var)?, b.read(m_slot)?, b.read(v_slot)?);
-        let lr_t = b.cast(lr_t)?;
-        let one_minus_b1 = b.constant(1.0 - beta1)?;
-        let one_minus_b2 = b.constant(1.0 - beta2)?;
-        let eps = b.constant(epsilon)?;
-        let g_minus_m = b.bin(BinaryOp::Sub, g, m)?;
-        let dm = b.bin(BinaryOp::Mul, g_minus_m, one_minus_b1)?;
-        let m_new = b.bin(BinaryOp::Add, m, dm)?;
-        let g2 = b.un(UnaryOp::Square, g)?;
-        let g2_minus_v = b.bin(BinaryOp::Sub, g2, v)?;
-        let dv = b.bin(BinaryOp::Mul, g2_minus_v, one_minus_b2)?;
-        let v_new = b.bin(BinaryOp::Add, v, dv)?;
-        let root_v = b.un(UnaryOp::Sqrt, v_new)?;
-        let denom = b.bin(BinaryOp::Add, root_v, eps)?;
-        let ratio = b.bin(BinaryOp::Div, m_new, denom)?;
-        let step = b.bin(BinaryOp::Mul, lr_t, ratio)?;
-        let new = b.bin(BinaryOp::Sub, cur, step)?;
-        out.push(VariableUpdate {
-            var,
-            current: cur,
-            new,
-        });
-        out.push(VariableUpdate {
-            var: m_slot,
-            current: m,
-            new: m_new,
-        });
-        out.push(VariableUpdate {
-            var: v_slot,
-            current: v,
-            new: v_new,
-        });
-    }
-    out.push(VariableUpdate {
-        var: b1p_var,
-        current: b1p,
-        new: b1p_new,
-    });
-    out.push(VariableUpdate {
-        var: b2p_var,
-        current: b2p,
-        new: b2p_new,
-    });
-    Ok(out)
-}
-
 /// Every gradient has its variable's float type, and no variable appears twice.
 fn check_gradients(graph: &Graph, grads: &[(VarId, Value)]) -> Result<(), OptimError> {
     let mut seen = HashSet::new();
@@ -437,73 +375,4 @@ fn check_gradients(graph: &Graph, grads: &[(VarId, Value)]) -> Result<(), OptimE
         }
     }
     Ok(())
-}
-
-/// Emits the update nodes of one variable under `{scope}/update/{var}/...`, on the device of
-/// its gradient, with constants in the variable's dtype.
-pub(crate) struct Builder<'g> {
-    graph: &'g mut Graph,
-    scope: String,
-    device: Option<u16>,
-    dtype: DType,
-}
-
-impl<'g> Builder<'g> {
-    pub fn new(graph: &'g mut Graph, scope: &str, var: VarId, grad: Value) -> Builder<'g> {
-        let scope = format!("{scope}/update/{}", graph.variable(var).name);
-        let device = graph.node(grad.node).device;
-        let dtype = graph.variable(var).ty.dtype;
-        Builder {
-            graph,
-            scope,
-            device,
-            dtype,
-        }
-    }
-
-    /// A builder of `f32` step-wide scalars on no device.
-    pub fn scalar(graph: &'g mut Graph, scope: &str) -> Builder<'g> {
-        Builder {
-            graph,
-            scope: scope.to_string(),
-            device: None,
-            dtype: DType::F32,
-        }
-    }
-
-    pub fn read(&mut self, var: VarId) -> Result<Value, OptimError> {
-        let name = format!("{}/read", self.scope);
-        read(self.graph, var, &name, self.device)
-    }
-
-    pub fn constant(&mut self, x: f64) -> Result<Value, OptimError> {
-        let name = format!("{}/const", self.scope);
-        constant(self.graph, &name, self.dtype, x, self.device)
-    }
-
-    pub fn node(&mut self, part: &str, op: Op, inputs: &[Value]) -> Result<Value, OptimError> {
-        let name = format!("{}/{part}", self.scope);
-        state::node(self.graph, &name, op, inputs, self.device)
-    }
-
-    pub fn bin(&mut self, op: BinaryOp, a: Value, b: Value) -> Result<Value, OptimError> {
-        self.node(op.name(), Op::Binary(op), &[a, b])
-    }
-
-    pub fn un(&mut self, op: UnaryOp, a: Value) -> Result<Value, OptimError> {
-        self.node(op.name(), Op::Unary(op), &[a])
-    }
-
-    /// `x` in the builder's dtype.
-    pub fn cast(&mut self, x: Value) -> Result<Value, OptimError> {
-        if self.graph.value_type(x).dtype == self.dtype {
-            return Ok(x);
-        }
-        let to = self.dtype;
-        self.node("cast", Op::Cast { to }, &[x])
-    }
-
-    pub fn graph(&mut self) -> &mut Graph {
-        self.graph
-    }
 }

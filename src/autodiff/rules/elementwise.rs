@@ -26,7 +26,7 @@ pub(super) fn unary(e: &mut Emitter, fwd: &Forward, op: UnaryOp, g: Value) -> Gr
         UnaryOp::Log => e.div(g, x)?,
         UnaryOp::Sqrt => {
             // 1 / (2 sqrt(x)) = 0.5 / y
-            let half = e.scale(g, 0.5)?;
+            let half = e.scale(g, "half", 0.5)?;
             e.div(half, y)?
         }
         UnaryOp::Rsqrt => {
@@ -34,10 +34,10 @@ pub(super) fn unary(e: &mut Emitter, fwd: &Forward, op: UnaryOp, g: Value) -> Gr
             let y2 = e.unary(UnaryOp::Square, y)?;
             let y3 = e.mul(y2, y)?;
             let gy3 = e.mul(g, y3)?;
-            e.scale(gy3, -0.5)?
+            e.scale(gy3, "minus_half", -0.5)?
         }
         UnaryOp::Square => {
-            let two_x = e.scale(x, 2.0)?;
+            let two_x = e.scale(x, "two", 2.0)?;
             e.mul(g, two_x)?
         }
         UnaryOp::Recip => {
@@ -47,20 +47,20 @@ pub(super) fn unary(e: &mut Emitter, fwd: &Forward, op: UnaryOp, g: Value) -> Gr
             e.neg(gy2)?
         }
         UnaryOp::Relu => {
-            let zero = e.scalar(dtype, 0.0)?;
+            let zero = e.scalar("zero", dtype, 0.0)?;
             let positive = e.binary(BinaryOp::Gt, y, zero)?;
-            e.mask(positive, g, true)?
+            e.select(positive, g, zero)?
         }
         UnaryOp::Sigmoid => {
             // y (1 - y)
-            let one = e.scalar(dtype, 1.0)?;
+            let one = e.scalar("one", dtype, 1.0)?;
             let one_minus = e.sub(one, y)?;
             let slope = e.mul(y, one_minus)?;
             e.mul(g, slope)?
         }
         UnaryOp::Tanh => {
             // 1 - y^2
-            let one = e.scalar(dtype, 1.0)?;
+            let one = e.scalar("one", dtype, 1.0)?;
             let y2 = e.unary(UnaryOp::Square, y)?;
             let slope = e.sub(one, y2)?;
             e.mul(g, slope)?
@@ -120,7 +120,7 @@ pub(super) fn binary(
         BinaryOp::Pow => {
             if needs[0] {
                 // b a^(b-1)
-                let one = e.scalar(dtype, 1.0)?;
+                let one = e.scalar("one", dtype, 1.0)?;
                 let bm1 = e.sub(b, one)?;
                 let p = e.binary(BinaryOp::Pow, a, bm1)?;
                 let slope = e.mul(b, p)?;
@@ -129,10 +129,10 @@ pub(super) fn binary(
             }
             if needs[1] {
                 // z log(a), with log taken as 0 where a <= 0 (as TF).
-                let zero = e.scalar(dtype, 0.0)?;
+                let zero = e.scalar("zero", dtype, 0.0)?;
                 let positive = e.binary(BinaryOp::Gt, a, zero)?;
                 let log_a = e.unary(UnaryOp::Log, a)?;
-                let safe_log = e.mask(positive, log_a, true)?;
+                let safe_log = e.select(positive, log_a, zero)?;
                 let gz = e.mul(g, z)?;
                 let q = e.mul(gz, safe_log)?;
                 db = Some(e.unbroadcast(q, &sb)?);

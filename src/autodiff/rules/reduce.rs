@@ -20,7 +20,7 @@ pub(super) fn reduce(
     let x = fwd.inputs[0];
     let tx = e.ty(x);
     let keep = keep_dims_shape(&tx.shape, axes);
-    let gk = if keep_dims { g } else { e.reshape(g, &keep)? };
+    let gk = aligned(e, g, &keep, axes, keep_dims)?;
     let dx = match op {
         ReduceOp::Sum => e.broadcast(gk, &tx.shape)?,
         ReduceOp::Mean => {
@@ -30,7 +30,7 @@ pub(super) fn reduce(
         }
         ReduceOp::Max | ReduceOp::Min => {
             let y = fwd.out();
-            let yk = if keep_dims { y } else { e.reshape(y, &keep)? };
+            let yk = aligned(e, y, &keep, axes, keep_dims)?;
             let is_extreme = e.binary(BinaryOp::Eq, x, yk)?;
             let indicator = e.cast(is_extreme, tx.dtype)?;
             let ties = e.reduce_sum(indicator, axes.to_vec(), true)?;
@@ -39,6 +39,24 @@ pub(super) fn reduce(
         }
     };
     Ok(vec![Some(dx)])
+}
+
+/// A reduction's output `v` in a shape that broadcasts against the reduction's input: `v`
+/// itself when the dims were kept or the reduced axes lead (right-aligned broadcasting lines the
+/// rest up), else `v` reshaped to the keep-dims shape `keep`.
+fn aligned(
+    e: &mut Emitter,
+    v: Value,
+    keep: &Shape,
+    axes: &[usize],
+    keep_dims: bool,
+) -> Result<Value, AutodiffError> {
+    let leading = axes.iter().all(|&a| a < axes.len());
+    if keep_dims || leading {
+        Ok(v)
+    } else {
+        e.reshape(v, keep)
+    }
 }
 
 /// `mean = sum(x)/n`, `var = sum((x - mean)^2)/n`, so
@@ -53,13 +71,7 @@ pub(super) fn moments(
     let x = fwd.inputs[0];
     let tx = e.ty(x);
     let keep = keep_dims_shape(&tx.shape, axes);
-    let to_keep = |e: &mut Emitter, v: Value| -> Result<Value, AutodiffError> {
-        if keep_dims {
-            Ok(v)
-        } else {
-            e.reshape(v, &keep)
-        }
-    };
+    let to_keep = |e: &mut Emitter, v: Value| aligned(e, v, &keep, axes, keep_dims);
     let d_mean = dys.first().copied().flatten();
     let d_var = dys.get(1).copied().flatten();
     let var_term = match d_var {
@@ -68,7 +80,7 @@ pub(super) fn moments(
             let gvk = to_keep(e, gv)?;
             let mean_k = to_keep(e, fwd.outputs[0])?;
             let centered = e.sub(x, mean_k)?;
-            let two_gv = e.scale(gvk, 2.0)?;
+            let two_gv = e.scale(gvk, "two", 2.0)?;
             Some(e.mul(two_gv, centered)?)
         }
     };
