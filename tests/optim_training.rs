@@ -132,3 +132,104 @@ fn momentum_fits_a_linear_model_through_the_gradient_pass() {
         .expect("scalar");
     assert_eq!(count, f64::from(steps));
 }
+
+#[test]
+fn a_full_training_graph_round_trips_through_the_textual_ir() {
+    // Gradients, processors, accumulation and Adam: every name the two passes generate must
+    // be printable and parse back to the same graph.
+    use towerpack::optim::{GradientProcessor, process_gradients};
+    let mut g = Graph::new();
+    let trainable = VarFlags {
+        trainable: true,
+        ..VarFlags::default()
+    };
+    let mut vars = Vec::new();
+    for (name, dims) in [
+        ("fc0/W", vec![6, 5]),
+        ("fc0/b", vec![5]),
+        ("fc1/W", vec![5, 3]),
+    ] {
+        vars.push(
+            g.declare_variable(VariableDef {
+                name: name.into(),
+                ty: TensorType::f32(Shape::fixed(&dims)),
+                init: Initializer::Zeros,
+                flags: trainable,
+            })
+            .expect(name),
+        );
+    }
+    let node = |g: &mut Graph, name: &str, op: Op, ins: &[Value]| {
+        Value::first(g.add_node(name, op, ins).expect(name))
+    };
+    let x_ty = TensorType::f32(Shape::batched(&[6]));
+    let l_ty = TensorType::new(towerpack::tensor::DType::I64, Shape::batched(&[]));
+    let x = node(
+        &mut g,
+        "input",
+        Op::Input {
+            name: "input".into(),
+            ty: x_ty,
+        },
+        &[],
+    );
+    let label = node(
+        &mut g,
+        "label",
+        Op::Input {
+            name: "label".into(),
+            ty: l_ty,
+        },
+        &[],
+    );
+    let reads: Vec<Value> = vars
+        .iter()
+        .map(|&v| {
+            let name = format!("{}/read", g.variable(v).name);
+            node(&mut g, &name, Op::Variable { var: v }, &[])
+        })
+        .collect();
+    let mm = Op::MatMul {
+        transpose_a: false,
+        transpose_b: false,
+    };
+    let h = node(&mut g, "fc0/MatMul", mm.clone(), &[x, reads[0]]);
+    let h = node(
+        &mut g,
+        "fc0/BiasAdd",
+        Op::Binary(BinaryOp::Add),
+        &[h, reads[1]],
+    );
+    let h = node(&mut g, "fc0/Relu", Op::Unary(UnaryOp::Relu), &[h]);
+    let logits = node(&mut g, "fc1/MatMul", mm, &[h, reads[2]]);
+    let xent = node(
+        &mut g,
+        "xent",
+        Op::SparseSoftmaxCrossEntropy,
+        &[logits, label],
+    );
+    let mean = Op::Reduce {
+        op: ReduceOp::Mean,
+        axes: vec![0],
+        keep_dims: false,
+    };
+    let cost = node(&mut g, "cost", mean, &[xent]);
+    let grads = gradients(&mut g, cost, &vars, "gradients").expect("gradients");
+    let procs = [
+        GradientProcessor::global_norm_clip(5.0).expect("clip"),
+        GradientProcessor::scale_gradient(&[(".*/b", 2.0)]).expect("scale"),
+        GradientProcessor::check_gradient(),
+    ];
+    let processed = process_gradients(&mut g, &grads.grads, &procs).expect("process");
+    Optimizer::adam(1e-3)
+        .accumulate(2)
+        .apply_gradients(&mut g, &processed.grads, "train_op")
+        .expect("apply");
+    increment_global_step(&mut g, "global_step/increment").expect("inc");
+    towerpack::ir::verify(&g).expect("valid");
+    let text = towerpack::ir::text::print(&g);
+    let parsed = towerpack::ir::text::parse(&text, "training.tpir")
+        .unwrap_or_else(|e| panic!("{}", e.render()));
+    assert_eq!(towerpack::ir::text::print(&parsed), text);
+    assert_eq!(parsed.node_count(), g.node_count());
+}

@@ -207,8 +207,16 @@ impl<'g> Emitter<'g> {
             return self.scalar("count", dtype, fixed as f64);
         }
         let one = self.scalar("one", dtype, 1.0)?;
-        let ones = self.broadcast(one, &Shape::batched(&[]))?;
-        let batch = self.reduce_sum(ones, vec![0], false)?;
+        let op = Op::Broadcast {
+            shape: Shape::batched(&[]),
+        };
+        let ones = self.node("batch_ones", op, &[one])?;
+        let op = Op::Reduce {
+            op: ReduceOp::Sum,
+            axes: vec![0],
+            keep_dims: false,
+        };
+        let batch = self.node("batch_size", op, &[ones])?;
         if fixed == 1 {
             return Ok(batch);
         }

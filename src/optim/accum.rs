@@ -50,9 +50,9 @@ pub(crate) fn accumulate(
         let slot = create_slot(graph, var, "AccumGrad")?;
         let mut b = Builder::new(graph, "AccumGrad", var, g);
         let acc = b.read(slot)?;
-        let sum = b.bin(BinaryOp::Add, acc, g)?;
+        let sum = b.named("sum", BinaryOp::Add, acc, g)?;
         let zero = b.constant("zero", 0.0)?;
-        let acc_new = b.node("select", Op::Select, &[apply, zero, sum])?;
+        let acc_new = b.node("accum", Op::Select, &[apply, zero, sum])?;
         out.push(VariableUpdate {
             var: slot,
             current: acc,

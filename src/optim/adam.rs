@@ -52,16 +52,16 @@ pub(crate) fn adam(
         let eps = b.constant("epsilon", epsilon)?;
         let g_minus_m = b.bin(BinaryOp::Sub, g, m)?;
         let dm = b.bin(BinaryOp::Mul, g_minus_m, one_minus_b1)?;
-        let m_new = b.bin(BinaryOp::Add, m, dm)?;
+        let m_new = b.named("m", BinaryOp::Add, m, dm)?;
         let g2 = b.un(UnaryOp::Square, g)?;
         let g2_minus_v = b.bin(BinaryOp::Sub, g2, v)?;
         let dv = b.bin(BinaryOp::Mul, g2_minus_v, one_minus_b2)?;
-        let v_new = b.bin(BinaryOp::Add, v, dv)?;
+        let v_new = b.named("v", BinaryOp::Add, v, dv)?;
         let root_v = b.un(UnaryOp::Sqrt, v_new)?;
         let denom = b.bin(BinaryOp::Add, root_v, eps)?;
         let ratio = b.bin(BinaryOp::Div, m_new, denom)?;
         let step = b.bin(BinaryOp::Mul, lr_t, ratio)?;
-        let new = b.bin(BinaryOp::Sub, cur, step)?;
+        let new = b.named("new", BinaryOp::Sub, cur, step)?;
         out.push(VariableUpdate {
             var,
             current: cur,

@@ -74,6 +74,17 @@ impl<'g> Builder<'g> {
         self.node(op.name(), Op::Binary(op), &[a, b])
     }
 
+    /// A binary op named `{scope}/{name}`, for the values a reader looks for (`new`, `m`, ...).
+    pub fn named(
+        &mut self,
+        name: &str,
+        op: BinaryOp,
+        a: Value,
+        b: Value,
+    ) -> Result<Value, OptimError> {
+        self.node(name, Op::Binary(op), &[a, b])
+    }
+
     pub fn un(&mut self, op: UnaryOp, a: Value) -> Result<Value, OptimError> {
         self.node(op.name(), Op::Unary(op), &[a])
     }

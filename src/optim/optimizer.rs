@@ -206,7 +206,7 @@ impl Optimizer {
                     let cur = b.read(var)?;
                     let lr = b.cast(lr)?;
                     let step = b.bin(BinaryOp::Mul, lr, g)?;
-                    let new = b.bin(BinaryOp::Sub, cur, step)?;
+                    let new = b.named("new", BinaryOp::Sub, cur, step)?;
                     out.push(VariableUpdate {
                         var,
                         current: cur,
@@ -226,7 +226,7 @@ impl Optimizer {
                     let lr = b.cast(lr)?;
                     let mu = b.constant("momentum", *momentum)?;
                     let decayed = b.bin(BinaryOp::Mul, mu, acc)?;
-                    let acc_new = b.bin(BinaryOp::Add, decayed, g)?;
+                    let acc_new = b.named("accum", BinaryOp::Add, decayed, g)?;
                     let direction = if *nesterov {
                         // lr*g + lr*mu*accum = lr * (g + mu*accum)
                         let look_ahead = b.bin(BinaryOp::Mul, mu, acc_new)?;
@@ -235,7 +235,7 @@ impl Optimizer {
                         acc_new
                     };
                     let step = b.bin(BinaryOp::Mul, lr, direction)?;
-                    let new = b.bin(BinaryOp::Sub, cur, step)?;
+                    let new = b.named("new", BinaryOp::Sub, cur, step)?;
                     out.push(VariableUpdate {
                         var,
                         current: cur,
