@@ -2,8 +2,12 @@
 //! graph ops on `(variable, gradient)` pairs: slot variables (`conv0/W/Momentum`, ...), the
 //! `learning_rate` and `global_step` variables, and `Assign` nodes grouped into a `train_op`.
 //!
-//! Like the rest of the pipeline after the IR, this stage only adds nodes and variables to a
-//! [`Graph`](crate::ir::Graph); it never runs anything.
+//! Conventions: per-variable update nodes are named `{Optimizer}/update/{var}/...` and placed
+//! on the device of the variable's gradient; step-wide scalars (the learning-rate read, Adam's
+//! bias correction, the accumulation counter, the global norm) have no device. Optimizers never
+//! increment `global_step`: the trainer's step counter does, with [`increment_global_step`].
+//! Weight decay belongs in the cost, as in tensorpack. This stage only adds nodes and variables
+//! to a [`Graph`](crate::ir::Graph); it never runs anything.
 
 mod accum;
 mod adam;
