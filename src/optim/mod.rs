@@ -1,1 +1,77 @@
-//! Optimizers (SGD, Momentum, Adam) and gradient processors, built as graph ops.
+//! Optimizers (SGD, Momentum, Adam, gradient accumulation) and gradient processors, built as
+//! graph ops on `(variable, gradient)` pairs: slot variables (`conv0/W/Momentum`, ...), the
+//! `learning_rate` and `global_step` variables, and `Assign` nodes grouped into a `train_op`.
+//!
+//! Conventions: per-variable update nodes are named `{Optimizer}/update/{var}/...` and placed
+//! on the device of the variable's gradient; step-wide scalars (the learning-rate read, Adam's
+//! bias correction, the accumulation counter, the global norm) have no device. Optimizers never
+//! increment `global_step`: the trainer's step counter does, with [`increment_global_step`].
+//! Weight decay belongs in the cost, as in tensorpack. This stage only adds nodes and variables
+//! to a [`Graph`](crate::ir::Graph); it never runs anything.
+
+mod accum;
+mod adam;
+mod builder;
+mod optimizer;
+mod process;
+mod state;
+
+pub use accum::ACCUM_COUNTER;
+pub use optimizer::{Optimizer, TrainOp, VariableUpdate};
+pub use process::{
+    GradientFn, GradientProcessor, NumericCheck, ProcessedGradients, check_numerics,
+    process_gradients,
+};
+pub use state::{
+    GLOBAL_STEP, LEARNING_RATE, get_or_create, global_step, increment_global_step, learning_rate,
+};
+
+use crate::ir::IrError;
+
+/// Errors of building optimizers and gradient processors, and of numeric checks.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OptimError {
+    #[error(transparent)]
+    Ir(#[from] IrError),
+    /// A variable that should be get-or-created exists with another type.
+    #[error("variable `{name}` exists as {got}, but {expected} is needed")]
+    VariableType {
+        name: String,
+        expected: String,
+        got: String,
+    },
+    #[error("slot variable `{slot}` already exists: gradients of `{variable}` were applied twice")]
+    SlotExists { slot: String, variable: String },
+    #[error(
+        "variable `{variable}` is already assigned in this graph: apply the optimizer once, \
+         with every (variable, gradient) pair"
+    )]
+    AlreadyAssigned { variable: String },
+    #[error("variable `{variable}` has two gradients")]
+    DuplicateGradient { variable: String },
+    #[error("gradient of `{variable}` is {gradient_ty}, but the variable is {variable_ty}")]
+    GradientType {
+        variable: String,
+        variable_ty: String,
+        gradient_ty: String,
+    },
+    #[error("the gradient of `{variable}` does not exist in the graph")]
+    UnknownGradient { variable: String },
+    #[error("variable `{variable}` is {ty}: only floating-point variables can be optimized")]
+    NotFloat { variable: String, ty: String },
+    #[error("variable #{0} is not declared in the graph")]
+    UnknownVariable(u32),
+    #[error("invalid regex `{pattern}`: {message}")]
+    InvalidRegex { pattern: String, message: String },
+    #[error("{optimizer}: invalid {what} {value}")]
+    InvalidSetting {
+        optimizer: String,
+        what: String,
+        value: String,
+    },
+    /// A `CheckGradient` check failed.
+    #[error("the gradient of `{variable}` is not finite (NaN or infinity)")]
+    NonFiniteGradient { variable: String },
+    #[error("{got} numeric-check values fetched for {expected} checks")]
+    CheckFetch { expected: usize, got: usize },
+}
