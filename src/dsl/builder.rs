@@ -1,0 +1,641 @@
+//! The graph [`Builder`]: owns the graph under construction, its [`VariableStore`] and the
+//! first error. Ops never return `Result`: the first failure is recorded with the scoped name
+//! and later ops become no-ops (as XLA's `XlaBuilder`); the error surfaces when a tower function
+//! returns or the graph is finished.
+//!
+//! A thread-local stack of default builders (TF's default graph) lets layer code and the free
+//! functions of the DSL find the graph and the tower context while a tower function runs.
+
+use super::error::DslError;
+use super::tensor::Tensor;
+use crate::ir::{Graph, NodeId, Op, TensorType, Value, VarId, verify};
+use crate::tensor::{DType, HostTensor};
+use crate::tower::{ScopeDepth, TowerContext, TowerError, VarSpec, VariableStore};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::marker::PhantomData;
+use std::rc::Rc;
+
+pub(crate) struct State {
+    pub(crate) graph: Graph,
+    pub(crate) store: VariableStore,
+    error: Option<DslError>,
+    finished: bool,
+    seed: u64,
+    /// Variable reads of the current tower, so each tower reads a variable once.
+    reads: HashMap<VarId, (Value, TensorType)>,
+    /// Collection entries added by the current tower.
+    tower_collections: BTreeMap<String, Vec<Value>>,
+}
+
+/// A graph under construction. Cheap to clone: clones share the same graph.
+#[derive(Clone)]
+pub struct Builder {
+    pub(crate) inner: Rc<RefCell<State>>,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.inner.borrow();
+        f.debug_struct("Builder")
+            .field("graph", &st.graph)
+            .field("error", &st.error)
+            .finish()
+    }
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
+thread_local! {
+    static DEFAULT: RefCell<Vec<Builder>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The innermost default builder of this thread (set while a tower function runs).
+pub fn current_builder() -> Option<Builder> {
+    DEFAULT.with(|d| d.borrow().last().cloned())
+}
+
+/// Restores the previous default builder when dropped.
+pub struct DefaultGuard {
+    depth: usize,
+    _not_send: PhantomData<Rc<()>>,
+}
+
+impl Drop for DefaultGuard {
+    fn drop(&mut self) {
+        DEFAULT.with(|d| {
+            if let Ok(mut stack) = d.try_borrow_mut() {
+                stack.truncate(self.depth);
+            }
+        });
+    }
+}
+
+/// Closes a variable or name scope when dropped.
+#[must_use = "the scope closes when this guard is dropped"]
+pub struct ScopeGuard {
+    builder: Builder,
+    depth: Option<ScopeDepth>,
+}
+
+impl Drop for ScopeGuard {
+    fn drop(&mut self) {
+        if let (Some(d), Ok(mut st)) = (self.depth, self.builder.inner.try_borrow_mut()) {
+            st.store.restore(d);
+        }
+    }
+}
+
+/// What a tower left behind when it exited.
+pub(crate) struct TowerRecord {
+    pub(crate) ctx: TowerContext,
+    pub(crate) created: Vec<VarId>,
+    pub(crate) collections: BTreeMap<String, Vec<Value>>,
+}
+
+/// Leaves the tower (and restores the default builder) when dropped.
+#[must_use = "the tower context ends when this guard is dropped"]
+pub struct TowerGuard {
+    builder: Builder,
+    active: bool,
+    _default: DefaultGuard,
+}
+
+impl TowerGuard {
+    pub(crate) fn exit(mut self) -> Option<TowerRecord> {
+        self.active = false;
+        self.builder.exit_tower()
+    }
+}
+
+impl Drop for TowerGuard {
+    fn drop(&mut self) {
+        if self.active {
+            self.builder.exit_tower();
+        }
+    }
+}
+
+impl Builder {
+    /// A builder of an empty graph, with graph seed 0.
+    pub fn new() -> Builder {
+        Builder::from_graph(Graph::new(), 0)
+    }
+
+    /// A builder of an empty graph whose random ops derive their seeds from `seed`.
+    pub fn with_seed(seed: u64) -> Builder {
+        Builder::from_graph(Graph::new(), seed)
+    }
+
+    /// Re-opens a finished graph to add to it (e.g. an inference tower built by a callback).
+    /// Existing variables are found by name, so reuse works across the two sessions.
+    pub fn from_graph(graph: Graph, seed: u64) -> Builder {
+        Builder {
+            inner: Rc::new(RefCell::new(State {
+                graph,
+                store: VariableStore::new(),
+                error: None,
+                finished: false,
+                seed,
+                reads: HashMap::new(),
+                tower_collections: BTreeMap::new(),
+            })),
+        }
+    }
+
+    /// Makes this the default builder of the thread until the guard drops.
+    pub fn as_default(&self) -> DefaultGuard {
+        let depth = DEFAULT.with(|d| {
+            let mut stack = d.borrow_mut();
+            stack.push(self.clone());
+            stack.len() - 1
+        });
+        DefaultGuard {
+            depth,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// True when `self` and `other` build the same graph.
+    pub fn same_as(&self, other: &Builder) -> bool {
+        Rc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The graph seed.
+    pub fn seed(&self) -> u64 {
+        self.inner.borrow().seed
+    }
+
+    /// The first error recorded, if any.
+    pub fn error(&self) -> Option<DslError> {
+        self.inner.borrow().error.clone()
+    }
+
+    /// `Err` with the first recorded error, if any.
+    pub fn check(&self) -> Result<(), DslError> {
+        self.error().map_or(Ok(()), Err)
+    }
+
+    /// Runs `f` on the graph as built so far.
+    pub fn with_graph<R>(&self, f: impl FnOnce(&Graph) -> R) -> R {
+        f(&self.inner.borrow().graph)
+    }
+
+    /// The active tower context, if a tower function is running.
+    pub fn tower_context(&self) -> Option<TowerContext> {
+        self.inner.borrow().store.tower().cloned()
+    }
+
+    /// The variables created so far by the active tower, in creation order.
+    pub fn variables_created_in_tower(&self) -> Vec<VarId> {
+        self.inner.borrow().store.created_in_tower().to_vec()
+    }
+
+    /// Full path of the current variable scope.
+    pub fn variable_scope_name(&self) -> String {
+        self.inner.borrow().store.variable_scope().to_string()
+    }
+
+    /// Full path of the current name scope.
+    pub fn name_scope_name(&self) -> String {
+        self.inner.borrow().store.name_scope().to_string()
+    }
+
+    /// Takes the finished graph out of the builder, verified. Errors with the first recorded
+    /// error; later ops on this builder's tensors are no-ops.
+    pub fn finish(&self) -> Result<Graph, DslError> {
+        self.check()?;
+        let mut st = self.inner.borrow_mut();
+        if st.finished {
+            return Err(DslError::Finished);
+        }
+        st.finished = true;
+        st.store = VariableStore::new();
+        let graph = std::mem::take(&mut st.graph);
+        verify(&graph)?;
+        Ok(graph)
+    }
+
+    // ---- errors --------------------------------------------------------------------------
+
+    /// Records `err` if it is the first error; returns a poisoned tensor.
+    pub(crate) fn fail(&self, err: DslError) -> Tensor {
+        self.record(err);
+        self.poisoned()
+    }
+
+    pub(crate) fn record(&self, err: DslError) {
+        let mut st = self.inner.borrow_mut();
+        if st.error.is_none() {
+            st.error = Some(err);
+        }
+    }
+
+    pub(crate) fn tower_fail(&self, at: &str, source: TowerError) -> Tensor {
+        self.fail(DslError::Tower {
+            at: at.to_string(),
+            source,
+        })
+    }
+
+    pub(crate) fn poisoned(&self) -> Tensor {
+        Tensor {
+            builder: self.clone(),
+            slot: None,
+        }
+    }
+
+    pub(crate) fn is_poisoned(&self) -> bool {
+        let st = self.inner.borrow();
+        st.error.is_some() || st.finished
+    }
+
+    // ---- nodes ---------------------------------------------------------------------------
+
+    /// The unique scoped name of a new node `base` in the current name scope.
+    pub(crate) fn scoped_name(&self, base: &str) -> String {
+        let st = self.inner.borrow();
+        let full = crate::tower::join_scope(st.store.name_scope(), base);
+        st.graph.unique_name(&full)
+    }
+
+    fn check_inputs(&self, base: &str, inputs: &[&Tensor]) -> Option<Vec<Value>> {
+        if self.is_poisoned() {
+            return None;
+        }
+        let mut values = Vec::with_capacity(inputs.len());
+        for t in inputs {
+            if !t.builder.same_as(self) {
+                let node = self.scoped_name(base);
+                self.record(DslError::MixedBuilders { node });
+                return None;
+            }
+            values.push(t.value()?);
+        }
+        Some(values)
+    }
+
+    /// Adds a node computing `op` on `inputs`; returns all its outputs.
+    pub(crate) fn add_outputs(&self, base: &str, op: Op, inputs: &[&Tensor]) -> Vec<Tensor> {
+        let Some(values) = self.check_inputs(base, inputs) else {
+            return Vec::new();
+        };
+        let name = self.scoped_name(base);
+        let mut st = self.inner.borrow_mut();
+        let device = st.store.tower().and_then(|t| t.device());
+        match st.graph.add_node_on(&name, op, &values, device) {
+            Ok(id) => {
+                let outputs = st.graph.node(id).outputs.clone();
+                drop(st);
+                outputs
+                    .into_iter()
+                    .enumerate()
+                    .map(|(port, ty)| Tensor {
+                        builder: self.clone(),
+                        slot: Some((Value::new(id, port as u16), ty)),
+                    })
+                    .collect()
+            }
+            Err(e) => {
+                drop(st);
+                self.record(DslError::Graph(e));
+                Vec::new()
+            }
+        }
+    }
+
+    /// Adds a node with one output.
+    pub(crate) fn add_op(&self, base: &str, op: Op, inputs: &[&Tensor]) -> Tensor {
+        self.add_outputs(base, op, inputs)
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| self.poisoned())
+    }
+
+    /// Adds a node without outputs (an `Assign` or `Group`); returns its id.
+    pub(crate) fn add_effect(&self, base: &str, op: Op, inputs: &[&Tensor]) -> Option<NodeId> {
+        let values = self.check_inputs(base, inputs)?;
+        let name = self.scoped_name(base);
+        let mut st = self.inner.borrow_mut();
+        let device = st.store.tower().and_then(|t| t.device());
+        match st.graph.add_node_on(&name, op, &values, device) {
+            Ok(id) => Some(id),
+            Err(e) => {
+                drop(st);
+                self.record(DslError::Graph(e));
+                None
+            }
+        }
+    }
+
+    /// A constant tensor.
+    pub fn constant(&self, value: HostTensor) -> Tensor {
+        self.add_op("Const", Op::Constant { value }, &[])
+    }
+
+    /// A scalar constant of type `dtype`.
+    pub fn scalar(&self, dtype: DType, value: f64) -> Tensor {
+        self.constant(HostTensor::scalar(dtype, value))
+    }
+
+    /// An input fed at each step, as node `<name scope>/<name>`.
+    pub fn input(&self, name: &str, ty: TensorType) -> Tensor {
+        let op = Op::Input {
+            name: name.to_string(),
+            ty,
+        };
+        self.add_op(name, op, &[])
+    }
+
+    /// Appends `t` to `collection`, unless the active tower discards that collection.
+    pub fn add_to_collection(&self, collection: &str, t: &Tensor) {
+        if let Some(v) = t.value() {
+            self.add_value_to_collection(collection, v);
+        }
+    }
+
+    /// Appends a node without outputs (e.g. an `Assign`) to `collection`.
+    pub fn add_node_to_collection(&self, collection: &str, node: NodeId) {
+        self.add_value_to_collection(collection, Value::first(node));
+    }
+
+    fn add_value_to_collection(&self, collection: &str, v: Value) {
+        if self.is_poisoned() {
+            return;
+        }
+        let mut st = self.inner.borrow_mut();
+        if st.store.tower().is_some_and(|t| t.discards(collection)) {
+            return;
+        }
+        st.graph.add_to_collection(collection, v);
+        if st.store.tower().is_some() {
+            st.tower_collections
+                .entry(collection.to_string())
+                .or_default()
+                .push(v);
+        }
+    }
+
+    /// The entries the active tower added to `collection` so far.
+    pub fn tower_collection(&self, collection: &str) -> Vec<Value> {
+        let st = self.inner.borrow();
+        st.tower_collections
+            .get(collection)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The tensor of an existing value of this graph (poisoned if it has no such output).
+    pub fn tensor_of(&self, value: Value) -> Tensor {
+        let ty = self.with_graph(|g| g.try_value_type(value).cloned());
+        match ty {
+            Some(ty) => Tensor {
+                builder: self.clone(),
+                slot: Some((value, ty)),
+            },
+            None => self.fail(DslError::Op {
+                node: format!("#{}:{}", value.node.index(), value.port),
+                message: "no such value in this graph".into(),
+            }),
+        }
+    }
+
+    // ---- towers --------------------------------------------------------------------------
+
+    /// Enters tower `ctx` and makes this builder the default until the guard drops.
+    /// Errors when a tower is already active (contexts cannot nest) or `ctx` is invalid.
+    pub fn enter_tower(&self, ctx: TowerContext) -> Result<TowerGuard, DslError> {
+        self.check()?;
+        let at = ctx.display_name();
+        let entered = {
+            let mut st = self.inner.borrow_mut();
+            let r = st.store.enter_tower(ctx);
+            if r.is_ok() {
+                st.reads.clear();
+                st.tower_collections.clear();
+            }
+            r
+        };
+        if let Err(source) = entered {
+            let err = DslError::Tower { at, source };
+            self.record(err.clone());
+            return Err(err);
+        }
+        Ok(TowerGuard {
+            builder: self.clone(),
+            active: true,
+            _default: self.as_default(),
+        })
+    }
+
+    fn exit_tower(&self) -> Option<TowerRecord> {
+        let mut st = self.inner.borrow_mut();
+        let (ctx, created) = st.store.exit_tower()?;
+        st.reads.clear();
+        let collections = std::mem::take(&mut st.tower_collections);
+        Some(TowerRecord {
+            ctx,
+            created,
+            collections,
+        })
+    }
+
+    // ---- scopes --------------------------------------------------------------------------
+
+    fn scope_guard(&self, name: &str, r: Result<ScopeDepth, TowerError>) -> ScopeGuard {
+        match r {
+            Ok(depth) => ScopeGuard {
+                builder: self.clone(),
+                depth: Some(depth),
+            },
+            Err(source) => {
+                let at = crate::tower::join_scope(&self.name_scope_name(), name);
+                self.tower_fail(&at, source);
+                ScopeGuard {
+                    builder: self.clone(),
+                    depth: None,
+                }
+            }
+        }
+    }
+
+    /// Opens variable scope `name` and the name scope of the same name; reuse is inherited.
+    pub fn variable_scope(&self, name: &str) -> ScopeGuard {
+        let r = self
+            .inner
+            .borrow_mut()
+            .store
+            .push_variable_scope(name, None);
+        self.scope_guard(name, r)
+    }
+
+    /// Opens variable scope `name` with reuse turned on when `reuse` is true (TF1: reuse cannot
+    /// be turned off inside a reusing scope, so `false` inherits).
+    pub fn variable_scope_with_reuse(&self, name: &str, reuse: bool) -> ScopeGuard {
+        let r = self
+            .inner
+            .borrow_mut()
+            .store
+            .push_variable_scope(name, Some(reuse));
+        self.scope_guard(name, r)
+    }
+
+    /// Opens name scope `name` only: node names change, variable names do not.
+    pub fn name_scope(&self, name: &str) -> ScopeGuard {
+        let r = self.inner.borrow_mut().store.push_name_scope(name);
+        self.scope_guard(name, r)
+    }
+
+    /// `scope.reuse_variables()` on the current variable scope (only scopes the tower function
+    /// opened may change).
+    pub fn reuse_variables(&self) {
+        let r = self.inner.borrow_mut().store.reuse_variables();
+        if let Err(source) = r {
+            let at = self.variable_scope_name();
+            self.tower_fail(&at, source);
+        }
+    }
+
+    /// Whether `get_variable` in the current scope reuses existing variables.
+    pub fn reuse(&self) -> bool {
+        self.inner.borrow().store.reuse()
+    }
+
+    // ---- variables -----------------------------------------------------------------------
+
+    /// Reads variable `id` in the current tower (once per tower: repeated reads share a node).
+    pub fn read_variable(&self, id: VarId) -> Tensor {
+        if self.is_poisoned() {
+            return self.poisoned();
+        }
+        let cached = self.inner.borrow().reads.get(&id).cloned();
+        if let Some(slot) = cached {
+            return Tensor {
+                builder: self.clone(),
+                slot: Some(slot),
+            };
+        }
+        let (name, device) = {
+            let st = self.inner.borrow();
+            let Some(def) = st.graph.variables().get(id.0 as usize) else {
+                drop(st);
+                return self.fail(DslError::Op {
+                    node: format!("variable #{}", id.0),
+                    message: "unknown variable".into(),
+                });
+            };
+            let (ns, vs) = st
+                .store
+                .tower()
+                .map_or(("", ""), |t| (t.ns_name(), t.vs_name()));
+            let rel = crate::tower::strip_scope_prefix(&def.name, vs).unwrap_or(&def.name);
+            let name = st.graph.unique_name(&crate::tower::join_scope(ns, rel));
+            (name, st.store.tower().and_then(|t| t.device()))
+        };
+        let mut st = self.inner.borrow_mut();
+        match st
+            .graph
+            .add_node_on(&name, Op::Variable { var: id }, &[], device)
+        {
+            Ok(node) => {
+                let slot = (Value::first(node), st.graph.node(node).outputs[0].clone());
+                st.reads.insert(id, slot.clone());
+                drop(st);
+                Tensor {
+                    builder: self.clone(),
+                    slot: Some(slot),
+                }
+            }
+            Err(e) => {
+                drop(st);
+                self.fail(DslError::Graph(e))
+            }
+        }
+    }
+
+    fn variable_result(&self, name: &str, r: Result<VarId, TowerError>) -> Tensor {
+        match r {
+            Ok(id) => self.read_variable(id),
+            Err(source) => {
+                let at = crate::tower::join_scope(&self.variable_scope_name(), name);
+                self.tower_fail(&at, source)
+            }
+        }
+    }
+
+    /// `tf.get_variable`: `<variable scope>/<name>`, created or (under reuse) shared; returns
+    /// its read in the current tower.
+    pub fn get_variable(&self, name: &str, spec: &VarSpec) -> Tensor {
+        if self.is_poisoned() {
+            return self.poisoned();
+        }
+        let r = {
+            let st = &mut *self.inner.borrow_mut();
+            st.store.get_variable(&mut st.graph, name, spec)
+        };
+        self.variable_result(name, r)
+    }
+
+    /// `get_variable` by an absolute name, outside the current variable scope.
+    pub fn get_variable_by_full_name(&self, full_name: &str, spec: &VarSpec) -> Tensor {
+        if self.is_poisoned() {
+            return self.poisoned();
+        }
+        let r = {
+            let st = &mut *self.inner.borrow_mut();
+            st.store
+                .get_variable_by_full_name(&mut st.graph, full_name, spec)
+        };
+        self.variable_result(full_name, r)
+    }
+
+    /// TF's `tf.Variable`: always a new variable named after the current name scope. Use it
+    /// for per-tower non-trainable state; trainable ones break the tower rules.
+    pub fn new_variable(&self, name: &str, spec: &VarSpec) -> Tensor {
+        if self.is_poisoned() {
+            return self.poisoned();
+        }
+        let r = {
+            let st = &mut *self.inner.borrow_mut();
+            st.store.new_variable(&mut st.graph, name, spec)
+        };
+        self.variable_result(name, r)
+    }
+
+    /// The `global_step` variable (`i64` scalar, non-trainable), created on first use.
+    pub fn global_step(&self) -> Tensor {
+        if self.is_poisoned() {
+            return self.poisoned();
+        }
+        let spec = VarSpec::new(&[]).dtype(DType::I64).trainable(false);
+        let r = {
+            let st = &mut *self.inner.borrow_mut();
+            st.store
+                .get_or_create_global(&mut st.graph, "global_step", &spec)
+        };
+        self.variable_result("global_step", r)
+    }
+
+    /// Sets the variable read by `target` to `value` when the step ends; returns the `Assign`.
+    pub fn assign(&self, target: &Tensor, value: &Tensor) -> Option<NodeId> {
+        self.assign_as("Assign", target, value)
+    }
+
+    pub(crate) fn assign_as(&self, base: &str, target: &Tensor, value: &Tensor) -> Option<NodeId> {
+        let node = target.node()?;
+        let var = self.with_graph(|g| g.try_node(node).and_then(|n| n.op.variable()));
+        let Some(var) = var else {
+            let name = target.name().unwrap_or_default();
+            self.record(DslError::Op {
+                node: self.scoped_name(base),
+                message: format!("assign target `{name}` is not a variable"),
+            });
+            return None;
+        };
+        self.add_effect(base, Op::Assign { var }, &[value])
+    }
+}
