@@ -131,7 +131,7 @@ fn scope_block(kw: &Ident, kind: &str, header: &[TokenTree], body: TokenStream) 
     quote_spanned! {span=>
         {
             let #guard = #open;
-            { #body }
+            #body
         }
     }
 }
@@ -172,7 +172,7 @@ fn argscope_block(kw: &Ident, header: &[TokenTree], body: TokenStream) -> TokenS
     quote_spanned! {span=>
         {
             #(#guards)*
-            { #body }
+            #body
         }
     }
 }

@@ -11,7 +11,7 @@ use super::tensor::Tensor;
 use crate::ir::{Graph, NodeId, Op, TensorType, Value, VarId, verify};
 use crate::tensor::{DType, HostTensor};
 use crate::tower::{ScopeDepth, TowerContext, TowerError, VarSpec, VariableStore};
-use std::cell::RefCell;
+use std::cell::{Ref, RefCell, RefMut};
 use std::collections::{BTreeMap, HashMap};
 use std::marker::PhantomData;
 use std::rc::Rc;
@@ -19,7 +19,6 @@ use std::rc::Rc;
 pub(crate) struct State {
     pub(crate) graph: Graph,
     pub(crate) store: VariableStore,
-    error: Option<DslError>,
     finished: bool,
     seed: u64,
     /// Variable reads of the current tower, so each tower reads a variable once.
@@ -28,18 +27,28 @@ pub(crate) struct State {
     tower_collections: BTreeMap<String, Vec<Value>>,
 }
 
+/// The state and the first error, in separate cells so that an error can be recorded while the
+/// graph is borrowed.
+pub(crate) struct Shared {
+    state: RefCell<State>,
+    error: RefCell<Option<DslError>>,
+}
+
 /// A graph under construction. Cheap to clone: clones share the same graph.
+///
+/// Internal invariant: a mutable borrow of the state never spans user code (activations, tower
+/// functions, `with_graph` closures), so shared borrows cannot fail; building an op inside
+/// [`Builder::with_graph`] is caught and recorded as [`DslError::Reentrant`].
 #[derive(Clone)]
 pub struct Builder {
-    pub(crate) inner: Rc<RefCell<State>>,
+    pub(crate) inner: Rc<Shared>,
 }
 
 impl std::fmt::Debug for Builder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let st = self.inner.borrow();
         f.debug_struct("Builder")
-            .field("graph", &st.graph)
-            .field("error", &st.error)
+            .field("graph", &self.st().graph)
+            .field("error", &self.error())
             .finish()
     }
 }
@@ -84,7 +93,7 @@ pub struct ScopeGuard {
 
 impl Drop for ScopeGuard {
     fn drop(&mut self) {
-        if let (Some(d), Ok(mut st)) = (self.depth, self.builder.inner.try_borrow_mut()) {
+        if let (Some(d), Ok(mut st)) = (self.depth, self.builder.inner.state.try_borrow_mut()) {
             st.store.restore(d);
         }
     }
@@ -135,15 +144,17 @@ impl Builder {
     /// Existing variables are found by name, so reuse works across the two sessions.
     pub fn from_graph(graph: Graph, seed: u64) -> Builder {
         Builder {
-            inner: Rc::new(RefCell::new(State {
-                graph,
-                store: VariableStore::new(),
-                error: None,
-                finished: false,
-                seed,
-                reads: HashMap::new(),
-                tower_collections: BTreeMap::new(),
-            })),
+            inner: Rc::new(Shared {
+                state: RefCell::new(State {
+                    graph,
+                    store: VariableStore::new(),
+                    finished: false,
+                    seed,
+                    reads: HashMap::new(),
+                    tower_collections: BTreeMap::new(),
+                }),
+                error: RefCell::new(None),
+            }),
         }
     }
 
@@ -165,14 +176,31 @@ impl Builder {
         Rc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// Shared access to the state (never fails: see the type's invariant).
+    fn st(&self) -> Ref<'_, State> {
+        self.inner.state.borrow()
+    }
+
+    /// Mutable access to the state; `None` (with [`DslError::Reentrant`] recorded) when the
+    /// graph is being read by a `with_graph` closure.
+    fn st_mut(&self) -> Option<RefMut<'_, State>> {
+        match self.inner.state.try_borrow_mut() {
+            Ok(st) => Some(st),
+            Err(_) => {
+                self.record(DslError::Reentrant);
+                None
+            }
+        }
+    }
+
     /// The graph seed.
     pub fn seed(&self) -> u64 {
-        self.inner.borrow().seed
+        self.st().seed
     }
 
     /// The first error recorded, if any.
     pub fn error(&self) -> Option<DslError> {
-        self.inner.borrow().error.clone()
+        self.inner.error.borrow().clone()
     }
 
     /// `Err` with the first recorded error, if any.
@@ -182,34 +210,36 @@ impl Builder {
 
     /// Runs `f` on the graph as built so far.
     pub fn with_graph<R>(&self, f: impl FnOnce(&Graph) -> R) -> R {
-        f(&self.inner.borrow().graph)
+        f(&self.st().graph)
     }
 
     /// The active tower context, if a tower function is running.
     pub fn tower_context(&self) -> Option<TowerContext> {
-        self.inner.borrow().store.tower().cloned()
+        self.st().store.tower().cloned()
     }
 
     /// The variables created so far by the active tower, in creation order.
     pub fn variables_created_in_tower(&self) -> Vec<VarId> {
-        self.inner.borrow().store.created_in_tower().to_vec()
+        self.st().store.created_in_tower().to_vec()
     }
 
     /// Full path of the current variable scope.
     pub fn variable_scope_name(&self) -> String {
-        self.inner.borrow().store.variable_scope().to_string()
+        self.st().store.variable_scope().to_string()
     }
 
     /// Full path of the current name scope.
     pub fn name_scope_name(&self) -> String {
-        self.inner.borrow().store.name_scope().to_string()
+        self.st().store.name_scope().to_string()
     }
 
     /// Takes the finished graph out of the builder, verified. Errors with the first recorded
     /// error; later ops on this builder's tensors are no-ops.
     pub fn finish(&self) -> Result<Graph, DslError> {
         self.check()?;
-        let mut st = self.inner.borrow_mut();
+        let Some(mut st) = self.st_mut() else {
+            return Err(DslError::Reentrant);
+        };
         if st.finished {
             return Err(DslError::Finished);
         }
@@ -229,16 +259,17 @@ impl Builder {
     }
 
     pub(crate) fn record(&self, err: DslError) {
-        let mut st = self.inner.borrow_mut();
-        if st.error.is_none() {
-            st.error = Some(err);
+        if let Ok(mut first) = self.inner.error.try_borrow_mut()
+            && first.is_none()
+        {
+            *first = Some(err);
         }
     }
 
     pub(crate) fn tower_fail(&self, at: &str, source: TowerError) -> Tensor {
         self.fail(DslError::Tower {
             at: at.to_string(),
-            source,
+            source: Box::new(source),
         })
     }
 
@@ -250,15 +281,14 @@ impl Builder {
     }
 
     pub(crate) fn is_poisoned(&self) -> bool {
-        let st = self.inner.borrow();
-        st.error.is_some() || st.finished
+        self.inner.error.borrow().is_some() || self.st().finished
     }
 
     // ---- nodes ---------------------------------------------------------------------------
 
     /// The unique scoped name of a new node `base` in the current name scope.
     pub(crate) fn scoped_name(&self, base: &str) -> String {
-        let st = self.inner.borrow();
+        let st = self.st();
         let full = crate::tower::join_scope(st.store.name_scope(), base);
         st.graph.unique_name(&full)
     }
@@ -285,7 +315,9 @@ impl Builder {
             return Vec::new();
         };
         let name = self.scoped_name(base);
-        let mut st = self.inner.borrow_mut();
+        let Some(mut st) = self.st_mut() else {
+            return Vec::new();
+        };
         let device = st.store.tower().and_then(|t| t.device());
         match st.graph.add_node_on(&name, op, &values, device) {
             Ok(id) => {
@@ -320,7 +352,7 @@ impl Builder {
     pub(crate) fn add_effect(&self, base: &str, op: Op, inputs: &[&Tensor]) -> Option<NodeId> {
         let values = self.check_inputs(base, inputs)?;
         let name = self.scoped_name(base);
-        let mut st = self.inner.borrow_mut();
+        let mut st = self.st_mut()?;
         let device = st.store.tower().and_then(|t| t.device());
         match st.graph.add_node_on(&name, op, &values, device) {
             Ok(id) => Some(id),
@@ -367,7 +399,9 @@ impl Builder {
         if self.is_poisoned() {
             return;
         }
-        let mut st = self.inner.borrow_mut();
+        let Some(mut st) = self.st_mut() else {
+            return;
+        };
         if st.store.tower().is_some_and(|t| t.discards(collection)) {
             return;
         }
@@ -382,7 +416,7 @@ impl Builder {
 
     /// The entries the active tower added to `collection` so far.
     pub fn tower_collection(&self, collection: &str) -> Vec<Value> {
-        let st = self.inner.borrow();
+        let st = self.st();
         st.tower_collections
             .get(collection)
             .cloned()
@@ -412,7 +446,9 @@ impl Builder {
         self.check()?;
         let at = ctx.display_name();
         let entered = {
-            let mut st = self.inner.borrow_mut();
+            let Some(mut st) = self.st_mut() else {
+                return Err(DslError::Reentrant);
+            };
             let r = st.store.enter_tower(ctx);
             if r.is_ok() {
                 st.reads.clear();
@@ -421,7 +457,10 @@ impl Builder {
             r
         };
         if let Err(source) = entered {
-            let err = DslError::Tower { at, source };
+            let err = DslError::Tower {
+                at,
+                source: Box::new(source),
+            };
             self.record(err.clone());
             return Err(err);
         }
@@ -433,7 +472,7 @@ impl Builder {
     }
 
     fn exit_tower(&self) -> Option<TowerRecord> {
-        let mut st = self.inner.borrow_mut();
+        let mut st = self.st_mut()?;
         let (ctx, created) = st.store.exit_tower()?;
         st.reads.clear();
         let collections = std::mem::take(&mut st.tower_collections);
@@ -455,46 +494,54 @@ impl Builder {
             Err(source) => {
                 let at = crate::tower::join_scope(&self.name_scope_name(), name);
                 self.tower_fail(&at, source);
-                ScopeGuard {
-                    builder: self.clone(),
-                    depth: None,
-                }
+                self.inert_guard()
             }
+        }
+    }
+
+    fn inert_guard(&self) -> ScopeGuard {
+        ScopeGuard {
+            builder: self.clone(),
+            depth: None,
         }
     }
 
     /// Opens variable scope `name` and the name scope of the same name; reuse is inherited.
     pub fn variable_scope(&self, name: &str) -> ScopeGuard {
-        let r = self
-            .inner
-            .borrow_mut()
-            .store
-            .push_variable_scope(name, None);
+        let Some(r) = self
+            .st_mut()
+            .map(|mut st| st.store.push_variable_scope(name, None))
+        else {
+            return self.inert_guard();
+        };
         self.scope_guard(name, r)
     }
 
     /// Opens variable scope `name` with reuse turned on when `reuse` is true (TF1: reuse cannot
     /// be turned off inside a reusing scope, so `false` inherits).
     pub fn variable_scope_with_reuse(&self, name: &str, reuse: bool) -> ScopeGuard {
-        let r = self
-            .inner
-            .borrow_mut()
-            .store
-            .push_variable_scope(name, Some(reuse));
+        let Some(r) = self
+            .st_mut()
+            .map(|mut st| st.store.push_variable_scope(name, Some(reuse)))
+        else {
+            return self.inert_guard();
+        };
         self.scope_guard(name, r)
     }
 
     /// Opens name scope `name` only: node names change, variable names do not.
     pub fn name_scope(&self, name: &str) -> ScopeGuard {
-        let r = self.inner.borrow_mut().store.push_name_scope(name);
+        let Some(r) = self.st_mut().map(|mut st| st.store.push_name_scope(name)) else {
+            return self.inert_guard();
+        };
         self.scope_guard(name, r)
     }
 
     /// `scope.reuse_variables()` on the current variable scope (only scopes the tower function
     /// opened may change).
     pub fn reuse_variables(&self) {
-        let r = self.inner.borrow_mut().store.reuse_variables();
-        if let Err(source) = r {
+        let r = self.st_mut().map(|mut st| st.store.reuse_variables());
+        if let Some(Err(source)) = r {
             let at = self.variable_scope_name();
             self.tower_fail(&at, source);
         }
@@ -502,7 +549,7 @@ impl Builder {
 
     /// Whether `get_variable` in the current scope reuses existing variables.
     pub fn reuse(&self) -> bool {
-        self.inner.borrow().store.reuse()
+        self.st().store.reuse()
     }
 
     // ---- variables -----------------------------------------------------------------------
@@ -512,7 +559,7 @@ impl Builder {
         if self.is_poisoned() {
             return self.poisoned();
         }
-        let cached = self.inner.borrow().reads.get(&id).cloned();
+        let cached = self.st().reads.get(&id).cloned();
         if let Some(slot) = cached {
             return Tensor {
                 builder: self.clone(),
@@ -520,7 +567,7 @@ impl Builder {
             };
         }
         let (name, device) = {
-            let st = self.inner.borrow();
+            let st = self.st();
             let Some(def) = st.graph.variables().get(id.0 as usize) else {
                 drop(st);
                 return self.fail(DslError::Op {
@@ -536,7 +583,9 @@ impl Builder {
             let name = st.graph.unique_name(&crate::tower::join_scope(ns, rel));
             (name, st.store.tower().and_then(|t| t.device()))
         };
-        let mut st = self.inner.borrow_mut();
+        let Some(mut st) = self.st_mut() else {
+            return self.poisoned();
+        };
         match st
             .graph
             .add_node_on(&name, Op::Variable { var: id }, &[], device)
@@ -574,7 +623,10 @@ impl Builder {
             return self.poisoned();
         }
         let r = {
-            let st = &mut *self.inner.borrow_mut();
+            let Some(mut guard) = self.st_mut() else {
+                return self.poisoned();
+            };
+            let st = &mut *guard;
             st.store.get_variable(&mut st.graph, name, spec)
         };
         self.variable_result(name, r)
@@ -586,7 +638,10 @@ impl Builder {
             return self.poisoned();
         }
         let r = {
-            let st = &mut *self.inner.borrow_mut();
+            let Some(mut guard) = self.st_mut() else {
+                return self.poisoned();
+            };
+            let st = &mut *guard;
             st.store
                 .get_variable_by_full_name(&mut st.graph, full_name, spec)
         };
@@ -600,7 +655,10 @@ impl Builder {
             return self.poisoned();
         }
         let r = {
-            let st = &mut *self.inner.borrow_mut();
+            let Some(mut guard) = self.st_mut() else {
+                return self.poisoned();
+            };
+            let st = &mut *guard;
             st.store.new_variable(&mut st.graph, name, spec)
         };
         self.variable_result(name, r)
@@ -613,7 +671,10 @@ impl Builder {
         }
         let spec = VarSpec::new(&[]).dtype(DType::I64).trainable(false);
         let r = {
-            let st = &mut *self.inner.borrow_mut();
+            let Some(mut guard) = self.st_mut() else {
+                return self.poisoned();
+            };
+            let st = &mut *guard;
             st.store
                 .get_or_create_global(&mut st.graph, "global_step", &spec)
         };

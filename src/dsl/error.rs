@@ -15,7 +15,7 @@ pub enum DslError {
     Tower {
         at: String,
         #[source]
-        source: TowerError,
+        source: Box<TowerError>,
     },
     /// A layer was called with arguments that do not fit its input.
     #[error("layer `{layer}` ({kind}): {message}")]
@@ -42,6 +42,9 @@ pub enum DslError {
     /// An input signature that tensorpack would reject.
     #[error("input signature: {message}")]
     Signature { message: String },
+    /// An op was built while the graph was being read (inside `Builder::with_graph`).
+    #[error("the graph was modified while being read: build no ops inside Builder::with_graph")]
+    Reentrant,
     /// `finish` was called twice.
     #[error("the builder was already finished")]
     Finished,

@@ -92,8 +92,8 @@ pub enum TowerError {
     #[error("variable `{name}` exists as {existing}, but {requested} was requested")]
     ReuseMismatch {
         name: String,
-        existing: TensorType,
-        requested: TensorType,
+        existing: Box<TensorType>,
+        requested: Box<TensorType>,
     },
     /// A scope or variable name that is not `/`-separated `[A-Za-z0-9_.-]` segments.
     #[error("{kind} name `{name}` is invalid: use `/`-separated segments of [A-Za-z0-9_.-]")]

@@ -415,8 +415,8 @@ fn check_same_type(graph: &Graph, id: VarId, spec: &VarSpec) -> Result<VarId, To
     if def.ty != requested {
         return Err(TowerError::ReuseMismatch {
             name: def.name.clone(),
-            existing: def.ty.clone(),
-            requested,
+            existing: Box::new(def.ty.clone()),
+            requested: Box::new(requested),
         });
     }
     Ok(id)

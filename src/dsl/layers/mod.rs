@@ -122,11 +122,10 @@ macro_rules! layer {
                         "set arguments with its methods and add it with `.build()`.")]
         #[allow(non_snake_case)]
         pub fn $Layer(name: impl AsRef<str>, input: impl Into<$crate::dsl::Tensor>) -> $Layer {
-            $Layer {
-                name: name.as_ref().to_string(),
-                input: Some(input.into()),
-                ..Default::default()
-            }
+            let mut layer = $Layer::default();
+            layer.name = name.as_ref().to_string();
+            layer.input = Some(input.into());
+            layer
         }
     };
 }
