@@ -114,8 +114,14 @@ binary_methods! {
 impl Tensor {
     /// A scalar constant with this tensor's element type (`f32` if poisoned).
     pub fn scalar_like(&self, value: f32) -> Tensor {
+        self.scalar_like_f64(f64::from(value))
+    }
+
+    /// [`Tensor::scalar_like`] from an `f64`, rounded once to the element type (so `1 - 0.9`
+    /// computed in `f64` becomes the `f32` nearest 0.1).
+    pub fn scalar_like_f64(&self, value: f64) -> Tensor {
         let dtype = self.dtype().unwrap_or(crate::tensor::DType::F32);
-        self.builder.scalar(dtype, f64::from(value))
+        self.builder.scalar(dtype, value)
     }
 
     /// `max(x, alpha·x)`.

@@ -16,7 +16,7 @@ pub struct ConvNet {
     pub hidden: usize,
     pub classes: usize,
     /// Drop rate of the dropout after `fc0`.
-    pub dropout_rate: f32,
+    pub dropout_rate: f64,
     pub weight_decay: f32,
 }
 

@@ -15,7 +15,7 @@ layer! {
     /// Dropout. Defaults: rate 0.5, `training` from the tower.
     Dropout {
         /// Probability of dropping an element, in `[0, 1)`.
-        rate: f32,
+        rate: f64,
         /// Drop elements (default: the tower's `is_training`).
         training: bool,
     }
@@ -42,8 +42,9 @@ impl Dropout {
             }
             let seed = mix64(b.seed() ^ stable_hash(&b.name_scope_name()));
             let step = b.global_step();
-            let keep = x.random_uniform_like(seed, &step).greater_equal(rate);
-            let scaled = x * (1.0 / (1.0 - rate));
+            let uniform = x.random_uniform_like(seed, &step);
+            let keep = uniform.greater_equal(uniform.scalar_like_f64(rate));
+            let scaled = x * x.scalar_like_f64(1.0 / (1.0 - rate));
             Ok(keep.select(&scaled, &x.scalar_like(0.0)))
         })
     }

@@ -15,8 +15,8 @@ layer! {
     /// Defaults: momentum 0.9, epsilon 1e-5, center and scale on, `training` from the tower.
     BatchNorm {
         /// EMA decay: `ema = ema·momentum + batch·(1 - momentum)`.
-        momentum: f32,
-        epsilon: f32,
+        momentum: f64,
+        epsilon: f64,
         /// Learn a shift `beta`.
         center: bool,
         /// Learn a scale `gamma`.
@@ -79,7 +79,9 @@ impl BatchNorm {
                         (&ema_mean, &mean, "AssignMovingAvg"),
                         (&ema_var, &var, "AssignMovingAvg_1"),
                     ] {
-                        let updated = ema * momentum + batch * (1.0 - momentum);
+                        let decay = ema.scalar_like_f64(momentum);
+                        let rest = ema.scalar_like_f64(1.0 - momentum);
+                        let updated = ema * decay + batch * rest;
                         if let Some(assign) = b.assign_as(op, ema, &updated) {
                             b.add_node_to_collection(UPDATE_OPS, assign);
                         }
@@ -89,7 +91,7 @@ impl BatchNorm {
             } else {
                 (ema_mean, ema_var)
             };
-            let mut y = (x - &mean) * (var + epsilon).rsqrt();
+            let mut y = (x - &mean) * (&var + var.scalar_like_f64(epsilon)).rsqrt();
             if let Some(gamma) = gamma {
                 y = y * gamma;
             }
