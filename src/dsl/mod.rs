@@ -67,10 +67,11 @@ mod handle;
 pub mod layers;
 mod ops;
 mod replicate;
+mod scopes;
 mod tensor;
 
 pub use argscope::{ArgScopeGuard, LayerDefaults, argscope};
-pub use builder::{Builder, DefaultGuard, ScopeGuard, TowerGuard, current_builder};
+pub use builder::{Builder, DefaultGuard, current_builder};
 pub use error::DslError;
 pub use handle::{InputSpec, TowerHandle, validate_signature};
 pub use layers::*;
@@ -79,6 +80,7 @@ pub use replicate::{
     INFERENCE_TOWER, Replicated, Replication, Strategy, build_inference_tower,
     build_training_towers, replicate,
 };
+pub use scopes::{ScopeGuard, TowerGuard};
 pub use tensor::{Tensor, concat, select};
 
 use crate::tower::{TowerContext, VarSpec};
