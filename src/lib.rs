@@ -13,7 +13,13 @@ pub mod data;
 pub mod dsl;
 pub mod ir;
 pub mod lower;
+pub mod models;
 pub mod optim;
 pub mod tensor;
 pub mod tower;
 pub mod train;
+
+pub use towerpack_macros::graph;
+
+// `graph!` expands to `::towerpack::dsl::...` paths; this lets the crate's own models use it.
+extern crate self as towerpack;
