@@ -589,6 +589,7 @@ fn compiled_programs_match_the_reference_on_random_graphs() {
     let unfused = LowerOptions {
         fuse: false,
         simplify: false,
+        ..LowerOptions::default()
     };
     let mut failures = Vec::new();
     for seed in 0..300 {

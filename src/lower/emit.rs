@@ -1,14 +1,15 @@
-//! Scheduling and emission: orders the kernel drafts, decides which assigns write their
-//! variable in place, gives every materialised value a buffer, plans the arena and builds the
-//! [`Program`].
+//! Scheduling and emission: orders the kernels, decides which assigns write their variable in
+//! place, gives every materialised value a buffer, plans the arena and builds the [`Program`].
 
 use super::LowerError;
+use super::arena::{ArenaKernel, ArenaOperand};
 use super::kernelize::{Draft, Kernelized, Operand};
 use super::layout::StateLayout;
 use super::memplan::{self, Interval};
 use super::passes::StepGraph;
 use super::program::{Buffer, BufferId, Kernel, KernelKind, Program, Region, Storage, View};
 use crate::ir::{Op, Value, VarId};
+use smallvec::smallvec;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
 /// The variable a value reads, if it is a `Variable` node's output.
@@ -19,11 +20,69 @@ fn read_of(sg: &StepGraph, v: Value) -> Option<VarId> {
     }
 }
 
+/// A kernel to schedule: an ordinary draft or a fused arena update.
+enum Item<'a> {
+    Draft(&'a Draft),
+    Arena(&'a ArenaKernel),
+}
+
+impl Item<'_> {
+    fn anchor(&self) -> usize {
+        match self {
+            Item::Draft(d) => d.anchor,
+            Item::Arena(a) => a.anchor,
+        }
+    }
+
+    /// The materialised values it reads.
+    fn bases(&self) -> Vec<Value> {
+        match self {
+            Item::Draft(d) => d.inputs.iter().map(|o| o.base).collect(),
+            Item::Arena(a) => a
+                .operands
+                .iter()
+                .flat_map(|o| match o {
+                    ArenaOperand::Arena { values } => values.clone(),
+                    ArenaOperand::Shared(op) => vec![op.base],
+                    ArenaOperand::State { .. } => Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The variables it reads through their state.
+    fn state_reads(&self, sg: &StepGraph) -> Vec<VarId> {
+        match self {
+            Item::Draft(d) => d
+                .inputs
+                .iter()
+                .filter_map(|o| read_of(sg, o.base))
+                .collect(),
+            Item::Arena(a) => a
+                .operands
+                .iter()
+                .flat_map(|o| match o {
+                    ArenaOperand::State { vars } => vars.clone(),
+                    _ => Vec::new(),
+                })
+                .collect(),
+        }
+    }
+}
+
 struct Deps {
     succ: Vec<Vec<usize>>,
+    indeg: Vec<usize>,
 }
 
 impl Deps {
+    fn add(&mut self, a: usize, b: usize) {
+        if a != b && !self.succ[a].contains(&b) {
+            self.succ[a].push(b);
+            self.indeg[b] += 1;
+        }
+    }
+
     fn descendants(&self, from: usize) -> HashSet<usize> {
         let mut seen = HashSet::new();
         let mut stack = vec![from];
@@ -38,12 +97,145 @@ impl Deps {
     }
 }
 
-/// Builds the program of a kernelized step.
+/// Buffers of the program under construction, with the scratch liveness the planner needs.
+struct Buffers<'a> {
+    sg: &'a StepGraph,
+    batch: usize,
+    prog: Program,
+    of_value: HashMap<Value, BufferId>,
+    of_var: HashMap<VarId, BufferId>,
+    scratch: Vec<(BufferId, Interval)>,
+    scratch_index: HashMap<BufferId, usize>,
+    in_place: HashMap<Value, VarId>,
+}
+
+impl Buffers<'_> {
+    fn push(&mut self, b: Buffer) -> BufferId {
+        self.prog.buffers.push(b);
+        BufferId((self.prog.buffers.len() - 1) as u32)
+    }
+
+    fn var(&mut self, var: VarId) -> BufferId {
+        if let Some(&b) = self.of_var.get(&var) {
+            return b;
+        }
+        let def = self.sg.graph.variable(var);
+        let slot = self.prog.state.slot(var);
+        let b = self.push(Buffer {
+            name: def.name.clone(),
+            dtype: def.ty.dtype,
+            shape: def.ty.shape.resolve(self.batch),
+            storage: Storage::State {
+                device: slot.device,
+                offset: slot.offset,
+            },
+        });
+        self.of_var.insert(var, b);
+        b
+    }
+
+    fn value(&mut self, v: Value, def: Option<usize>) -> BufferId {
+        if let Some(&b) = self.of_value.get(&v) {
+            return b;
+        }
+        let var = read_of(self.sg, v).or_else(|| self.in_place.get(&v).copied());
+        let b = if let Some(var) = var {
+            self.var(var)
+        } else {
+            let ty = self.sg.graph.value_type(v);
+            let shape = ty.shape.resolve(self.batch);
+            let node = self.sg.graph.node(v.node);
+            let storage = match &node.op {
+                Op::Constant { value } => {
+                    self.prog.constants.push(value.clone());
+                    Storage::Constant((self.prog.constants.len() - 1) as u32)
+                }
+                _ => Storage::Scratch {
+                    device: node.device.unwrap_or(0),
+                    offset: 0,
+                },
+            };
+            let b = self.push(Buffer {
+                name: self.sg.graph.value_name(v),
+                dtype: ty.dtype,
+                shape: shape.clone(),
+                storage,
+            });
+            if let Storage::Scratch { device, .. } = storage {
+                self.scratch_index.insert(b, self.scratch.len());
+                self.scratch.push((
+                    b,
+                    Interval {
+                        device,
+                        bytes: shape.iter().product::<usize>() * ty.dtype.size_bytes(),
+                        def,
+                        last_use: 0,
+                        reuse_candidates: Vec::new(),
+                    },
+                ));
+            }
+            if matches!(node.op, Op::Input { .. }) {
+                self.prog.feeds.push((v.node, b));
+            }
+            b
+        };
+        self.of_value.insert(v, b);
+        b
+    }
+
+    fn read(&mut self, b: BufferId, t: usize) {
+        if let Some(&s) = self.scratch_index.get(&b) {
+            self.scratch[s].1.last_use = self.scratch[s].1.last_use.max(t);
+        }
+    }
+
+    fn region(&mut self, o: &Operand) -> Region {
+        let b = self.value(o.base, None);
+        self.read(b, usize::MAX);
+        Region {
+            buffer: b,
+            offset: o.view.offset,
+            shape: o.view.shape.clone(),
+        }
+    }
+
+    /// A buffer spanning a contiguous family of variables.
+    fn state_range(&mut self, vars: &[VarId]) -> BufferId {
+        let first = vars[0];
+        let def = self.sg.graph.variable(first);
+        let slot = self.prog.state.slot(first);
+        let n: usize = vars
+            .iter()
+            .map(|v| {
+                self.sg
+                    .graph
+                    .variable(*v)
+                    .ty
+                    .shape
+                    .num_elements()
+                    .unwrap_or(0)
+            })
+            .sum();
+        let last = &self.sg.graph.variable(vars[vars.len() - 1]).name;
+        self.push(Buffer {
+            name: format!("state[{}..{}]", def.name, last),
+            dtype: def.ty.dtype,
+            shape: vec![n],
+            storage: Storage::State {
+                device: slot.device,
+                offset: slot.offset,
+            },
+        })
+    }
+}
+
+/// Builds the program of a kernelized step with its arena kernels.
 pub fn emit(
     sg: &StepGraph,
     k: Kernelized,
     batch: usize,
     state: StateLayout,
+    arenas: Vec<ArenaKernel>,
 ) -> Result<Program, LowerError> {
     let Kernelized {
         drafts,
@@ -53,48 +245,64 @@ pub fn emit(
     } = k;
     let alive: Vec<usize> = (0..drafts.len()).filter(|&i| drafts[i].alive).collect();
     let index: HashMap<usize, usize> = alive.iter().enumerate().map(|(a, &d)| (d, a)).collect();
-    let ds: Vec<&Draft> = alive.iter().map(|&i| &drafts[i]).collect();
-    let n = ds.len();
+    let mut items: Vec<Item> = alive.iter().map(|&i| Item::Draft(&drafts[i])).collect();
+    items.extend(arenas.iter().map(Item::Arena));
+    let n = items.len();
     let prod: HashMap<Value, usize> = producer
         .iter()
         .filter_map(|(v, d)| index.get(d).map(|&a| (*v, a)))
         .collect();
     let mut deps = Deps {
         succ: vec![Vec::new(); n],
+        indeg: vec![0; n],
     };
-    let mut indeg = vec![0usize; n];
-    let add_edge = |deps: &mut Deps, indeg: &mut Vec<usize>, a: usize, b: usize| {
-        if a != b && !deps.succ[a].contains(&b) {
-            deps.succ[a].push(b);
-            indeg[b] += 1;
+    for (i, item) in items.iter().enumerate() {
+        for b in item.bases() {
+            if let Some(&j) = prod.get(&b) {
+                deps.add(j, i);
+            }
         }
-    };
-    for (i, d) in ds.iter().enumerate() {
-        for o in &d.inputs {
-            if let Some(&j) = prod.get(&o.base) {
-                add_edge(&mut deps, &mut indeg, j, i);
+    }
+    let mut readers: HashMap<VarId, Vec<usize>> = HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        for var in item.state_reads(sg) {
+            readers.entry(var).or_default().push(i);
+        }
+    }
+    // Arena kernels overwrite their variables: every other reader of them runs first.
+    for (i, item) in items.iter().enumerate() {
+        let Item::Arena(a) = item else { continue };
+        let desc = deps.descendants(i);
+        for var in a.outputs.iter().flatten() {
+            for &r in readers.get(var).map_or(&[][..], |r| r.as_slice()) {
+                if desc.contains(&r) {
+                    return Err(LowerError::Unsupported {
+                        node: a.name.clone(),
+                        op: "arena update".into(),
+                        reason: format!(
+                            "`{}` is read after its fused update",
+                            sg.graph.variable(*var).name
+                        ),
+                    });
+                }
+                deps.add(r, i);
             }
         }
     }
 
     // In-place assigns: the kernel producing the value writes the variable's storage directly.
-    let mut readers: HashMap<VarId, Vec<usize>> = HashMap::new();
-    for (i, d) in ds.iter().enumerate() {
-        for o in &d.inputs {
-            if let Some(var) = read_of(sg, o.base) {
-                readers.entry(var).or_default().push(i);
-            }
-        }
-    }
     let fetched_vars: HashSet<VarId> = fetches.iter().filter_map(|o| read_of(sg, o.base)).collect();
     let mut in_place: HashMap<Value, VarId> = HashMap::new();
     let mut writebacks: Vec<(Operand, VarId)> = Vec::new();
     for (o, var) in assigns {
-        let Some(&kidx) = prod.get(&o.base) else {
+        let candidate = prod.get(&o.base).and_then(|&kidx| match items[kidx] {
+            Item::Draft(d) => Some((kidx, d)),
+            Item::Arena(_) => None,
+        });
+        let Some((kidx, kd)) = candidate else {
             writebacks.push((o, var));
             continue;
         };
-        let kd = ds[kidx];
         let shape = sg.graph.variable(var).ty.shape.resolve(batch);
         let whole = o.view.offset == 0 && o.view.shape == shape && o.view.is_identity();
         let own_reads_ok = kd.inputs.iter().all(|i| {
@@ -115,7 +323,7 @@ pub fn emit(
             && rs.iter().all(|r| !desc.contains(r));
         if ok {
             for r in rs {
-                add_edge(&mut deps, &mut indeg, r, kidx);
+                deps.add(r, kidx);
             }
             in_place.insert(o.base, var);
         } else {
@@ -124,10 +332,11 @@ pub fn emit(
     }
 
     // Topological order, ties broken by the graph position of what each kernel computes.
+    let mut indeg = deps.indeg.clone();
     let mut heap: BinaryHeap<std::cmp::Reverse<(usize, usize)>> = BinaryHeap::new();
-    for (i, d) in ds.iter().enumerate() {
+    for (i, item) in items.iter().enumerate() {
         if indeg[i] == 0 {
-            heap.push(std::cmp::Reverse((d.anchor, i)));
+            heap.push(std::cmp::Reverse((item.anchor(), i)));
         }
     }
     let mut schedule = Vec::with_capacity(n);
@@ -136,174 +345,66 @@ pub fn emit(
         for &j in &deps.succ[i] {
             indeg[j] -= 1;
             if indeg[j] == 0 {
-                heap.push(std::cmp::Reverse((ds[j].anchor, j)));
+                heap.push(std::cmp::Reverse((items[j].anchor(), j)));
             }
         }
     }
     if schedule.len() != n {
         return Err(LowerError::Unsupported {
-            node: ds.iter().map(|d| d.name.clone()).next().unwrap_or_default(),
+            node: String::new(),
             op: "schedule".into(),
             reason: "kernel dependencies form a cycle (a fusion bug)".into(),
         });
     }
 
-    // Buffers.
-    let mut prog = Program {
+    let mut bufs = Buffers {
+        sg,
         batch,
-        state,
-        ..Program::default()
+        prog: Program {
+            batch,
+            state,
+            ..Program::default()
+        },
+        of_value: HashMap::new(),
+        of_var: HashMap::new(),
+        scratch: Vec::new(),
+        scratch_index: HashMap::new(),
+        in_place,
     };
-    let mut buf_of: HashMap<Value, BufferId> = HashMap::new();
-    let mut var_buf: HashMap<VarId, BufferId> = HashMap::new();
-    let mut scratch: Vec<(BufferId, Interval)> = Vec::new();
-    let mut scratch_index: HashMap<BufferId, usize> = HashMap::new();
-    let name_of = |v: Value| sg.graph.value_name(v);
-
-    let mut buffer_for = |prog: &mut Program,
-                          scratch: &mut Vec<(BufferId, Interval)>,
-                          scratch_index: &mut HashMap<BufferId, usize>,
-                          v: Value,
-                          def: Option<usize>|
-     -> BufferId {
-        if let Some(&b) = buf_of.get(&v) {
-            return b;
-        }
-        let ty = sg.graph.value_type(v);
-        let shape = ty.shape.resolve(batch);
-        let node = sg.graph.node(v.node);
-        let var = read_of(sg, v).or_else(|| in_place.get(&v).copied());
-        let b = if let Some(var) = var {
-            *var_buf.entry(var).or_insert_with(|| {
-                let slot = prog.state.slot(var);
-                prog.buffers.push(Buffer {
-                    name: sg.graph.variable(var).name.clone(),
-                    dtype: ty.dtype,
-                    shape: shape.clone(),
-                    storage: Storage::State {
-                        device: slot.device,
-                        offset: slot.offset,
-                    },
-                });
-                BufferId((prog.buffers.len() - 1) as u32)
-            })
-        } else {
-            let storage = match &node.op {
-                Op::Constant { value } => {
-                    prog.constants.push(value.clone());
-                    Storage::Constant((prog.constants.len() - 1) as u32)
-                }
-                _ => Storage::Scratch {
-                    device: node.device.unwrap_or(0),
-                    offset: 0,
-                },
-            };
-            prog.buffers.push(Buffer {
-                name: name_of(v),
-                dtype: ty.dtype,
-                shape: shape.clone(),
-                storage,
-            });
-            let b = BufferId((prog.buffers.len() - 1) as u32);
-            if let Storage::Scratch { device, .. } = storage {
-                scratch_index.insert(b, scratch.len());
-                scratch.push((
-                    b,
-                    Interval {
-                        device,
-                        bytes: shape.iter().product::<usize>() * ty.dtype.size_bytes(),
-                        def,
-                        last_use: 0,
-                        reuse_candidates: Vec::new(),
-                    },
-                ));
-            }
-            if matches!(node.op, Op::Input { .. }) {
-                prog.feeds.push((v.node, b));
-            }
-            b
-        };
-        buf_of.insert(v, b);
-        b
-    };
-
+    let mut groups: Vec<(Vec<usize>, BufferId)> = Vec::new();
     let mut kernels = Vec::with_capacity(n);
     for (t, &i) in schedule.iter().enumerate() {
-        let d = ds[i];
-        let mut inputs = Vec::with_capacity(d.inputs.len());
-        for o in &d.inputs {
-            let b = buffer_for(&mut prog, &mut scratch, &mut scratch_index, o.base, None);
-            if let Some(&s) = scratch_index.get(&b) {
-                scratch[s].1.last_use = scratch[s].1.last_use.max(t);
-            }
-            inputs.push(View {
-                buffer: b,
-                offset: o.view.offset,
-                strides: o.view.strides.clone(),
-            });
-        }
-        let mut outputs = Vec::with_capacity(d.outputs.len());
-        for &v in &d.outputs {
-            let b = buffer_for(&mut prog, &mut scratch, &mut scratch_index, v, Some(t));
-            if let (Some(&s), KernelKind::Elementwise { shape, .. }) =
-                (scratch_index.get(&b), &d.kind)
-            {
-                let candidates: Vec<usize> = d
-                    .inputs
-                    .iter()
-                    .zip(&inputs)
-                    .filter(|(o, _)| o.view.is_identity() && &o.view.shape == shape)
-                    .filter_map(|(_, view)| scratch_index.get(&view.buffer).copied())
-                    .collect();
-                scratch[s].1.reuse_candidates = candidates;
-            }
-            outputs.push(b);
-        }
-        kernels.push(Kernel {
-            name: d.name.clone(),
-            device: d.device,
-            kind: d.kind.clone(),
-            inputs,
-            outputs,
+        kernels.push(match items[i] {
+            Item::Draft(d) => emit_draft(&mut bufs, d, t),
+            Item::Arena(a) => emit_arena(&mut bufs, a, t, &mut groups),
         });
     }
-    let mut region = |prog: &mut Program,
-                      scratch: &mut Vec<(BufferId, Interval)>,
-                      scratch_index: &mut HashMap<BufferId, usize>,
-                      o: &Operand|
-     -> Region {
-        let b = buffer_for(prog, scratch, scratch_index, o.base, None);
-        if let Some(&s) = scratch_index.get(&b) {
-            scratch[s].1.last_use = usize::MAX;
-        }
-        Region {
-            buffer: b,
-            offset: o.view.offset,
-            shape: o.view.shape.clone(),
-        }
-    };
-    prog.fetches = fetches
+    bufs.prog.fetches = fetches.iter().map(|o| bufs.region(o)).collect();
+    bufs.prog.writebacks = writebacks
         .iter()
-        .map(|o| region(&mut prog, &mut scratch, &mut scratch_index, o))
-        .collect();
-    prog.writebacks = writebacks
-        .iter()
-        .map(|(o, var)| (region(&mut prog, &mut scratch, &mut scratch_index, o), *var))
+        .map(|(o, var)| (bufs.region(o), *var))
         .collect();
 
-    // A buffer written by a kernel but never read (a dead output) dies right away.
-    for (_, iv) in &mut scratch {
+    // A buffer written but never read (a dead output) dies right away.
+    for (_, iv) in &mut bufs.scratch {
         if let Some(def) = iv.def
             && iv.last_use < def
         {
             iv.last_use = def;
         }
     }
-    let intervals: Vec<Interval> = scratch.iter().map(|(_, iv)| iv.clone()).collect();
-    let plan = memplan::plan(&intervals, n);
-    for ((b, _), off) in scratch.iter().zip(&plan.offsets) {
-        if let Storage::Scratch { offset, .. } = &mut prog.buffers[b.0 as usize].storage {
+    let intervals: Vec<Interval> = bufs.scratch.iter().map(|(_, iv)| iv.clone()).collect();
+    let group_members: Vec<Vec<usize>> = groups.iter().map(|(m, _)| m.clone()).collect();
+    let plan = memplan::plan_grouped(&intervals, &group_members, n);
+    for ((b, _), off) in bufs.scratch.iter().zip(&plan.offsets) {
+        if let Storage::Scratch { offset, .. } = &mut bufs.prog.buffers[b.0 as usize].storage {
             *offset = *off;
+        }
+    }
+    for (members, arena) in &groups {
+        let first = plan.offsets[members[0]];
+        if let Storage::Scratch { offset, .. } = &mut bufs.prog.buffers[arena.0 as usize].storage {
+            *offset = first;
         }
     }
     let devices = plan
@@ -313,9 +414,116 @@ pub fn emit(
         .max()
         .map_or(0, |d| usize::from(d) + 1);
     let by_dev: BTreeMap<u16, usize> = plan.arena_bytes;
-    prog.arena_bytes = (0..devices as u16)
+    bufs.prog.arena_bytes = (0..devices as u16)
         .map(|d| by_dev.get(&d).copied().unwrap_or(0))
         .collect();
-    prog.kernels = kernels;
-    Ok(prog)
+    bufs.prog.kernels = kernels;
+    Ok(bufs.prog)
+}
+
+fn emit_draft(bufs: &mut Buffers<'_>, d: &Draft, t: usize) -> Kernel {
+    let mut inputs = Vec::with_capacity(d.inputs.len());
+    for o in &d.inputs {
+        let b = bufs.value(o.base, None);
+        bufs.read(b, t);
+        inputs.push(View {
+            buffer: b,
+            offset: o.view.offset,
+            strides: o.view.strides.clone(),
+        });
+    }
+    let mut outputs = Vec::with_capacity(d.outputs.len());
+    for &v in &d.outputs {
+        let b = bufs.value(v, Some(t));
+        if let (Some(&s), KernelKind::Elementwise { shape, .. }) =
+            (bufs.scratch_index.get(&b), &d.kind)
+        {
+            let candidates: Vec<usize> = d
+                .inputs
+                .iter()
+                .zip(&inputs)
+                .filter(|(o, _)| o.view.is_identity() && &o.view.shape == shape)
+                .filter_map(|(_, view)| bufs.scratch_index.get(&view.buffer).copied())
+                .collect();
+            bufs.scratch[s].1.reuse_candidates = candidates;
+        }
+        outputs.push(b);
+    }
+    Kernel {
+        name: d.name.clone(),
+        device: d.device,
+        kind: d.kind.clone(),
+        inputs,
+        outputs,
+    }
+}
+
+fn emit_arena(
+    bufs: &mut Buffers<'_>,
+    a: &ArenaKernel,
+    t: usize,
+    groups: &mut Vec<(Vec<usize>, BufferId)>,
+) -> Kernel {
+    let n = a.len();
+    let mut inputs = Vec::with_capacity(a.operands.len());
+    for o in &a.operands {
+        inputs.push(match o {
+            ArenaOperand::State { vars } => View {
+                buffer: bufs.state_range(vars),
+                offset: 0,
+                strides: smallvec![1],
+            },
+            ArenaOperand::Arena { values } => {
+                let mut members = Vec::with_capacity(values.len());
+                let mut device = 0;
+                for &v in values {
+                    let b = bufs.value(v, None);
+                    bufs.read(b, t);
+                    if let Some(&s) = bufs.scratch_index.get(&b) {
+                        members.push(s);
+                        device = bufs.scratch[s].1.device;
+                    }
+                }
+                let first = bufs.sg.graph.value_name(values[0]);
+                let last = bufs.sg.graph.value_name(values[values.len() - 1]);
+                let dtype = bufs.sg.graph.value_type(values[0]).dtype;
+                let arena = bufs.push(Buffer {
+                    name: format!("arena[{first}..{last}]"),
+                    dtype,
+                    shape: vec![n],
+                    storage: Storage::Scratch { device, offset: 0 },
+                });
+                groups.push((members, arena));
+                View {
+                    buffer: arena,
+                    offset: 0,
+                    strides: smallvec![1],
+                }
+            }
+            ArenaOperand::Shared(op) => {
+                let b = bufs.value(op.base, None);
+                bufs.read(b, t);
+                View {
+                    buffer: b,
+                    offset: op.view.offset,
+                    strides: smallvec![0],
+                }
+            }
+        });
+    }
+    let outputs = a
+        .outputs
+        .iter()
+        .map(|vars| bufs.state_range(vars))
+        .collect();
+    Kernel {
+        name: a.name.clone(),
+        device: a.device,
+        kind: KernelKind::Elementwise {
+            shape: vec![n],
+            expr: a.expr.clone(),
+        },
+        inputs,
+        outputs,
+    }
 }

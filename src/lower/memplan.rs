@@ -182,3 +182,102 @@ mod tests {
         assert_eq!(p.arena_bytes[&0], 640);
     }
 }
+
+/// [`plan`] with contiguity constraints: the buffers of each group are placed back to back, in
+/// order, with no padding between them (a gradient arena). A group lives from its first
+/// member's definition to its last member's last use, and its members never share memory
+/// with an input in place.
+pub fn plan_grouped(buffers: &[Interval], groups: &[Vec<usize>], kernels: usize) -> Plan {
+    let mut in_group = vec![None; buffers.len()];
+    for (g, members) in groups.iter().enumerate() {
+        for &m in members {
+            in_group[m] = Some(g);
+        }
+    }
+    // The reduced problem: ungrouped buffers, then one interval per group.
+    let mut reduced: Vec<Interval> = Vec::new();
+    let mut index_of = vec![usize::MAX; buffers.len()];
+    for (i, b) in buffers.iter().enumerate() {
+        if in_group[i].is_none() {
+            index_of[i] = reduced.len();
+            let mut b = b.clone();
+            b.reuse_candidates.retain(|&j| in_group[j].is_none());
+            reduced.push(b);
+        }
+    }
+    for b in &mut reduced {
+        b.reuse_candidates = b
+            .reuse_candidates
+            .iter()
+            .map(|&j| index_of[j])
+            .filter(|&j| j != usize::MAX)
+            .collect();
+    }
+    let first_group = reduced.len();
+    for members in groups {
+        let def = members
+            .iter()
+            .map(|&m| buffers[m].def)
+            .min_by_key(|d| d.map_or(0, |x| x + 1))
+            .flatten();
+        reduced.push(Interval {
+            device: members.first().map_or(0, |&m| buffers[m].device),
+            bytes: members.iter().map(|&m| buffers[m].bytes).sum(),
+            def,
+            last_use: members
+                .iter()
+                .map(|&m| buffers[m].last_use)
+                .max()
+                .unwrap_or(0),
+            reuse_candidates: Vec::new(),
+        });
+    }
+    let p = plan(&reduced, kernels);
+    let mut offsets = vec![0; buffers.len()];
+    for (i, &r) in index_of.iter().enumerate() {
+        if r != usize::MAX {
+            offsets[i] = p.offsets[r];
+        }
+    }
+    for (g, members) in groups.iter().enumerate() {
+        let mut at = p.offsets[first_group + g];
+        for &m in members {
+            offsets[m] = at;
+            at += buffers[m].bytes;
+        }
+    }
+    Plan {
+        offsets,
+        arena_bytes: p.arena_bytes,
+        in_place: p.in_place,
+    }
+}
+
+#[cfg(test)]
+mod group_tests {
+    use super::*;
+
+    #[test]
+    fn grouped_buffers_are_back_to_back_and_live_together() {
+        let iv = |bytes, def: Option<usize>, last_use| Interval {
+            device: 0,
+            bytes,
+            def,
+            last_use,
+            reuse_candidates: Vec::new(),
+        };
+        // Gradients made by k0 and k1, all read by k2; an unrelated buffer dies at k0.
+        let bufs = vec![iv(40, Some(0), 2), iv(12, Some(1), 2), iv(64, None, 0)];
+        let p = plan_grouped(&bufs, &[vec![1, 0]], 3);
+        assert_eq!(
+            p.offsets[0],
+            p.offsets[1] + 12,
+            "member order is the group's"
+        );
+        let (lo, hi) = (p.offsets[1], p.offsets[0] + 40);
+        assert!(
+            p.offsets[2] >= hi || p.offsets[2] + 64 <= lo,
+            "the live input does not overlap the group"
+        );
+    }
+}

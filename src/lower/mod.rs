@@ -6,11 +6,15 @@
 //! 2. [`groups`] and [`kernelize`]: elementwise fusion (chains and trees, broadcast operands,
 //!    layout ops as strided [`views`]), reductions absorbing their producers, epilogues of
 //!    convolutions and matrix products;
-//! 3. [`emit`] with [`memplan`]: scheduling, in-place assigns, buffers and the arena plan.
+//! 3. [`arena`]: identical per-variable update kernels over contiguous variables merge into one
+//!    kernel over the state range and a gradient arena (with data-parallel towers this is the
+//!    fused gradient-averaging kernel), cut into buckets;
+//! 4. [`emit`] with [`memplan`]: scheduling, in-place assigns, buffers and the arena plan.
 //!
 //! The result is data ([`program`], [`expr`]): the CPU backend runs it, the CUDA backend renders
 //! it. Lowering never imports a backend.
 
+pub mod arena;
 mod emit;
 mod error;
 pub mod expr;
@@ -42,13 +46,22 @@ pub struct LowerOptions {
     pub fuse: bool,
     /// Run folding, simplification and CSE.
     pub simplify: bool,
+    /// Merge identical variable updates into kernels over contiguous ranges (needs `fuse`).
+    pub arena_fusion: bool,
+    /// Largest range (bytes of the updated variables) one fused update kernel covers.
+    pub bucket_bytes: usize,
 }
+
+/// Default bucket size of fused updates: Horovod's tensor-fusion threshold.
+pub const DEFAULT_BUCKET_BYTES: usize = 64 << 20;
 
 impl Default for LowerOptions {
     fn default() -> Self {
         LowerOptions {
             fuse: true,
             simplify: true,
+            arena_fusion: true,
+            bucket_bytes: DEFAULT_BUCKET_BYTES,
         }
     }
 }
@@ -70,6 +83,18 @@ pub fn lower(
         passes::cse(&mut sg)?;
     }
     passes::dce(&mut sg)?;
-    let kernels = kernelize::kernelize(&sg, batch, options.fuse)?;
-    emit::emit(&sg, kernels, batch, StateLayout::new(graph))
+    let mut kernels = kernelize::kernelize(&sg, batch, options.fuse)?;
+    let layout = StateLayout::new(graph);
+    let arenas = if options.fuse && options.arena_fusion {
+        arena::fuse_updates(
+            &sg.graph,
+            &mut kernels,
+            &layout,
+            batch,
+            options.bucket_bytes,
+        )
+    } else {
+        Vec::new()
+    };
+    emit::emit(&sg, kernels, batch, layout, arenas)
 }

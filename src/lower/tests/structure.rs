@@ -118,7 +118,7 @@ fn without_fusion_every_op_is_a_kernel() {
     let (g, step) = mlp();
     let opts = LowerOptions {
         fuse: false,
-        simplify: true,
+        ..LowerOptions::default()
     };
     let p = lower(&g, &step, 32, &opts).expect("lower");
     assert_eq!(
