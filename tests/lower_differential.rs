@@ -526,6 +526,7 @@ fn check(seed: u64, opts: LowerOptions, threads: usize) -> Result<(), String> {
         CpuOptions {
             threads,
             lower: opts,
+            ..CpuOptions::default()
         },
     )
     .expect("cpu");

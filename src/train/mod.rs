@@ -3,4 +3,5 @@
 
 pub mod checkpoint;
 pub mod logdir;
+pub mod minimal;
 pub mod monitor;

@@ -31,6 +31,8 @@ enum Step {
 pub struct Prepared {
     pub program: Program,
     steps: Vec<Step>,
+    /// Per-kernel wall time and call count, when profiling.
+    timings: Option<Vec<(std::time::Duration, u64)>>,
     scratch: Vec<Arena>,
     constants: Arena,
     constant_offsets: Vec<usize>,
@@ -100,6 +102,7 @@ impl Prepared {
             steps.push(step);
         }
         let prepared = Prepared {
+            timings: None,
             program,
             steps,
             scratch,
@@ -179,6 +182,16 @@ impl Prepared {
         })
     }
 
+    /// Starts (or stops) timing each kernel.
+    pub fn set_profiling(&mut self, on: bool) {
+        self.timings = on.then(|| vec![(std::time::Duration::ZERO, 0); self.program.kernels.len()]);
+    }
+
+    /// Per kernel: its total wall time and number of runs, if profiling.
+    pub fn timings(&self) -> Option<&[(std::time::Duration, u64)]> {
+        self.timings.as_deref()
+    }
+
     /// Runs every kernel in order.
     pub fn run_kernels(&mut self, state: &mut [Arena], threads: usize) -> Result<(), BackendError> {
         for i in 0..self.program.kernels.len() {
@@ -197,7 +210,12 @@ impl Prepared {
                 .map(|b| self.raw(state, b))
                 .collect::<Result<_, _>>()?;
             let k = &self.program.kernels[i];
+            let start = self.timings.is_some().then(std::time::Instant::now);
             run_kernel(k, &self.steps[i], &ins, &outs, threads).map_err(|e| kernel_error(k, e))?;
+            if let (Some(t), Some(start)) = (self.timings.as_mut(), start) {
+                t[i].0 += start.elapsed();
+                t[i].1 += 1;
+            }
         }
         Ok(())
     }

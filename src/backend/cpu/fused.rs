@@ -50,6 +50,11 @@ pub struct FusedProgram {
     accesses: Vec<Access>,
     /// The uncoalesced iteration shape (for `Index`).
     shape: Vec<usize>,
+    /// Values whose lanes are the same in every chunk (computed once per run): constants,
+    /// scalar operands, per-channel operands whose period divides `CHUNK`, and ops of those.
+    invariant: Vec<bool>,
+    /// The periods the invariant loads rely on: a run may hoist only from a start they divide.
+    invariant_periods: Vec<usize>,
 }
 
 impl FusedProgram {
@@ -57,7 +62,7 @@ impl FusedProgram {
     pub fn new(expr: &FusedExpr, shape: &[usize], views: &[(usize, &[usize])]) -> FusedProgram {
         let strides: Vec<&[usize]> = views.iter().map(|(_, s)| *s).collect();
         let (cshape, cstrides) = coalesce(shape, &strides);
-        let accesses = views
+        let accesses: Vec<Access> = views
             .iter()
             .zip(&cstrides)
             .map(|((off, _), s)| Access::classify(*off, &cshape, s))
@@ -72,6 +77,27 @@ impl FusedProgram {
             slots.push(counts[k]);
             counts[k] += 1;
         }
+        let mut invariant = Vec::with_capacity(expr.ops.len());
+        let mut invariant_periods = Vec::new();
+        for (op, _) in &expr.ops {
+            let inv = |id: &u32| invariant.get(*id as usize).copied().unwrap_or(false);
+            let v = match op {
+                ExprOp::Load(k) => match &accesses[usize::from(*k)] {
+                    Access::Scalar { .. } => true,
+                    &Access::Periodic { period, .. } if CHUNK.is_multiple_of(period) => {
+                        invariant_periods.push(period);
+                        true
+                    }
+                    _ => false,
+                },
+                ExprOp::Const(_) => true,
+                ExprOp::Unary(_, a) | ExprOp::Cast(a) => inv(a),
+                ExprOp::Binary(_, a, b) => inv(a) && inv(b),
+                ExprOp::Select(c, a, b) => inv(c) && inv(a) && inv(b),
+                ExprOp::Index(_) | ExprOp::Random { .. } => false,
+            };
+            invariant.push(v);
+        }
         FusedProgram {
             expr: expr.clone(),
             classes,
@@ -79,6 +105,8 @@ impl FusedProgram {
             counts,
             accesses,
             shape: shape.to_vec(),
+            invariant,
+            invariant_periods,
         }
     }
 
@@ -111,11 +139,13 @@ impl FusedProgram {
     pub unsafe fn run(&self, start: usize, end: usize, inputs: &[RawBuf], outputs: &[RawBuf]) {
         let mut regs = self.regs();
         let mut idx = vec![0usize; CHUNK];
+        // SAFETY: forwarded from the caller's contract.
+        let hoisted = unsafe { self.hoist(&mut regs, &mut idx, start, end, inputs, None) };
         let mut s = start;
         while s < end {
             let n = (end - s).min(CHUNK);
             // SAFETY: forwarded from the caller's contract.
-            unsafe { self.chunk(&mut regs, &mut idx[..n], s, n, inputs, None) };
+            unsafe { self.chunk(&mut regs, &mut idx[..n], s, n, inputs, None, hoisted) };
             for (o, &v) in self.expr.outputs.iter().enumerate() {
                 // SAFETY: outputs hold `end` elements; this range is this call's own.
                 unsafe { self.store(&regs, v, &outputs[o], s, n) };
@@ -139,17 +169,19 @@ impl FusedProgram {
         let mut regs = self.regs();
         let mut idx = vec![0usize; CHUNK];
         let mut converted: Vec<Vec<f32>> = vec![Vec::new(); self.expr.outputs.len()];
+        // SAFETY: forwarded from the caller's contract.
+        let hoisted = unsafe { self.hoist(&mut regs, &mut idx, start, end, inputs, None) };
         let mut s = start;
         while s < end {
             let n = (end - s).min(CHUNK);
             // SAFETY: forwarded from the caller's contract.
-            unsafe { self.chunk(&mut regs, &mut idx[..n], s, n, inputs, None) };
+            unsafe { self.chunk(&mut regs, &mut idx[..n], s, n, inputs, None, hoisted) };
             for (o, &v) in self.expr.outputs.iter().enumerate() {
                 let lanes = self.slots[v as usize] * CHUNK;
                 let c = &mut converted[o];
                 c.clear();
                 match self.classes[v as usize] {
-                    Class::F32 => c.extend_from_slice(&regs.f32[lanes..lanes + n]),
+                    Class::F32 => {}
                     Class::F64 => c.extend(regs.f64[lanes..lanes + n].iter().map(|&x| x as f32)),
                     Class::I64 => c.extend(regs.i64[lanes..lanes + n].iter().map(|&x| x as f32)),
                     Class::Bool => c.extend(
@@ -159,7 +191,19 @@ impl FusedProgram {
                     ),
                 }
             }
-            let views: Vec<&[f32]> = converted.iter().map(|c| c.as_slice()).collect();
+            let views: Vec<&[f32]> = self
+                .expr
+                .outputs
+                .iter()
+                .zip(&converted)
+                .map(|(&v, c)| {
+                    let lanes = self.slots[v as usize] * CHUNK;
+                    match self.classes[v as usize] {
+                        Class::F32 => &regs.f32[lanes..lanes + n],
+                        _ => c.as_slice(),
+                    }
+                })
+                .collect();
             sink(s, &views);
             s += n;
         }
@@ -180,13 +224,17 @@ impl FusedProgram {
     ) {
         let mut regs = self.regs();
         let mut idx = vec![0usize; CHUNK];
+        // Operand 0 (the rows) is contiguous, so never invariant: hoisting does not read it.
+        // SAFETY: forwarded from the caller's contract.
+        let hoisted =
+            unsafe { self.hoist(&mut regs, &mut idx, first, first + rows.len(), inputs, None) };
         let mut done = 0;
         while done < rows.len() {
             let n = (rows.len() - done).min(CHUNK);
             let s = first + done;
             let local = &rows[done..done + n];
             // SAFETY: forwarded from the caller's contract.
-            unsafe { self.chunk(&mut regs, &mut idx[..n], s, n, inputs, Some(local)) };
+            unsafe { self.chunk(&mut regs, &mut idx[..n], s, n, inputs, Some(local), hoisted) };
             for (o, &v) in self.expr.outputs.iter().enumerate() {
                 if o == 0 {
                     let lanes = self.slots[v as usize] * CHUNK;
@@ -213,7 +261,41 @@ impl FusedProgram {
         }
     }
 
-    /// Evaluates every instruction on the chunk of `n` points starting at flat position `s`.
+    /// Computes the invariant values once, if every chunk of `start..end` will see the same
+    /// lanes (the chunks start at multiples of `CHUNK` from `start`, and every invariant period
+    /// divides `start`). Returns whether it did.
+    unsafe fn hoist(
+        &self,
+        r: &mut Regs,
+        idx: &mut [usize],
+        start: usize,
+        end: usize,
+        inputs: &[RawBuf],
+        operand0: Option<&[f32]>,
+    ) -> bool {
+        let worth = end - start > CHUNK && self.invariant.iter().any(|&v| v);
+        if !worth
+            || self
+                .invariant_periods
+                .iter()
+                .any(|p| !start.is_multiple_of(*p))
+        {
+            return false;
+        }
+        // Evaluate only the invariant instructions, over a full chunk.
+        for (i, (op, dt)) in self.expr.ops.iter().enumerate() {
+            if self.invariant[i] {
+                // SAFETY: forwarded from the caller; invariant loads stay within one period
+                // (or one element) of their offset, which the bounds check covered.
+                unsafe { self.instruction(r, idx, i, op, *dt, start, CHUNK, inputs, operand0) };
+            }
+        }
+        true
+    }
+
+    /// Evaluates every instruction on the chunk of `n` points starting at flat position `s`
+    /// (skipping the invariant ones when they were hoisted).
+    #[allow(clippy::too_many_arguments)] // registers, scratch, the chunk, operands, and modes.
     unsafe fn chunk(
         &self,
         r: &mut Regs,
@@ -222,16 +304,42 @@ impl FusedProgram {
         n: usize,
         inputs: &[RawBuf],
         operand0: Option<&[f32]>,
+        hoisted: bool,
     ) {
         for (i, (op, dt)) in self.expr.ops.iter().enumerate() {
+            if hoisted && self.invariant[i] {
+                continue;
+            }
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { self.instruction(r, idx, i, op, *dt, s, n, inputs, operand0) };
+        }
+    }
+
+    /// Evaluates instruction `i` on the chunk of `n` points starting at `s`.
+    #[allow(clippy::too_many_arguments)] // the instruction, its chunk and its operands.
+    unsafe fn instruction(
+        &self,
+        r: &mut Regs,
+        idx: &mut [usize],
+        i: usize,
+        op: &ExprOp,
+        dt: DType,
+        s: usize,
+        n: usize,
+        inputs: &[RawBuf],
+        operand0: Option<&[f32]>,
+    ) {
+        let idx = &mut idx[..n];
+        let dt = &dt;
+        {
             let c = self.classes[i];
             let out = self.slots[i] * CHUNK;
             match op {
                 ExprOp::Load(k) => {
                     let k = usize::from(*k);
                     if let (0, Some(local)) = (k, operand0) {
-                        r.f32[out..out + n].copy_from_slice(local);
-                        continue;
+                        r.f32[out..out + n].copy_from_slice(&local[..n]);
+                        return;
                     }
                     // SAFETY: the caller checked every index against the buffer.
                     unsafe { inputs[k].load(&self.accesses[k], s, idx, c_slice(r, c, out, n)) };
@@ -331,12 +439,14 @@ fn fill_const(r: &mut Regs, c: Class, out: usize, n: usize, x: f64, dt: DType) {
     }
 }
 
-/// Applies `f` lane by lane from register `a` to register `out` of one class.
+/// Applies `f` lane by lane from register `a` to register `out` of one class. Operands precede
+/// their result in SSA order, so `a < out` and the two are disjoint slices (which lets the loop
+/// vectorise without bounds checks).
 macro_rules! map1 {
     ($v:expr, $a:expr, $out:expr, $n:expr, |$x:ident| $body:expr) => {{
-        for j in 0..$n {
-            let $x = $v[$a + j];
-            $v[$out + j] = $body;
+        let (src, dst) = $v.split_at_mut($out);
+        for (o, &$x) in dst[..$n].iter_mut().zip(&src[$a..$a + $n]) {
+            *o = $body;
         }
     }};
 }
@@ -361,6 +471,7 @@ fn unary(r: &mut Regs, c: Class, u: UnaryOp, a: usize, out: usize, n: usize) {
                 UnaryOp::Rsqrt => map1!(v, a, out, n, |x| 1.0 / x.sqrt()),
                 UnaryOp::Square => map1!(v, a, out, n, |x| x * x),
                 UnaryOp::Recip => map1!(v, a, out, n, |x| 1.0 / x),
+                // `x > 0` is false for NaN, and `x != x` keeps it: NaN propagates.
                 UnaryOp::Relu => map1!(v, a, out, n, |x| if x > 0.0 || x.is_nan() {
                     x
                 } else {
@@ -400,12 +511,23 @@ fn unary(r: &mut Regs, c: Class, u: UnaryOp, a: usize, out: usize, n: usize) {
     }
 }
 
+/// Two operands of one class into a result of the same class (`x, y < out`).
 macro_rules! map2 {
-    ($src:expr, $dst:expr, $x:expr, $y:expr, $out:expr, $n:expr, |$a:ident, $b:ident| $body:expr) => {{
-        for j in 0..$n {
-            let $a = $src[$x + j];
-            let $b = $src[$y + j];
-            $dst[$out + j] = $body;
+    ($v:expr, $x:expr, $y:expr, $out:expr, $n:expr, |$a:ident, $b:ident| $body:expr) => {{
+        let (src, dst) = $v.split_at_mut($out);
+        let (xs, ys) = (&src[$x..$x + $n], &src[$y..$y + $n]);
+        for ((o, &$a), &$b) in dst[..$n].iter_mut().zip(xs).zip(ys) {
+            *o = $body;
+        }
+    }};
+}
+
+/// A comparison of two operands of one class into a boolean register.
+macro_rules! cmp2 {
+    ($src:expr, $bools:expr, $x:expr, $y:expr, $out:expr, $n:expr, |$a:ident, $b:ident| $body:expr) => {{
+        let (xs, ys) = (&$src[$x..$x + $n], &$src[$y..$y + $n]);
+        for ((o, &$a), &$b) in $bools[$out..$out + $n].iter_mut().zip(xs).zip(ys) {
+            *o = $body;
         }
     }};
 }
@@ -413,12 +535,12 @@ macro_rules! map2 {
 macro_rules! cmp {
     ($src:expr, $bools:expr, $b:expr, $x:expr, $y:expr, $out:expr, $n:expr) => {{
         match $b {
-            BinaryOp::Eq => map2!($src, $bools, $x, $y, $out, $n, |a, b| a == b),
-            BinaryOp::Ne => map2!($src, $bools, $x, $y, $out, $n, |a, b| a != b),
-            BinaryOp::Lt => map2!($src, $bools, $x, $y, $out, $n, |a, b| a < b),
-            BinaryOp::Le => map2!($src, $bools, $x, $y, $out, $n, |a, b| a <= b),
-            BinaryOp::Gt => map2!($src, $bools, $x, $y, $out, $n, |a, b| a > b),
-            _ => map2!($src, $bools, $x, $y, $out, $n, |a, b| a >= b),
+            BinaryOp::Eq => cmp2!($src, $bools, $x, $y, $out, $n, |a, b| a == b),
+            BinaryOp::Ne => cmp2!($src, $bools, $x, $y, $out, $n, |a, b| a != b),
+            BinaryOp::Lt => cmp2!($src, $bools, $x, $y, $out, $n, |a, b| a < b),
+            BinaryOp::Le => cmp2!($src, $bools, $x, $y, $out, $n, |a, b| a <= b),
+            BinaryOp::Gt => cmp2!($src, $bools, $x, $y, $out, $n, |a, b| a > b),
+            _ => cmp2!($src, $bools, $x, $y, $out, $n, |a, b| a >= b),
         }
     }};
 }
@@ -446,56 +568,49 @@ fn binary(
             Class::F64 => cmp!(f64, bool, b, x, y, out, n),
             Class::I64 => cmp!(i64, bool, b, x, y, out, n),
             Class::Bool => {
-                let bb: Vec<bool> = bool[x..x + n].to_vec();
-                let cc: Vec<bool> = bool[y..y + n].to_vec();
-                for j in 0..n {
-                    bool[out + j] = match b {
-                        BinaryOp::Eq => bb[j] == cc[j],
-                        BinaryOp::Ne => bb[j] != cc[j],
-                        BinaryOp::Lt => !bb[j] & cc[j],
-                        BinaryOp::Le => bb[j] <= cc[j],
-                        BinaryOp::Gt => bb[j] & !cc[j],
-                        _ => bb[j] >= cc[j],
-                    };
+                let v = bool;
+                match b {
+                    BinaryOp::Eq => map2!(v, x, y, out, n, |a, c| a == c),
+                    BinaryOp::Ne => map2!(v, x, y, out, n, |a, c| a != c),
+                    BinaryOp::Lt => map2!(v, x, y, out, n, |a, c| !a & c),
+                    BinaryOp::Le => map2!(v, x, y, out, n, |a, c| a <= c),
+                    BinaryOp::Gt => map2!(v, x, y, out, n, |a, c| a & !c),
+                    _ => map2!(v, x, y, out, n, |a, c| a >= c),
                 }
             }
         }
         return;
     }
-    let _ = result;
+    debug_assert_eq!(operand, result);
     match operand {
         Class::F32 => {
             let v = &mut r.f32;
             match b {
-                BinaryOp::Add => map2!(v, v, x, y, out, n, |a, c| a + c),
-                BinaryOp::Sub => map2!(v, v, x, y, out, n, |a, c| a - c),
-                BinaryOp::Mul => map2!(v, v, x, y, out, n, |a, c| a * c),
-                BinaryOp::Div => map2!(v, v, x, y, out, n, |a, c| a / c),
-                BinaryOp::Pow => map2!(v, v, x, y, out, n, |a, c| a.powf(c)),
-                BinaryOp::Maximum => {
-                    map2!(v, v, x, y, out, n, |a, c| if a.is_nan() || c.is_nan() {
-                        f32::NAN
-                    } else if a > c {
-                        a
-                    } else {
-                        c
-                    })
-                }
-                BinaryOp::Minimum => {
-                    map2!(v, v, x, y, out, n, |a, c| if a.is_nan() || c.is_nan() {
-                        f32::NAN
-                    } else if a < c {
-                        a
-                    } else {
-                        c
-                    })
-                }
+                BinaryOp::Add => map2!(v, x, y, out, n, |a, c| a + c),
+                BinaryOp::Sub => map2!(v, x, y, out, n, |a, c| a - c),
+                BinaryOp::Mul => map2!(v, x, y, out, n, |a, c| a * c),
+                BinaryOp::Div => map2!(v, x, y, out, n, |a, c| a / c),
+                BinaryOp::Pow => map2!(v, x, y, out, n, |a, c| a.powf(c)),
+                BinaryOp::Maximum => map2!(v, x, y, out, n, |a, c| if a.is_nan() || c.is_nan() {
+                    f32::NAN
+                } else if a > c {
+                    a
+                } else {
+                    c
+                }),
+                BinaryOp::Minimum => map2!(v, x, y, out, n, |a, c| if a.is_nan() || c.is_nan() {
+                    f32::NAN
+                } else if a < c {
+                    a
+                } else {
+                    c
+                }),
                 _ => {}
             }
         }
         Class::F64 => {
             let v = &mut r.f64;
-            map2!(v, v, x, y, out, n, |a, c| crate::ir::scalar::binary(
+            map2!(v, x, y, out, n, |a, c| crate::ir::scalar::binary(
                 b,
                 a,
                 c,
@@ -505,25 +620,25 @@ fn binary(
         Class::I64 => {
             let v = &mut r.i64;
             match b {
-                BinaryOp::Add => map2!(v, v, x, y, out, n, |a, c| a.wrapping_add(c)),
-                BinaryOp::Sub => map2!(v, v, x, y, out, n, |a, c| a.wrapping_sub(c)),
-                BinaryOp::Mul => map2!(v, v, x, y, out, n, |a, c| a.wrapping_mul(c)),
-                BinaryOp::Div => map2!(v, v, x, y, out, n, |a, c| if c == 0 {
+                BinaryOp::Add => map2!(v, x, y, out, n, |a, c| a.wrapping_add(c)),
+                BinaryOp::Sub => map2!(v, x, y, out, n, |a, c| a.wrapping_sub(c)),
+                BinaryOp::Mul => map2!(v, x, y, out, n, |a, c| a.wrapping_mul(c)),
+                BinaryOp::Div => map2!(v, x, y, out, n, |a, c| if c == 0 {
                     0
                 } else {
                     a.wrapping_div(c)
                 }),
-                BinaryOp::Pow => map2!(v, v, x, y, out, n, |a, c| (a as f64).powf(c as f64) as i64),
-                BinaryOp::Maximum => map2!(v, v, x, y, out, n, |a, c| a.max(c)),
-                BinaryOp::Minimum => map2!(v, v, x, y, out, n, |a, c| a.min(c)),
+                BinaryOp::Pow => map2!(v, x, y, out, n, |a, c| (a as f64).powf(c as f64) as i64),
+                BinaryOp::Maximum => map2!(v, x, y, out, n, |a, c| a.max(c)),
+                BinaryOp::Minimum => map2!(v, x, y, out, n, |a, c| a.min(c)),
                 _ => {}
             }
         }
         Class::Bool => {
             let v = &mut r.bool;
             match b {
-                BinaryOp::And => map2!(v, v, x, y, out, n, |a, c| a & c),
-                BinaryOp::Or => map2!(v, v, x, y, out, n, |a, c| a | c),
+                BinaryOp::And => map2!(v, x, y, out, n, |a, c| a & c),
+                BinaryOp::Or => map2!(v, x, y, out, n, |a, c| a | c),
                 _ => {}
             }
         }
@@ -537,27 +652,28 @@ fn select(r: &mut Regs, c: Class, cond: usize, a: usize, b: usize, out: usize, n
         i64,
         bool,
     } = r;
-    let m = &bool[cond..cond + n];
+    macro_rules! blend {
+        ($v:expr, $m:expr) => {{
+            let (src, dst) = $v.split_at_mut(out);
+            let (xs, ys) = (&src[a..a + n], &src[b..b + n]);
+            for (((o, &m), &x), &y) in dst[..n].iter_mut().zip($m).zip(xs).zip(ys) {
+                *o = if m { x } else { y };
+            }
+        }};
+    }
     match c {
-        Class::F32 => {
-            for j in 0..n {
-                f32[out + j] = if m[j] { f32[a + j] } else { f32[b + j] };
-            }
-        }
-        Class::F64 => {
-            for j in 0..n {
-                f64[out + j] = if m[j] { f64[a + j] } else { f64[b + j] };
-            }
-        }
-        Class::I64 => {
-            for j in 0..n {
-                i64[out + j] = if m[j] { i64[a + j] } else { i64[b + j] };
-            }
-        }
+        Class::F32 => blend!(f32, &bool[cond..cond + n]),
+        Class::F64 => blend!(f64, &bool[cond..cond + n]),
+        Class::I64 => blend!(i64, &bool[cond..cond + n]),
         Class::Bool => {
-            let m: Vec<bool> = m.to_vec();
+            // The mask and the branches share the boolean registers; all precede `out`.
+            let (src, dst) = bool.split_at_mut(out);
             for j in 0..n {
-                bool[out + j] = if m[j] { bool[a + j] } else { bool[b + j] };
+                dst[j] = if src[cond + j] {
+                    src[a + j]
+                } else {
+                    src[b + j]
+                };
             }
         }
     }
@@ -570,17 +686,23 @@ fn cast(r: &mut Regs, from: Class, to: Class, dt: DType, a: usize, out: usize, n
         i64,
         bool,
     } = r;
-    // The hot casts (masks to floats, labels to floats, same-class f32) without widening.
+    // The hot casts (masks to floats, labels to floats, same-class copies) without widening.
     match (from, to, dt) {
         (Class::Bool, Class::F32, DType::F32) => {
-            for j in 0..n {
-                f32[out + j] = if bool[a + j] { 1.0 } else { 0.0 };
+            for (o, &m) in f32[out..out + n].iter_mut().zip(&bool[a..a + n]) {
+                *o = if m { 1.0 } else { 0.0 };
             }
             return;
         }
         (Class::I64, Class::F32, DType::F32) => {
-            for j in 0..n {
-                f32[out + j] = i64[a + j] as f32;
+            for (o, &x) in f32[out..out + n].iter_mut().zip(&i64[a..a + n]) {
+                *o = x as f32;
+            }
+            return;
+        }
+        (Class::F32, Class::Bool, _) => {
+            for (o, &x) in bool[out..out + n].iter_mut().zip(&f32[a..a + n]) {
+                *o = x != 0.0;
             }
             return;
         }
@@ -594,16 +716,13 @@ fn cast(r: &mut Regs, from: Class, to: Class, dt: DType, a: usize, out: usize, n
         }
         _ => {}
     }
-    let get = |j: usize| -> f64 {
-        match from {
+    for j in 0..n {
+        let x = match from {
             Class::F32 => f64::from(f32[a + j]),
             Class::F64 => f64[a + j],
             Class::I64 => i64[a + j] as f64,
             Class::Bool => f64::from(u8::from(bool[a + j])),
-        }
-    };
-    let vals: Vec<f64> = (0..n).map(get).collect();
-    for (j, x) in vals.into_iter().enumerate() {
+        };
         let y = crate::ir::scalar::cast(x, dt);
         match to {
             Class::F32 => f32[out + j] = y as f32,

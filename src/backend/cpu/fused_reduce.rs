@@ -95,45 +95,64 @@ impl ReduceProgram {
         let mut idx = vec![0usize; super::fused::CHUNK];
         let ops = &self.ops;
         let out_access = &self.out_access;
+        // Per-column f32 partials of the periodic case, reused across chunks.
+        let period = match out_access {
+            Access::Periodic { period, .. } => *period,
+            _ => 0,
+        };
+        let mut parts: Vec<Vec<f32>> = ops
+            .iter()
+            .map(|&op| vec![identity(op) as f32; period])
+            .collect();
         let sink = |s: usize, lanes: &[&[f32]]| {
             let n = lanes.first().map_or(0, |l| l.len());
-            let idx = &mut idx[..n];
-            match out_access {
-                Access::Periodic { period, .. } => {
-                    // Per-column partials within the chunk.
-                    for (j, &op) in ops.iter().enumerate() {
-                        let mut part = vec![identity(op) as f32; *period];
-                        let mut p = s % period;
-                        for &x in lanes[j] {
-                            part[p] = combine_f32(op, part[p], x);
-                            p += 1;
-                            if p == *period {
-                                p = 0;
+            if period > 0 {
+                // Row segments of the chunk fold into the columns they cover (vectorised).
+                for (j, &op) in ops.iter().enumerate() {
+                    let part = &mut parts[j];
+                    let (mut at, mut phase) = (0, s % period);
+                    while at < n {
+                        let m = (period - phase).min(n - at);
+                        let seg = &lanes[j][at..at + m];
+                        let cols = &mut part[phase..phase + m];
+                        match op {
+                            ReduceOp::Sum | ReduceOp::Mean => {
+                                cols.iter_mut().zip(seg).for_each(|(a, &x)| *a += x)
                             }
+                            _ => cols
+                                .iter_mut()
+                                .zip(seg)
+                                .for_each(|(a, &x)| *a = combine_f32(op, *a, x)),
                         }
-                        let touched = n.min(*period);
-                        let first = s % period;
-                        for t in 0..touched {
-                            let c = (first + t) % period;
-                            acc[j][c] = combine(op, acc[j][c], f64::from(part[c]));
-                        }
+                        at += m;
+                        phase = 0;
+                    }
+                    // Flush the touched columns into the f64 accumulators.
+                    let first = s % period;
+                    let touched = n.min(period);
+                    for t in 0..touched {
+                        let c = (first + t) % period;
+                        acc[j][c] = combine(op, acc[j][c], f64::from(part[c]));
+                        part[c] = identity(op) as f32;
                     }
                 }
-                _ => {
-                    out_access.indices(s, idx);
-                    for (j, &op) in ops.iter().enumerate() {
-                        let mut run_idx = idx[0];
-                        let mut run = identity(op) as f32;
-                        for (k, &x) in lanes[j].iter().enumerate() {
-                            if idx[k] != run_idx {
-                                acc[j][run_idx] = combine(op, acc[j][run_idx], f64::from(run));
-                                run_idx = idx[k];
-                                run = identity(op) as f32;
-                            }
-                            run = combine_f32(op, run, x);
-                        }
-                        acc[j][run_idx] = combine(op, acc[j][run_idx], f64::from(run));
+                return;
+            }
+            let idx = &mut idx[..n];
+            out_access.indices(s, idx);
+            for (j, &op) in ops.iter().enumerate() {
+                let x = lanes[j];
+                let mut k = 0;
+                while k < n {
+                    // A run of positions folding into the same output element.
+                    let target = idx[k];
+                    let mut e = k + 1;
+                    while e < n && idx[e] == target {
+                        e += 1;
                     }
+                    let run = fold_run(op, &x[k..e]);
+                    acc[j][target] = combine(op, acc[j][target], f64::from(run));
+                    k = e;
                 }
             }
         };
@@ -184,6 +203,27 @@ impl ReduceProgram {
     }
 }
 
+/// Folds a contiguous run with eight independent lanes (so sums vectorise).
+fn fold_run(op: ReduceOp, x: &[f32]) -> f32 {
+    let id = identity(op) as f32;
+    let mut lanes = [id; 8];
+    let mut chunks = x.chunks_exact(8);
+    for c in &mut chunks {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l = combine_f32(op, *l, v);
+        }
+    }
+    let mut total = chunks
+        .remainder()
+        .iter()
+        .fold(id, |a, &v| combine_f32(op, a, v));
+    for l in lanes {
+        total = combine_f32(op, total, l);
+    }
+    total
+}
+
+#[inline]
 fn combine_f32(op: ReduceOp, a: f32, b: f32) -> f32 {
     match op {
         ReduceOp::Sum | ReduceOp::Mean => a + b,

@@ -163,6 +163,19 @@ impl RawBuf {
     /// # Safety
     /// Every index of `access` over these positions is `< len`.
     pub unsafe fn load(&self, access: &Access, start: usize, idx: &mut [usize], dst: Lanes<'_>) {
+        if let (DType::Bool, Access::Contiguous { offset }, Lanes::Bool(d)) =
+            (self.dtype, access, &dst)
+        {
+            let n = d.len();
+            // SAFETY: bounds checked by the caller; bool buffers hold one byte per element.
+            let bytes = unsafe { std::slice::from_raw_parts(self.ptr.add(offset + start), n) };
+            if let Lanes::Bool(d) = dst {
+                for (x, &b) in d.iter_mut().zip(bytes) {
+                    *x = b != 0;
+                }
+            }
+            return;
+        }
         let d = match dst {
             Lanes::F32(d)
                 if self.dtype == DType::F32 && !matches!(access, Access::General { .. }) =>
@@ -225,6 +238,26 @@ impl RawBuf {
     /// Every index is `< len`.
     pub unsafe fn gather(&self, idx: &[usize], dst: Lanes<'_>) {
         match dst {
+            Lanes::Bool(d) if self.dtype == DType::Bool => {
+                for (x, &i) in d.iter_mut().zip(idx) {
+                    // SAFETY: `i < len` by the caller's contract.
+                    *x = unsafe { self.ptr.add(i).read() } != 0;
+                }
+            }
+            Lanes::I64(d) if self.dtype == DType::I32 => {
+                let p = self.ptr.cast::<i32>();
+                for (x, &i) in d.iter_mut().zip(idx) {
+                    // SAFETY: as above.
+                    *x = i64::from(unsafe { p.add(i).read_unaligned() });
+                }
+            }
+            Lanes::I64(d) if self.dtype == DType::I64 => {
+                let p = self.ptr.cast::<i64>();
+                for (x, &i) in d.iter_mut().zip(idx) {
+                    // SAFETY: as above.
+                    *x = unsafe { p.add(i).read_unaligned() };
+                }
+            }
             Lanes::F32(d) if self.dtype == DType::F32 => {
                 let p = self.ptr.cast::<f32>();
                 for (x, &i) in d.iter_mut().zip(idx) {
@@ -270,6 +303,12 @@ impl RawBuf {
                 (_, Lanes::I64Ref(s)) => {
                     for (j, &x) in s.iter().enumerate() {
                         self.set_f64(start + j, x as f64);
+                    }
+                }
+                (DType::Bool, Lanes::BoolRef(s)) => {
+                    let p = self.ptr.add(start);
+                    for (j, &x) in s.iter().enumerate() {
+                        p.add(j).write(u8::from(x));
                     }
                 }
                 (_, Lanes::BoolRef(s)) => {

@@ -19,6 +19,9 @@ pub struct CpuOptions {
     /// Worker threads (0: one per core).
     pub threads: usize,
     pub lower: LowerOptions,
+    /// Time every kernel (see [`CpuSession::profile_report`]); also on when the environment
+    /// variable `TOWERPACK_PROFILE` is set.
+    pub profile: bool,
 }
 
 /// A graph bound to CPU memory.
@@ -61,6 +64,38 @@ impl CpuSession {
         })
     }
 
+    /// Where time went, when profiling: one line per kernel (all programs), slowest first, then
+    /// totals per kernel kind.
+    pub fn profile_report(&self) -> String {
+        use std::collections::BTreeMap;
+        use std::fmt::Write as _;
+        let mut rows: Vec<(std::time::Duration, u64, String, &'static str)> = Vec::new();
+        let mut kinds: BTreeMap<&'static str, std::time::Duration> = BTreeMap::new();
+        for p in self.programs.values() {
+            let Some(t) = p.timings() else { continue };
+            for (k, &(d, n)) in p.program.kernels.iter().zip(t) {
+                rows.push((d, n, k.name.clone(), k.kind.name()));
+                *kinds.entry(k.kind.name()).or_default() += d;
+            }
+        }
+        rows.sort_by_key(|r| std::cmp::Reverse(r.0));
+        let total: std::time::Duration = rows.iter().map(|r| r.0).sum();
+        let mut out = String::new();
+        let _ = writeln!(out, "kernel time {:.3} s; by kind:", total.as_secs_f64());
+        let mut by_kind: Vec<_> = kinds.into_iter().collect();
+        by_kind.sort_by_key(|k| std::cmp::Reverse(k.1));
+        for (kind, d) in by_kind {
+            let share = 100.0 * d.as_secs_f64() / total.as_secs_f64().max(1e-12);
+            let _ = writeln!(out, "  {kind:<26} {:>9.3} s {share:5.1}%", d.as_secs_f64());
+        }
+        let _ = writeln!(out, "slowest kernels:");
+        for (d, n, name, kind) in rows.iter().take(25) {
+            let per = d.as_secs_f64() * 1e3 / (*n).max(1) as f64;
+            let _ = writeln!(out, "  {per:9.3} ms x{n:<6} {kind:<24} {name}");
+        }
+        out
+    }
+
     /// The number of worker threads.
     pub fn threads(&self) -> usize {
         self.threads
@@ -85,7 +120,11 @@ impl CpuSession {
                     message: e.to_string(),
                 }
             })?;
-            self.programs.insert(key.clone(), Prepared::new(program)?);
+            let mut prepared = Prepared::new(program)?;
+            prepared.set_profiling(
+                self.options.profile || std::env::var_os("TOWERPACK_PROFILE").is_some(),
+            );
+            self.programs.insert(key.clone(), prepared);
         }
         self.programs
             .get_mut(&key)
