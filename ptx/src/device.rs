@@ -250,7 +250,7 @@ impl Device {
 
     /// Sets `count` 32-bit words to `value` (`cuMemsetD32`).
     pub fn memset_d32(&self, dst: DevicePtr, value: u32, count: usize) -> Result<(), EmuError> {
-        if dst.0 % 4 != 0 {
+        if !dst.0.is_multiple_of(4) {
             return Err(self.bad_pointer(
                 dst,
                 count * 4,

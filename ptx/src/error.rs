@@ -134,6 +134,32 @@ impl fmt::Display for Fault {
     }
 }
 
+/// Lane sets as text: `lanes 0-3, 7`.
+pub(crate) fn describe_lanes(mask: u32) -> String {
+    let mut parts = Vec::new();
+    let mut l = 0;
+    while l < 32 {
+        if (mask >> l) & 1 == 1 {
+            let start = l;
+            while l + 1 < 32 && (mask >> (l + 1)) & 1 == 1 {
+                l += 1;
+            }
+            parts.push(if start == l {
+                format!("{start}")
+            } else {
+                format!("{start}-{l}")
+            });
+        }
+        l += 1;
+    }
+    let noun = if mask.count_ones() == 1 {
+        "lane"
+    } else {
+        "lanes"
+    };
+    format!("{noun} {}", parts.join(", "))
+}
+
 /// A kernel faulted while running.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error(

@@ -109,13 +109,13 @@ fn count_newlines(s: &str) -> u32 {
     s.bytes().filter(|&b| b == b'\n').count() as u32
 }
 
-/// The text of 1-based line `line` of `src`, trimmed, for error messages.
+/// The text of 1-based line `line` of `src`, whitespace runs collapsed, for error messages.
 pub fn line_text(src: &str, line: u32) -> String {
-    src.lines()
+    let raw = src
+        .lines()
         .nth(line.saturating_sub(1) as usize)
-        .unwrap_or("")
-        .trim()
-        .to_string()
+        .unwrap_or("");
+    raw.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

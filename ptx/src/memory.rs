@@ -76,7 +76,9 @@ impl Allocation {
     /// The caller has checked `off + width <= len` and `off % width == 0`.
     #[inline]
     pub fn load(&self, off: usize, width: u8) -> u64 {
-        debug_assert!(off + width as usize <= self.words.len() * 8 && off % width as usize == 0);
+        debug_assert!(
+            off + width as usize <= self.words.len() * 8 && off.is_multiple_of(width as usize)
+        );
         // SAFETY: in bounds and aligned (checked by the caller, see above); the buffer is 8-aligned
         // and lives as long as `self`; every access to it is atomic.
         unsafe {
@@ -93,7 +95,9 @@ impl Allocation {
     /// Writes the low `width` bytes of `value` at `off` (same contract as [`Allocation::load`]).
     #[inline]
     pub fn store(&self, off: usize, width: u8, value: u64) {
-        debug_assert!(off + width as usize <= self.words.len() * 8 && off % width as usize == 0);
+        debug_assert!(
+            off + width as usize <= self.words.len() * 8 && off.is_multiple_of(width as usize)
+        );
         // SAFETY: as in `load`.
         unsafe {
             let p = self.ptr().add(off);
@@ -108,14 +112,14 @@ impl Allocation {
 
     /// The 32-bit atomic at `off` (4-aligned, in bounds: checked by the caller).
     pub fn atomic32(&self, off: usize) -> &AtomicU32 {
-        debug_assert!(off + 4 <= self.words.len() * 8 && off % 4 == 0);
+        debug_assert!(off + 4 <= self.words.len() * 8 && off.is_multiple_of(4));
         // SAFETY: as in `load`; the reference borrows `self`.
         unsafe { AtomicU32::from_ptr(self.ptr().add(off).cast()) }
     }
 
     /// The 64-bit atomic at `off` (8-aligned, in bounds: checked by the caller).
     pub fn atomic64(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off + 8 <= self.words.len() * 8 && off % 8 == 0);
+        debug_assert!(off + 8 <= self.words.len() * 8 && off.is_multiple_of(8));
         // SAFETY: as in `load`.
         unsafe { AtomicU64::from_ptr(self.ptr().add(off).cast()) }
     }
@@ -125,7 +129,7 @@ impl Allocation {
         let mut i = 0;
         while i < out.len() {
             let pos = off + i;
-            if pos % 8 == 0 && out.len() - i >= 8 {
+            if pos.is_multiple_of(8) && out.len() - i >= 8 {
                 out[i..i + 8].copy_from_slice(&self.load(pos, 8).to_le_bytes());
                 i += 8;
             } else {
@@ -140,7 +144,7 @@ impl Allocation {
         let mut i = 0;
         while i < data.len() {
             let pos = off + i;
-            if pos % 8 == 0 && data.len() - i >= 8 {
+            if pos.is_multiple_of(8) && data.len() - i >= 8 {
                 let mut w = [0u8; 8];
                 w.copy_from_slice(&data[i..i + 8]);
                 self.store(pos, 8, u64::from_le_bytes(w));
@@ -158,7 +162,7 @@ impl Allocation {
         let mut i = 0;
         while i < len {
             let pos = off + i;
-            if pos % 8 == 0 && len - i >= 8 {
+            if pos.is_multiple_of(8) && len - i >= 8 {
                 self.store(pos, 8, word);
                 i += 8;
             } else {
@@ -238,7 +242,7 @@ fn check_align(
     addr: u64,
     bytes: u32,
 ) -> Result<(usize, usize), Fault> {
-    if addr % u64::from(bytes) != 0 {
+    if !addr.is_multiple_of(u64::from(bytes)) {
         return Err(Fault::Misaligned {
             space: Space::Global,
             addr,

@@ -340,15 +340,13 @@ impl<'a> Parser<'a> {
     fn entry(&mut self, line: u32) -> PResult<EntryAst> {
         let name = self.expect(Tok::Ident, "a kernel name")?.text.to_string();
         let mut params = Vec::new();
-        if self.eat(Tok::LParen) {
-            if !self.eat(Tok::RParen) {
-                loop {
-                    params.push(self.param()?);
-                    if self.eat(Tok::RParen) {
-                        break;
-                    }
-                    self.expect(Tok::Comma, "`,` or `)`")?;
+        if self.eat(Tok::LParen) && !self.eat(Tok::RParen) {
+            loop {
+                params.push(self.param()?);
+                if self.eat(Tok::RParen) {
+                    break;
                 }
+                self.expect(Tok::Comma, "`,` or `)`")?;
             }
         }
         let mut entry = EntryAst {
@@ -649,9 +647,9 @@ impl<'a> Parser<'a> {
         {
             self.pos += 1;
             base = Some(t.text.to_string());
-            if self.eat(Tok::Plus) {
-                offset = self.signed_offset()?;
-            } else if self.peek_is(Tok::Minus) {
+            // `[r+4]`, `[r+-4]` or `[r-4]` (the minus is part of the literal).
+            let plus = self.eat(Tok::Plus);
+            if plus || self.peek_is(Tok::Minus) {
                 offset = self.signed_offset()?;
             }
         } else {

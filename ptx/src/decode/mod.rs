@@ -185,10 +185,8 @@ fn decode_entry(m: &ModuleAst, e: &EntryAst, src: &str) -> Result<Kernel, LoadEr
     let mut pc = 0u32;
     for s in &e.body {
         match s {
-            Stmt::Label { name, line } => {
-                if ctx.labels.insert(name.clone(), pc).is_some() {
-                    return Err(err(*line, format!("label {name} defined twice")));
-                }
+            Stmt::Label { name, line } if ctx.labels.insert(name.clone(), pc).is_some() => {
+                return Err(err(*line, format!("label {name} defined twice")));
             }
             Stmt::Inst(_) => pc += 1,
             _ => {}

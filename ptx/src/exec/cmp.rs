@@ -11,19 +11,19 @@ macro_rules! float_cmp {
         let (a, b) = ($a, $b);
         match $cmp {
             Cmp::Eq => cmp_bits(&a, &b, |x, y| x == y),
-            Cmp::Ne => cmp_bits(&a, &b, |x, y| x < y || x > y),
+            Cmp::Ne => cmp_bits(&a, &b, |x, y| !x.is_nan() && !y.is_nan() && x != y),
             Cmp::Lt => cmp_bits(&a, &b, |x, y| x < y),
             Cmp::Le => cmp_bits(&a, &b, |x, y| x <= y),
             Cmp::Gt => cmp_bits(&a, &b, |x, y| x > y),
             Cmp::Ge => cmp_bits(&a, &b, |x, y| x >= y),
-            Cmp::Equ => cmp_bits(&a, &b, |x, y| !(x < y || x > y)),
+            Cmp::Equ => cmp_bits(&a, &b, |x, y| x.is_nan() || y.is_nan() || x == y),
             Cmp::Neu => cmp_bits(&a, &b, |x, y| x != y),
-            Cmp::Ltu => cmp_bits(&a, &b, |x, y| !(x >= y)),
-            Cmp::Leu => cmp_bits(&a, &b, |x, y| !(x > y)),
-            Cmp::Gtu => cmp_bits(&a, &b, |x, y| !(x <= y)),
-            Cmp::Geu => cmp_bits(&a, &b, |x, y| !(x < y)),
-            Cmp::Num => cmp_bits(&a, &b, |x, y| x == x && y == y),
-            Cmp::Nan => cmp_bits(&a, &b, |x, y| x != x || y != y),
+            Cmp::Ltu => cmp_bits(&a, &b, |x, y| x.is_nan() || y.is_nan() || x < y),
+            Cmp::Leu => cmp_bits(&a, &b, |x, y| x.is_nan() || y.is_nan() || x <= y),
+            Cmp::Gtu => cmp_bits(&a, &b, |x, y| x.is_nan() || y.is_nan() || x > y),
+            Cmp::Geu => cmp_bits(&a, &b, |x, y| x.is_nan() || y.is_nan() || x >= y),
+            Cmp::Num => cmp_bits(&a, &b, |x, y| !x.is_nan() && !y.is_nan()),
+            Cmp::Nan => cmp_bits(&a, &b, |x, y| x.is_nan() || y.is_nan()),
         }
     }};
 }

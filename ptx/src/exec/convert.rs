@@ -24,7 +24,7 @@ enum Value {
 
 fn sign_extend(bits: u64, width: u32) -> i128 {
     let shift = 128 - width;
-    ((i128::from(bits) << shift) as i128) >> shift
+    (i128::from(bits) << shift) >> shift
 }
 
 fn zero_extend(bits: u64, width: u32) -> i128 {

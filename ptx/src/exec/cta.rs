@@ -3,8 +3,8 @@
 //! Turns warp faults into [`ExecError`]s naming the kernel, PTX line, CTA and thread.
 
 use super::CtaEnv;
-use super::warp::{Warp, WarpFault, describe_lanes};
-use crate::error::{ExecError, Fault};
+use super::warp::{Warp, WarpFault};
+use crate::error::{ExecError, Fault, describe_lanes};
 
 fn exec_error(env: &CtaEnv, warp: &Warp, f: WarpFault) -> ExecError {
     let line = env.kernel.lines.get(f.pc as usize).copied().unwrap_or(0);

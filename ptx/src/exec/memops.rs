@@ -39,7 +39,7 @@ fn window(addr: u64, base: u64, len: usize, bytes: u32, space: Space) -> Result<
     if addr < base || off + u64::from(bytes) > len as u64 {
         return Err(Fault::OutOfBounds { space, addr, bytes });
     }
-    if addr % u64::from(bytes) != 0 {
+    if !addr.is_multiple_of(u64::from(bytes)) {
         return Err(Fault::Misaligned { space, addr, bytes });
     }
     Ok(off as usize)

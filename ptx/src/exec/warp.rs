@@ -6,7 +6,7 @@
 
 use super::CtaEnv;
 use super::lanes::{FULL, Regs, WARP, lanes};
-use crate::error::Fault;
+use crate::error::{Fault, describe_lanes};
 use crate::inst::{Op, R};
 use crate::module::Kernel;
 
@@ -43,32 +43,6 @@ pub struct Warp {
     pub pc: [u32; WARP],
     /// Thread index (x, y, z) of each lane.
     pub tid: [[u32; 3]; WARP],
-}
-
-/// Lane sets as text: `lanes 0-3, 7`.
-pub fn describe_lanes(mask: u32) -> String {
-    let mut parts = Vec::new();
-    let mut l = 0;
-    while l < 32 {
-        if (mask >> l) & 1 == 1 {
-            let start = l;
-            while l + 1 < 32 && (mask >> (l + 1)) & 1 == 1 {
-                l += 1;
-            }
-            parts.push(if start == l {
-                format!("{start}")
-            } else {
-                format!("{start}-{l}")
-            });
-        }
-        l += 1;
-    }
-    let noun = if mask.count_ones() == 1 {
-        "lane"
-    } else {
-        "lanes"
-    };
-    format!("{noun} {}", parts.join(", "))
 }
 
 impl Warp {
@@ -406,7 +380,7 @@ impl Warp {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::error::describe_lanes;
 
     #[test]
     fn lane_sets_read_as_ranges() {
