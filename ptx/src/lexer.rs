@@ -17,7 +17,7 @@ pub enum Tok {
     #[regex(r"[A-Za-z_$%][A-Za-z0-9_$]*")]
     Ident,
     /// `.reg`, `.f32`, `.x`, `.v4` ... (the dot is part of the token).
-    #[regex(r"\.[A-Za-z_][A-Za-z0-9_]*")]
+    #[regex(r"\.[A-Za-z0-9_][A-Za-z0-9_]*")]
     DotWord,
     /// Decimal, hex (`0x..`), octal (`0..`) or binary (`0b..`) integers, optional `U` suffix.
     #[regex(r"[0-9]+U?")]

@@ -383,8 +383,15 @@ impl<'a> Parser<'a> {
                 _ => break,
             }
         }
-        self.expect(Tok::LBrace, "`{` opening the kernel body")?;
-        self.body(&mut entry.body)?;
+        let named = |mut e: LoadError| {
+            e.kernel = Some(entry.name.clone());
+            e
+        };
+        self.expect(Tok::LBrace, "`{` opening the kernel body")
+            .map_err(named)?;
+        let mut body = Vec::new();
+        self.body(&mut body).map_err(named)?;
+        entry.body = body;
         Ok(entry)
     }
 
@@ -543,12 +550,19 @@ impl<'a> Parser<'a> {
         }
         let mut operands = Vec::new();
         if !self.eat(Tok::Semi) {
+            let unknown = !crate::inst::OPCODES.contains(&opcode.as_str());
+            let unsupported = |mut e: LoadError| {
+                if unknown {
+                    e.message = format!("unsupported instruction `{opcode}`");
+                }
+                e
+            };
             loop {
-                operands.push(self.operand()?);
+                operands.push(self.operand().map_err(unsupported)?);
                 if self.eat(Tok::Semi) {
                     break;
                 }
-                self.expect(Tok::Comma, "`,` or `;`")?;
+                self.expect(Tok::Comma, "`,` or `;`").map_err(unsupported)?;
             }
         }
         Ok(InstAst {

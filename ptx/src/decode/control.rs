@@ -86,6 +86,12 @@ fn mov(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
     let o = &inst.operands;
     arity(o, 2, "mov")?;
     if ty_name == "pred" {
+        if let Operand::Int(v) = o[1] {
+            return Ok(Op::SetPred {
+                d: ctx.pred_dst(&o[0])?,
+                value: v != 0,
+            });
+        }
         return Ok(Op::MovPred {
             d: ctx.pred_dst(&o[0])?,
             a: ctx.pred_dst(&o[1])?,

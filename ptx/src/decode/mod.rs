@@ -281,6 +281,9 @@ fn decode_inst(ctx: &mut Ctx, inst: &InstAst) -> Result<Inst, String> {
         None => None,
         Some((name, neg)) => Some((ctx.pred_reg(name)?, *neg)),
     };
+    if !crate::inst::OPCODES.contains(&inst.opcode.as_str()) {
+        return Err(format!("unsupported instruction `{}`", inst.opcode));
+    }
     let op = match inst.opcode.as_str() {
         "ld" | "ldu" | "st" | "atom" | "red" | "cvt" | "cvta" => mem::decode(ctx, inst)?,
         _ => ops::decode(ctx, inst)?,

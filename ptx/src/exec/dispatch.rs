@@ -16,6 +16,11 @@ impl Warp {
             Op::Nop => {}
             Op::Mov32 { d, a } => map1_32(&mut regs.r32, m, d, a, |x| x),
             Op::Mov64 { d, a } => map1_64(&mut regs.r64, m, d, a, |x| x),
+            Op::SetPred { d, value } => blend_pred(
+                &mut regs.pred[d as usize],
+                if value { u32::MAX } else { 0 },
+                m,
+            ),
             Op::MovPred { d, a } => {
                 let v = regs.pred[a as usize];
                 blend_pred(&mut regs.pred[d as usize], v, m)

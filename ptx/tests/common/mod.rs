@@ -41,7 +41,7 @@ macro_rules! pod {
         }
     )*};
 }
-pod!(f32, f64, i32, u32, i64, u64, u16);
+pod!(f32, f64, i32, u32, i64, u64, u16, u8);
 
 pub fn bytes_of<T: Pod>(v: &[T]) -> Vec<u8> {
     let mut out = Vec::with_capacity(v.len() * T::SIZE);
@@ -140,4 +140,86 @@ pub fn ulps(a: f32, b: f32) -> u32 {
         if i < 0 { i32::MIN.wrapping_sub(i) } else { i }
     };
     key(a).abs_diff(key(b))
+}
+
+/// A one-instruction test kernel. Each thread loads operands a, b, c from 8-byte slots (into
+/// `%ha..` 16-bit, `%ra..` 32-bit and `%xa..` 64-bit registers, all from the same bits), runs
+/// `body`, and stores `%ho`/`%ro`/`%xo` (chosen by `out_bits`) into its 8-byte output slot.
+pub fn op_kernel(body: &str, out_bits: u32) -> String {
+    let store = match out_bits {
+        16 => "st.global.u16 [%rd9], %ho;",
+        32 => "st.global.u32 [%rd9], %ro;",
+        _ => "st.global.u64 [%rd9], %xo;",
+    };
+    format!(
+        r#".version 8.8
+.target sm_80
+.address_size 64
+.visible .entry op(.param .u64 pa, .param .u64 pb, .param .u64 pc, .param .u64 po)
+{{
+    .reg .pred %p<4>;
+    .reg .b16 %ha, %hb, %hc, %ho;
+    .reg .b32 %ra, %rb, %rc, %ro, %t<4>;
+    .reg .b64 %xa, %xb, %xc, %xo, %rd<10>;
+    ld.param.u64 %rd1, [pa];
+    ld.param.u64 %rd2, [pb];
+    ld.param.u64 %rd3, [pc];
+    ld.param.u64 %rd4, [po];
+    mov.u32 %t1, %tid.x;
+    mov.u32 %t2, %ctaid.x;
+    mov.u32 %t3, %ntid.x;
+    mad.lo.s32 %t0, %t2, %t3, %t1;
+    mul.wide.u32 %rd5, %t0, 8;
+    add.s64 %rd6, %rd1, %rd5;
+    add.s64 %rd7, %rd2, %rd5;
+    add.s64 %rd8, %rd3, %rd5;
+    add.s64 %rd9, %rd4, %rd5;
+    ld.global.u64 %xa, [%rd6];
+    ld.global.u64 %xb, [%rd7];
+    ld.global.u64 %xc, [%rd8];
+    cvt.u32.u64 %ra, %xa;
+    cvt.u32.u64 %rb, %xb;
+    cvt.u32.u64 %rc, %xc;
+    cvt.u16.u64 %ha, %xa;
+    cvt.u16.u64 %hb, %xb;
+    cvt.u16.u64 %hc, %xc;
+    {body}
+    {store}
+    ret;
+}}"#
+    )
+}
+
+/// Runs `body` (see [`op_kernel`]) once per element of `a`, `b`, `c` (equal lengths).
+pub fn run_op(body: &str, out_bits: u32, a: &[u64], b: &[u64], c: &[u64]) -> Vec<u64> {
+    let dev = Device::new(0);
+    let m = Module::load(&op_kernel(body, out_bits)).unwrap_or_else(|e| panic!("{body}: {e}"));
+    let n = a.len();
+    // Pad to whole blocks of 64 threads (padding lanes compute on zeros).
+    let padded = n.div_ceil(64) * 64;
+    let pad = |v: &[u64]| {
+        let mut v = v.to_vec();
+        v.resize(padded, 0);
+        v
+    };
+    let (pa, pb, pc) = (
+        upload(&dev, &pad(a)),
+        upload(&dev, &pad(b)),
+        upload(&dev, &pad(c)),
+    );
+    let po = zeros::<u64>(&dev, padded);
+    Args::default()
+        .ptr(pa)
+        .ptr(pb)
+        .ptr(pc)
+        .ptr(po)
+        .launch(&dev, &m, "op", [(padded / 64) as u32, 1, 1], [64, 1, 1], 0)
+        .unwrap_or_else(|e| panic!("{body}: {e}"));
+    let mut out = download::<u64>(&dev, po, padded);
+    out.truncate(n);
+    out
+}
+
+pub fn f32s(v: &[f32]) -> Vec<u64> {
+    v.iter().map(|x| u64::from(x.to_bits())).collect()
 }

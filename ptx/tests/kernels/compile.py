@@ -37,6 +37,7 @@ FIXTURES = {
     "half": ("half.cu", []),
     "grad_avg": ("grad_avg.cu", []),
     "broken": ("broken.cu", []),
+    "warp": ("warp.cu", []),
 }
 
 
