@@ -44,6 +44,10 @@ pub struct Kernel {
     /// Constant registers: (index, value) in the 32- and 64-bit files.
     pub(crate) consts32: Vec<(u32, u32)>,
     pub(crate) consts64: Vec<(u32, u64)>,
+    /// Registers that may be read before written (`decode::undef`): zeroed at warp start.
+    pub(crate) zero32: Vec<u32>,
+    pub(crate) zero64: Vec<u32>,
+    pub(crate) zero_pred: Vec<u32>,
     pub(crate) static_shared: usize,
     pub(crate) uses_dynamic_shared: bool,
     pub(crate) local_bytes: usize,

@@ -7,6 +7,7 @@ mod control;
 mod mem;
 mod operands;
 mod ops;
+mod undef;
 
 use std::collections::HashMap;
 
@@ -231,7 +232,11 @@ fn decode_entry(m: &ModuleAst, e: &EntryAst, src: &str) -> Result<Kernel, LoadEr
             Some(_) => Err(err(e.line, format!("{what} takes one to three dimensions"))),
         }
     };
+    let undefined = undef::maybe_undefined(&code, ctx.counts, &ctx.const32_list, &ctx.const64_list);
     Ok(Kernel {
+        zero32: undefined.r32,
+        zero64: undefined.r64,
+        zero_pred: undefined.pred,
         name: e.name.clone(),
         params,
         param_bytes,

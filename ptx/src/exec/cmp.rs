@@ -153,9 +153,11 @@ mod tests {
     use super::*;
 
     fn regs_with(a: f32, b: f32) -> Regs {
-        let mut r = Regs::default();
-        r.reset(2, 0, 2, &[(0, a.to_bits()), (1, b.to_bits())], &[]);
-        r
+        Regs {
+            r32: vec![[a.to_bits(); WARP], [b.to_bits(); WARP]],
+            r64: vec![],
+            pred: vec![0; 2],
+        }
     }
 
     #[test]
@@ -181,8 +183,11 @@ mod tests {
 
     #[test]
     fn signed_versus_unsigned() {
-        let mut r = Regs::default();
-        r.reset(2, 0, 1, &[(0, u32::MAX), (1, 1)], &[]);
+        let mut r = Regs {
+            r32: vec![[u32::MAX; WARP], [1; WARP]],
+            r64: vec![],
+            pred: vec![0],
+        };
         setp(&mut r, u32::MAX, Cmp::Lt, CmpTy::S32, (0, None), 0, 1, None);
         assert_eq!(r.pred[0], u32::MAX, "-1 < 1 signed");
         setp(&mut r, u32::MAX, Cmp::Lt, CmpTy::U32, (0, None), 0, 1, None);

@@ -46,27 +46,41 @@ fn g(b: u64) -> f64 {
     f64::from_bits(b)
 }
 
-/// PTX `min`: a NaN operand yields the other one (both NaN: NaN); −0 < +0.
+/// PTX `min`: a NaN operand yields the other one (both NaN: NaN); −0 < +0. Equal operands
+/// differ at most in the sign of zero, which OR-ing the bits resolves (branch-free, vectorises).
 #[inline(always)]
-fn fmin<T: Copy + PartialOrd>(x: T, y: T, x_nan: bool, y_nan: bool, x_neg: bool) -> T {
-    if x_nan {
-        y
-    } else if y_nan || x < y || (x == y && x_neg) {
-        x
+fn fmin32(x: f32, y: f32) -> f32 {
+    if x == y {
+        f32::from_bits(x.to_bits() | y.to_bits())
     } else {
-        y
+        x.min(y)
     }
 }
 
-/// PTX `max`: a NaN operand yields the other one (both NaN: NaN); +0 > −0.
 #[inline(always)]
-fn fmax<T: Copy + PartialOrd>(x: T, y: T, x_nan: bool, y_nan: bool, x_neg: bool) -> T {
-    if x_nan {
-        y
-    } else if y_nan || x > y || (x == y && !x_neg) {
-        x
+fn fmax32(x: f32, y: f32) -> f32 {
+    if x == y {
+        f32::from_bits(x.to_bits() & y.to_bits())
     } else {
-        y
+        x.max(y)
+    }
+}
+
+#[inline(always)]
+fn fmin64(x: f64, y: f64) -> f64 {
+    if x == y {
+        f64::from_bits(x.to_bits() | y.to_bits())
+    } else {
+        x.min(y)
+    }
+}
+
+#[inline(always)]
+fn fmax64(x: f64, y: f64) -> f64 {
+    if x == y {
+        f64::from_bits(x.to_bits() & y.to_bits())
+    } else {
+        x.max(y)
     }
 }
 
@@ -166,12 +180,8 @@ pub fn f32_bin(op: FBinOp, fl: FFlags, r: &mut [[u32; WARP]], m: u32, d: u32, a:
             let q = x / y;
             directed32(q, div_residual32(x, y, q), rnd, x.is_finite() && y != 0.0)
         }),
-        Min => with_flags2!(r, m, d, a, b, fl, |x, y| {
-            fmin(x, y, x.is_nan(), y.is_nan(), x.is_sign_negative())
-        }),
-        Max => with_flags2!(r, m, d, a, b, fl, |x, y| {
-            fmax(x, y, x.is_nan(), y.is_nan(), x.is_sign_negative())
-        }),
+        Min => with_flags2!(r, m, d, a, b, fl, |x, y| fmin32(x, y)),
+        Max => with_flags2!(r, m, d, a, b, fl, |x, y| fmax32(x, y)),
         Copysign => map2_32(r, m, d, a, b, |x, y| (y & 0x7fff_ffff) | (x & 0x8000_0000)),
     }
 }
@@ -200,14 +210,8 @@ pub fn f64_bin(op: FBinOp, r: &mut [[u64; WARP]], m: u32, d: u32, a: u32, b: u32
             let s = if y < 0.0 { -sign_of(rho) } else { sign_of(rho) };
             canon64(directed64(q, s, rnd, x.is_finite() && y != 0.0))
         }),
-        Min => map2_64(r, m, d, a, b, |x, y| {
-            let (x, y) = (g(x), g(y));
-            canon64(fmin(x, y, x.is_nan(), y.is_nan(), x.is_sign_negative()))
-        }),
-        Max => map2_64(r, m, d, a, b, |x, y| {
-            let (x, y) = (g(x), g(y));
-            canon64(fmax(x, y, x.is_nan(), y.is_nan(), x.is_sign_negative()))
-        }),
+        Min => map2_64(r, m, d, a, b, |x, y| canon64(fmin64(g(x), g(y)))),
+        Max => map2_64(r, m, d, a, b, |x, y| canon64(fmax64(g(x), g(y)))),
         Copysign => map2_64(r, m, d, a, b, |x, y| (y & !(1 << 63)) | (x & (1 << 63))),
     }
 }
@@ -309,6 +313,15 @@ fn fma_lanes(hw: bool, a: &[u32; WARP], b: &[u32; WARP], c: &[u32; WARP]) -> [u3
     fma_lanes_generic(a, b, c)
 }
 
+/// `fma.rn.f32` without modifiers, in place, compiled for AVX2 + FMA (the SGEMM inner loop).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn fma_rn_in_place_avx2(r: &mut [[u32; WARP]], m: u32, (d, a, b, c): (u32, u32, u32, u32)) {
+    let (av, bv, cv) = (&r[a as usize], &r[b as usize], &r[c as usize]);
+    let out: [u32; WARP] = std::array::from_fn(|l| canon32(f(av[l]).mul_add(f(bv[l]), f(cv[l]))));
+    blend(&mut r[d as usize], &out, m);
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn f32_fma(
     rnd: Rnd,
@@ -318,6 +331,12 @@ pub fn f32_fma(
     m: u32,
     regs: (u32, u32, u32, u32),
 ) {
+    #[cfg(target_arch = "x86_64")]
+    if hw && rnd == Rnd::Rn && !fl.ftz && !fl.sat {
+        // SAFETY: `hw` is true only when the CPU reports AVX2 and FMA (`host_has_fma`).
+        unsafe { fma_rn_in_place_avx2(r, m, regs) };
+        return;
+    }
     let (d, a, b, c) = regs;
     let (mut av, mut bv, mut cv) = (r[a as usize], r[b as usize], r[c as usize]);
     if fl.ftz {
@@ -400,8 +419,8 @@ fn half_elem(op: HalfOp, fl: FFlags, bf16: bool, a: u16, b: u16, c: u16) -> u16 
         HalfOp::Sub => softfloat::add_exact(x, -y, fmt, Rnd::Rn),
         HalfOp::Mul => softfloat::mul_exact(x, y, fmt, Rnd::Rn),
         HalfOp::Fma => softfloat::fma_exact(x, y, z, fmt, Rnd::Rn),
-        HalfOp::Min => fmin(x, y, x.is_nan(), y.is_nan(), x.is_sign_negative()),
-        HalfOp::Max => fmax(x, y, x.is_nan(), y.is_nan(), x.is_sign_negative()),
+        HalfOp::Min => fmin64(x, y),
+        HalfOp::Max => fmax64(x, y),
     };
     let v = if fl.sat && !v.is_nan() {
         v.clamp(0.0, 1.0)
@@ -448,12 +467,17 @@ mod tests {
     #[test]
     fn min_max_follow_ptx_nan_and_zero_rules() {
         let (nan, one) = (f32::NAN, 1.0f32);
-        assert_eq!(fmin(nan, one, true, false, false), one);
-        assert_eq!(fmin(one, nan, false, true, false), one);
-        assert!(fmin(nan, nan, true, true, false).is_nan());
-        assert!(fmin(0.0f32, -0.0, false, false, false).is_sign_negative());
-        assert!(fmax(-0.0f32, 0.0, false, false, true).is_sign_positive());
-        assert_eq!(fmax(nan, -one, true, false, false), -one);
+        assert_eq!(fmin32(nan, one), one);
+        assert_eq!(fmin32(one, nan), one);
+        assert!(fmin32(nan, nan).is_nan());
+        assert!(fmin32(0.0, -0.0).is_sign_negative());
+        assert!(fmin32(-0.0, 0.0).is_sign_negative());
+        assert!(fmax32(-0.0, 0.0).is_sign_positive());
+        assert!(fmax32(0.0, -0.0).is_sign_positive());
+        assert_eq!(fmax32(nan, -one), -one);
+        assert_eq!(fmax32(2.0, -one), 2.0);
+        assert_eq!(fmin64(-3.0, 2.0), -3.0);
+        assert!(fmax64(f64::NAN, f64::NAN).is_nan());
     }
 
     #[test]

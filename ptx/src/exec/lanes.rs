@@ -2,6 +2,8 @@
 //! every handler is built from. A handler computes all 32 lanes in a branch-free loop the
 //! compiler vectorises, then blends the result into the destination under the active mask.
 
+use crate::module::Kernel;
+
 /// Lanes per warp.
 pub const WARP: usize = 32;
 /// All 32 lanes.
@@ -17,26 +19,28 @@ pub struct Regs {
 }
 
 impl Regs {
-    /// Sizes the files and zeroes them, then writes the constant registers.
-    pub fn reset(
-        &mut self,
-        n32: usize,
-        n64: usize,
-        npred: usize,
-        c32: &[(u32, u32)],
-        c64: &[(u32, u64)],
-    ) {
-        self.r32.clear();
-        self.r32.resize(n32, [0; WARP]);
-        self.r64.clear();
-        self.r64.resize(n64, [0; WARP]);
-        self.pred.clear();
-        self.pred.resize(npred, 0);
-        for &(r, v) in c32 {
-            self.r32[r as usize] = [v; WARP];
+    /// Prepares the files for a warp of `kernel`: sizes them, zeroes the registers that may be
+    /// read before written, and writes the constant registers. Other registers keep stale
+    /// values, which the kernel provably overwrites before reading (`decode::undef`).
+    pub fn reset(&mut self, kernel: &Kernel) {
+        let r = &kernel.regs;
+        self.r32.resize(r.r32, [0; WARP]);
+        self.r64.resize(r.r64, [0; WARP]);
+        self.pred.resize(r.pred, 0);
+        for &i in &kernel.zero32 {
+            self.r32[i as usize] = [0; WARP];
         }
-        for &(r, v) in c64 {
-            self.r64[r as usize] = [v; WARP];
+        for &i in &kernel.zero64 {
+            self.r64[i as usize] = [0; WARP];
+        }
+        for &i in &kernel.zero_pred {
+            self.pred[i as usize] = 0;
+        }
+        for &(i, v) in &kernel.consts32 {
+            self.r32[i as usize] = [v; WARP];
+        }
+        for &(i, v) in &kernel.consts64 {
+            self.r64[i as usize] = [v; WARP];
         }
     }
 }
@@ -78,7 +82,7 @@ pub fn lanes(mut mask: u32) -> impl Iterator<Item = usize> {
 /// `d = f(a)` on the 32-bit file.
 #[inline(always)]
 pub fn map1_32(r: &mut [[u32; WARP]], mask: u32, d: u32, a: u32, f: impl Fn(u32) -> u32) {
-    let av = r[a as usize];
+    let av = &r[a as usize];
     let out: [u32; WARP] = std::array::from_fn(|l| f(av[l]));
     blend(&mut r[d as usize], &out, mask);
 }
@@ -93,7 +97,7 @@ pub fn map2_32(
     b: u32,
     f: impl Fn(u32, u32) -> u32,
 ) {
-    let (av, bv) = (r[a as usize], r[b as usize]);
+    let (av, bv) = (&r[a as usize], &r[b as usize]);
     let out: [u32; WARP] = std::array::from_fn(|l| f(av[l], bv[l]));
     blend(&mut r[d as usize], &out, mask);
 }
@@ -106,7 +110,7 @@ pub fn map3_32(
     (d, a, b, c): (u32, u32, u32, u32),
     f: impl Fn(u32, u32, u32) -> u32,
 ) {
-    let (av, bv, cv) = (r[a as usize], r[b as usize], r[c as usize]);
+    let (av, bv, cv) = (&r[a as usize], &r[b as usize], &r[c as usize]);
     let out: [u32; WARP] = std::array::from_fn(|l| f(av[l], bv[l], cv[l]));
     blend(&mut r[d as usize], &out, mask);
 }
@@ -114,7 +118,7 @@ pub fn map3_32(
 /// `d = f(a)` on the 64-bit file.
 #[inline(always)]
 pub fn map1_64(r: &mut [[u64; WARP]], mask: u32, d: u32, a: u32, f: impl Fn(u64) -> u64) {
-    let av = r[a as usize];
+    let av = &r[a as usize];
     let out: [u64; WARP] = std::array::from_fn(|l| f(av[l]));
     blend(&mut r[d as usize], &out, mask);
 }
@@ -129,7 +133,7 @@ pub fn map2_64(
     b: u32,
     f: impl Fn(u64, u64) -> u64,
 ) {
-    let (av, bv) = (r[a as usize], r[b as usize]);
+    let (av, bv) = (&r[a as usize], &r[b as usize]);
     let out: [u64; WARP] = std::array::from_fn(|l| f(av[l], bv[l]));
     blend(&mut r[d as usize], &out, mask);
 }
@@ -142,7 +146,7 @@ pub fn map3_64(
     (d, a, b, c): (u32, u32, u32, u32),
     f: impl Fn(u64, u64, u64) -> u64,
 ) {
-    let (av, bv, cv) = (r[a as usize], r[b as usize], r[c as usize]);
+    let (av, bv, cv) = (&r[a as usize], &r[b as usize], &r[c as usize]);
     let out: [u64; WARP] = std::array::from_fn(|l| f(av[l], bv[l], cv[l]));
     blend(&mut r[d as usize], &out, mask);
 }

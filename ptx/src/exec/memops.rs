@@ -39,25 +39,48 @@ fn window(addr: u64, base: u64, len: usize, bytes: u32, space: Space) -> Result<
     if addr < base || off + u64::from(bytes) > len as u64 {
         return Err(Fault::OutOfBounds { space, addr, bytes });
     }
-    if !addr.is_multiple_of(u64::from(bytes)) {
+    // Access sizes are powers of two (1 to 16 bytes): a mask instead of a division.
+    if addr & (u64::from(bytes) - 1) != 0 {
         return Err(Fault::Misaligned { space, addr, bytes });
     }
     Ok(off as usize)
 }
 
-#[inline]
+/// Reads `width` (1, 2, 4, 8) bytes little-endian; fixed-size copies, no `memcpy` calls.
+#[inline(always)]
 fn read_le(buf: &[u8], off: usize, width: u8) -> u64 {
-    let mut b = [0u8; 8];
-    b[..width as usize].copy_from_slice(&buf[off..off + width as usize]);
-    u64::from_le_bytes(b)
+    match width {
+        4 => {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&buf[off..off + 4]);
+            u64::from(u32::from_le_bytes(b))
+        }
+        8 => {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&buf[off..off + 8]);
+            u64::from_le_bytes(b)
+        }
+        2 => {
+            let mut b = [0u8; 2];
+            b.copy_from_slice(&buf[off..off + 2]);
+            u64::from(u16::from_le_bytes(b))
+        }
+        _ => u64::from(buf[off]),
+    }
 }
 
-#[inline]
+#[inline(always)]
 fn write_le(buf: &mut [u8], off: usize, width: u8, v: u64) {
-    buf[off..off + width as usize].copy_from_slice(&v.to_le_bytes()[..width as usize]);
+    match width {
+        4 => buf[off..off + 4].copy_from_slice(&(v as u32).to_le_bytes()),
+        8 => buf[off..off + 8].copy_from_slice(&v.to_le_bytes()),
+        2 => buf[off..off + 2].copy_from_slice(&(v as u16).to_le_bytes()),
+        _ => buf[off] = v as u8,
+    }
 }
 
 /// Where one lane's access lands.
+#[derive(Clone, Copy)]
 enum Target {
     Global(usize, usize),
     Shared(usize),
@@ -65,6 +88,7 @@ enum Target {
     Param(usize),
 }
 
+#[inline(always)]
 fn locate(
     env: &mut CtaEnv,
     space: Space,
@@ -100,6 +124,7 @@ fn locate(
     }
 }
 
+#[inline(always)]
 fn extend(v: u64, width: u8, signed: bool) -> u64 {
     if !signed || width == 8 {
         return v;
@@ -108,7 +133,67 @@ fn extend(v: u64, width: u8, signed: bool) -> u64 {
     (((v << shift) as i64) >> shift) as u64
 }
 
-/// `ld`: up to four elements per lane.
+/// Writes one lane of a load result (inactive lanes are never touched, so no blend is needed).
+#[inline(always)]
+fn put(regs: &mut Regs, wide: bool, reg: R, lane: usize, v: u64) {
+    if wide {
+        regs.r64[reg as usize][lane] = v;
+    } else {
+        regs.r32[reg as usize][lane] = v as u32;
+    }
+}
+
+#[inline(always)]
+fn get(regs: &Regs, wide: bool, reg: R, lane: usize) -> u64 {
+    if wide {
+        regs.r64[reg as usize][lane]
+    } else {
+        u64::from(regs.r32[reg as usize][lane])
+    }
+}
+
+/// Lowest and highest active address, and whether every active address is `bytes`-aligned.
+#[inline(always)]
+fn span(addrs: &[u64; WARP], mask: u32, bytes: u32) -> (u64, u64, bool) {
+    let (mut lo, mut hi, mut bits) = (u64::MAX, 0u64, 0u64);
+    for l in lanes(mask) {
+        lo = lo.min(addrs[l]);
+        hi = hi.max(addrs[l]);
+        bits |= addrs[l];
+    }
+    (lo, hi, bits & (u64::from(bytes) - 1) == 0)
+}
+
+/// Where a whole warp's access lands when every active lane is inside one region and aligned:
+/// the fast paths then index memory without per-lane checks.
+enum Region {
+    Shared,
+    Global(usize, u64),
+    None,
+}
+
+fn region(env: &CtaEnv, space: MemSpace, addrs: &[u64; WARP], mask: u32, bytes: u32) -> Region {
+    let (lo, hi, aligned) = span(addrs, mask, bytes);
+    let Some(end) = hi.checked_add(u64::from(bytes)) else {
+        return Region::None;
+    };
+    if !aligned {
+        return Region::None;
+    }
+    match space {
+        MemSpace::Shared if lo >= SHARED_BASE && end <= SHARED_BASE + env.shared.len() as u64 => {
+            Region::Shared
+        }
+        MemSpace::Global => match env.global.find_span(lo, end, env.hint) {
+            Some(a) => Region::Global(a, env.global.allocs[a].base),
+            None => Region::None,
+        },
+        _ => Region::None,
+    }
+}
+
+/// `ld`: up to four elements per lane. Addresses are computed for all lanes before any
+/// destination is written, so a destination may be the address register.
 pub fn load(
     env: &mut CtaEnv,
     regs: &mut Regs,
@@ -118,29 +203,72 @@ pub fn load(
     mask: u32,
 ) -> Result<(), LaneFault> {
     let addrs = addresses(regs, m.base, m.offset);
-    let (w, n) = (m.width, m.count as usize);
+    let (w, n, wide) = (m.width, m.count as usize, m.wide_regs);
     let bytes = u32::from(w) * n as u32;
-    let mut vals = [[0u64; WARP]; 4];
-    for l in lanes(mask) {
-        let addr = addrs[l];
-        let t = locate(env, effective(m.space, addr), addr, bytes, l).map_err(|f| (l, f))?;
-        for (k, val) in vals.iter_mut().enumerate().take(n) {
-            let step = k * w as usize;
-            let raw = match t {
-                Target::Global(a, off) => env.global.allocs[a].load(off + step, w),
-                Target::Shared(off) => read_le(&env.shared, off + step, w),
-                Target::Local(off) => read_le(local, off + step, w),
-                Target::Param(off) => read_le(env.params, off + step, w),
-            };
-            val[l] = extend(raw, w, m.signed);
+    let step = usize::from(w);
+    // Uniform parameter loads (`ld.param [name+off]`): read once, broadcast.
+    if m.space == MemSpace::Param && m.base == AddrBase::None {
+        let first = mask.trailing_zeros() as usize;
+        let off = window(addrs[0], PARAM_BASE, env.params.len(), bytes, Space::Param)
+            .map_err(|f| (first, f))?;
+        for (k, &reg) in d.iter().enumerate().take(n) {
+            let v = extend(read_le(env.params, off + k * step, w), w, m.signed);
+            if wide {
+                blend(&mut regs.r64[reg as usize], &[v; WARP], mask);
+            } else {
+                blend(&mut regs.r32[reg as usize], &[v as u32; WARP], mask);
+            }
         }
+        return Ok(());
     }
-    for (k, &reg) in d.iter().enumerate().take(n) {
-        if m.wide_regs {
-            blend(&mut regs.r64[reg as usize], &vals[k], mask);
-        } else {
-            let v32 = vals[k].map(|v| v as u32);
-            blend(&mut regs.r32[reg as usize], &v32, mask);
+    match region(env, m.space, &addrs, mask, bytes) {
+        Region::Shared => {
+            for l in lanes(mask) {
+                let off = (addrs[l] - SHARED_BASE) as usize;
+                for (k, &reg) in d.iter().enumerate().take(n) {
+                    put(
+                        regs,
+                        wide,
+                        reg,
+                        l,
+                        extend(read_le(&env.shared, off + k * step, w), w, m.signed),
+                    );
+                }
+            }
+        }
+        Region::Global(a, base) => {
+            env.hint = a;
+            let alloc = &env.global.allocs[a];
+            for l in lanes(mask) {
+                let off = (addrs[l] - base) as usize;
+                for (k, &reg) in d.iter().enumerate().take(n) {
+                    put(
+                        regs,
+                        wide,
+                        reg,
+                        l,
+                        extend(alloc.load(off + k * step, w), w, m.signed),
+                    );
+                }
+            }
+        }
+        Region::None => {
+            // Per lane, with the space of each address and a precise fault.
+            for l in lanes(mask) {
+                let addr = addrs[l];
+                let t =
+                    locate(env, effective(m.space, addr), addr, bytes, l).map_err(|f| (l, f))?;
+                for (k, &reg) in d.iter().enumerate().take(n) {
+                    let at = k * step;
+                    let raw = match t {
+                        Target::Global(a, off) => env.global.allocs[a].load(off + at, w),
+                        Target::Shared(off) => read_le(&env.shared, off + at, w),
+                        Target::Local(off) => read_le(local, off + at, w),
+                        Target::Param(off) => read_le(env.params, off + at, w),
+                    };
+                    put(regs, wide, reg, l, extend(raw, w, m.signed));
+                }
+            }
         }
     }
     Ok(())
@@ -156,27 +284,45 @@ pub fn store(
     mask: u32,
 ) -> Result<(), LaneFault> {
     let addrs = addresses(regs, m.base, m.offset);
-    let (w, n) = (m.width, m.count as usize);
+    let (w, n, wide) = (m.width, m.count as usize, m.wide_regs);
     let bytes = u32::from(w) * n as u32;
-    for l in lanes(mask) {
-        let addr = addrs[l];
-        let space = effective(m.space, addr);
-        if space == Space::Param {
-            return Err((l, Fault::OutOfBounds { space, addr, bytes }));
+    let step = usize::from(w);
+    match region(env, m.space, &addrs, mask, bytes) {
+        Region::Shared => {
+            for l in lanes(mask) {
+                let off = (addrs[l] - SHARED_BASE) as usize;
+                for (k, &reg) in s.iter().enumerate().take(n) {
+                    write_le(&mut env.shared, off + k * step, w, get(regs, wide, reg, l));
+                }
+            }
         }
-        let t = locate(env, space, addr, bytes, l).map_err(|f| (l, f))?;
-        for (k, &reg) in s.iter().enumerate().take(n) {
-            let v = if m.wide_regs {
-                regs.r64[reg as usize][l]
-            } else {
-                u64::from(regs.r32[reg as usize][l])
-            };
-            let step = k * w as usize;
-            match t {
-                Target::Global(a, off) => env.global.allocs[a].store(off + step, w, v),
-                Target::Shared(off) => write_le(&mut env.shared, off + step, w, v),
-                Target::Local(off) => write_le(local, off + step, w, v),
-                Target::Param(_) => {}
+        Region::Global(a, base) => {
+            env.hint = a;
+            let alloc = &env.global.allocs[a];
+            for l in lanes(mask) {
+                let off = (addrs[l] - base) as usize;
+                for (k, &reg) in s.iter().enumerate().take(n) {
+                    alloc.store(off + k * step, w, get(regs, wide, reg, l));
+                }
+            }
+        }
+        Region::None => {
+            for l in lanes(mask) {
+                let addr = addrs[l];
+                let space = effective(m.space, addr);
+                if space == Space::Param {
+                    return Err((l, Fault::OutOfBounds { space, addr, bytes }));
+                }
+                let t = locate(env, space, addr, bytes, l).map_err(|f| (l, f))?;
+                for (k, &reg) in s.iter().enumerate().take(n) {
+                    let (v, at) = (get(regs, wide, reg, l), k * step);
+                    match t {
+                        Target::Global(a, off) => env.global.allocs[a].store(off + at, w, v),
+                        Target::Shared(off) => write_le(&mut env.shared, off + at, w, v),
+                        Target::Local(off) => write_le(local, off + at, w, v),
+                        Target::Param(_) => {}
+                    }
+                }
             }
         }
     }

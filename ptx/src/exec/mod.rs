@@ -123,23 +123,27 @@ pub(crate) fn run(l: &Launch) -> Result<LaunchStats, ExecError> {
         }
         result.map(|()| (env.steps, env.lane_instrs))
     };
-    let results: Vec<Result<(u64, u64), ExecError>> = if l.parallel && ncta > 1 {
-        (0..ncta)
-            .into_par_iter()
-            .map_init(new_scratch, run_one)
-            .collect()
+    // Contiguous chunks of CTAs, a few per worker thread for balance; each chunk reuses one
+    // scratch (register files, shared memory) for all its CTAs.
+    let chunks = if l.parallel {
+        (rayon::current_num_threads() as u64 * 8).clamp(1, ncta)
     } else {
+        1
+    };
+    let per_chunk = ncta.div_ceil(chunks);
+    let run_chunk = |c: u64| -> Result<(u64, u64), ExecError> {
         let mut s = new_scratch();
-        let mut out = Vec::new();
-        for i in 0..ncta {
-            let r = run_one(&mut s, i);
-            let failed = r.is_err();
-            out.push(r);
-            if failed {
-                break;
-            }
+        let mut total = (0u64, 0u64);
+        for i in c * per_chunk..((c + 1) * per_chunk).min(ncta) {
+            let (steps, lanes) = run_one(&mut s, i)?;
+            total = (total.0 + steps, total.1 + lanes);
         }
-        out
+        Ok(total)
+    };
+    let results: Vec<Result<(u64, u64), ExecError>> = if chunks > 1 {
+        (0..chunks).into_par_iter().map(run_chunk).collect()
+    } else {
+        vec![run_chunk(0)]
     };
     let mut stats = LaunchStats {
         ctas: ncta,

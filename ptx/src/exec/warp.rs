@@ -43,32 +43,36 @@ pub struct Warp {
     pub pc: [u32; WARP],
     /// Thread index (x, y, z) of each lane.
     pub tid: [[u32; 3]; WARP],
+    /// The (warp index, block shape) `tid` and `existing` were computed for.
+    layout: Option<(u32, [u32; 3])>,
 }
 
 impl Warp {
     /// Prepares the warp to run warp `index` of a CTA of `block` threads.
     pub fn reset(&mut self, kernel: &Kernel, index: u32, block: [u32; 3]) {
-        let r = &kernel.regs;
-        self.regs
-            .reset(r.r32, r.r64, r.pred, &kernel.consts32, &kernel.consts64);
+        self.regs.reset(kernel);
         self.local.clear();
         self.local.resize(kernel.local_bytes * WARP, 0);
-        self.index = index;
-        let nthreads = block[0] * block[1] * block[2];
-        let first = index * WARP as u32;
-        let count = nthreads.saturating_sub(first).min(WARP as u32);
-        self.existing = if count == 32 {
-            FULL
-        } else {
-            (1u32 << count) - 1
-        };
-        for l in 0..WARP {
-            let lin = first + l as u32;
-            self.tid[l] = [
-                lin % block[0],
-                (lin / block[0]) % block[1],
-                lin / (block[0] * block[1]),
-            ];
+        // Thread indices depend only on the warp index and block shape: reuse them across CTAs.
+        if self.layout != Some((index, block)) {
+            self.layout = Some((index, block));
+            self.index = index;
+            let nthreads = block[0] * block[1] * block[2];
+            let first = index * WARP as u32;
+            let count = nthreads.saturating_sub(first).min(WARP as u32);
+            self.existing = if count == 32 {
+                FULL
+            } else {
+                (1u32 << count) - 1
+            };
+            for l in 0..WARP {
+                let lin = first + l as u32;
+                self.tid[l] = [
+                    lin % block[0],
+                    (lin / block[0]) % block[1],
+                    lin / (block[0] * block[1]),
+                ];
+            }
         }
         self.exited = 0;
         self.group = self.existing;
