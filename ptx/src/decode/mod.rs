@@ -1,12 +1,16 @@
 //! Decoding a parsed module into [`Kernel`]s, once, at load time: lays out parameters, shared and
 //! local memory; resolves (scoped) register names to register-file indices, labels to
 //! instruction indices, symbols to addresses, and immediates to constant registers. Opcodes are
-//! decoded by [`ops`] (arithmetic, logic, control) and [`mem`] (loads, stores, atomics, `cvt`).
+//! decoded by `ops`, `unary`, `compare` (arithmetic, logic, comparisons), `control` (`mov`,
+//! branches, barriers, warp operations) and `mem` (loads, stores, atomics, `cvt`); `undef` finds
+//! the registers a kernel may read before writing.
 
+mod compare;
 mod control;
 mod mem;
 mod operands;
 mod ops;
+mod unary;
 mod undef;
 
 use std::collections::HashMap;
