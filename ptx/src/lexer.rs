@@ -16,8 +16,8 @@ pub enum Tok {
     /// `%r1`, `%tid`, `$L__BB0_2`, `_Z3foo`, `sm_80`, `ld` (opcode roots) ...
     #[regex(r"[A-Za-z_$%][A-Za-z0-9_$]*")]
     Ident,
-    /// `.reg`, `.f32`, `.x`, `.v4` ... (the dot is part of the token).
-    #[regex(r"\.[A-Za-z0-9_][A-Za-z0-9_]*")]
+    /// `.reg`, `.f32`, `.x`, `.v4`, `.2d`, `.L2::128B`, `.shared::cta` ... (with the dot).
+    #[regex(r"\.[A-Za-z0-9_][A-Za-z0-9_]*(::[A-Za-z0-9_]+)*")]
     DotWord,
     /// Decimal, hex (`0x..`), octal (`0..`) or binary (`0b..`) integers, optional `U` suffix.
     #[regex(r"[0-9]+U?")]

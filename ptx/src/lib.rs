@@ -6,6 +6,12 @@
 //! [`Device`] API mirrors the CUDA driver API the CUDA backend calls: [`Device::load_module`],
 //! [`Device::alloc`], copies, [`Device::launch`] with packed parameters.
 //!
+//! Semantics worth knowing: every memory access is bounds- and alignment-checked (a fault names
+//! the kernel, PTX line, CTA, thread and address); round-to-nearest arithmetic is IEEE-exact and
+//! directed rounding (`fma.rm` ...) is exactly rounded; `.approx` functions are more accurate
+//! than the hardware's. CTAs run in parallel, so only the order of float atomics across CTAs
+//! (and racy kernels) can change results between runs; everything else is deterministic.
+//!
 //! ```
 //! use towerpack_ptx::{Device, KernelArgs, LaunchConfig};
 //! let ptx = r#"
@@ -42,11 +48,11 @@ mod device;
 mod error;
 mod exec;
 mod inst;
-pub mod lexer;
+mod lexer;
 mod memory;
 mod module;
-pub mod parser;
-pub mod softfloat;
+mod parser;
+mod softfloat;
 
 pub use device::{
     DEFAULT_STEP_LIMIT, Device, DevicePtr, Event, KernelArgs, LaunchConfig, MAX_SHARED_PER_CTA,

@@ -142,11 +142,6 @@ pub fn round_f64(x: f64, fmt: Format, rnd: Rnd) -> f64 {
     round_exact(neg, u128::from(m), e, fmt, rnd)
 }
 
-/// Rounds an integer to `fmt`.
-pub fn round_int(neg: bool, magnitude: u64, fmt: Format, rnd: Rnd) -> f64 {
-    round_exact(neg, u128::from(magnitude), 0, fmt, rnd)
-}
-
 /// Sign of an exact zero sum `x + y` where the exact result is zero (IEEE 754 §6.3).
 fn zero_sum_sign(x_neg: bool, y_neg: bool, rnd: Rnd) -> bool {
     if x_neg == y_neg {
@@ -290,11 +285,6 @@ pub fn directed_overflow(q_neg: bool, rnd: Rnd, max: f64) -> f64 {
     };
     let v = if finite { max } else { f64::INFINITY };
     if q_neg { -v } else { v }
-}
-
-/// The largest finite value of `fmt`, public for overflow handling.
-pub fn max_of(fmt: Format) -> f64 {
-    max_finite(fmt)
 }
 
 #[cfg(test)]

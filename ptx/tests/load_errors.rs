@@ -51,6 +51,15 @@ fn every_rejection_carries_a_line() {
 }
 
 #[test]
+fn cache_hints_and_qualified_state_spaces_are_accepted() {
+    let m = Module::load(&kernel(
+        "ld.global.nc.L1::no_allocate.L2::128B.u32 %r1, [%rd1];\n\
+         ld.shared::cta.u32 %r2, [%rd1];\nst.global.L1::evict_last.u32 [%rd1], %r1;",
+    ));
+    assert!(m.is_ok(), "{m:?}");
+}
+
+#[test]
 fn syntax_errors_have_lines_too() {
     let e = Module::load(".version 8.8\n.target sm_80\n.address_size 64\n.visible .entry k(\n.param .u64 p\n{\nret;\n}").unwrap_err();
     assert_eq!(e.line, 6, "{e}");

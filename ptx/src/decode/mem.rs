@@ -18,7 +18,8 @@ pub(super) fn decode(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
     }
 }
 
-/// Removes cache, ordering and scope qualifiers that do not change single-threaded results.
+/// Removes cache, ordering and scope qualifiers that do not change results here, including
+/// eviction and prefetch hints (`.L1::no_allocate`, `.L2::128B`, ...).
 fn drop_hints(mods: &mut Mods) {
     for m in [
         "weak", "volatile", "relaxed", "acquire", "release", "acq_rel", "cta", "gpu", "sys", "nc",
@@ -26,9 +27,13 @@ fn drop_hints(mods: &mut Mods) {
     ] {
         mods.take(m);
     }
+    mods.retain(|m| !(m.starts_with("L1::") || m.starts_with("L2::")));
 }
 
 fn space(mods: &mut Mods) -> MemSpace {
+    if mods.take("shared::cta") {
+        return MemSpace::Shared;
+    }
     match mods.take_any(&["global", "shared", "local", "param"]) {
         Some("global") => MemSpace::Global,
         Some("shared") => MemSpace::Shared,

@@ -79,6 +79,11 @@ impl Mods {
             })
     }
 
+    /// Keeps only the modifiers for which `keep` holds.
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        self.list.retain(|m| keep(m));
+    }
+
     /// Removes the last modifier if it is a type name (`.f32`, `.s64`...).
     pub fn take_type(&mut self) -> Option<Scalar> {
         let last = self.list.last()?;

@@ -21,7 +21,6 @@ pub struct VarDecl {
     pub name: String,
     /// Total element count (product of all dimensions); `None` for an unsized `[]` array.
     pub count: Option<u64>,
-    pub is_extern: bool,
     pub line: u32,
 }
 

@@ -229,7 +229,6 @@ impl<'a> Parser<'a> {
             ty,
             name,
             count,
-            is_extern,
             line,
         })
     }
