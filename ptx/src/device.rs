@@ -96,7 +96,7 @@ pub fn copy_peer(
 }
 
 impl Device {
-    /// A device with `ordinal` and 16 GiB of (lazily used) memory.
+    /// A device with `ordinal` and a 16 GiB memory capacity (host memory is taken per allocation).
     pub fn new(ordinal: usize) -> Device {
         Device::with_capacity(ordinal, 16 << 30)
     }
