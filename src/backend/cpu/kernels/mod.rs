@@ -18,7 +18,8 @@ mod simd;
 pub mod softmax;
 
 pub use conv::{
-    Conv2dGeometry, Padding2d, conv2d_backward_filter, conv2d_backward_input, conv2d_forward,
+    Conv2dGeometry, ConvAlgorithm, Padding2d, conv2d_backward_filter, conv2d_backward_filter_with,
+    conv2d_backward_input, conv2d_backward_input_with, conv2d_forward, conv2d_forward_with,
 };
 pub use epilogue::{ChannelEpilogue, Epilogue, NoEpilogue};
 pub use gemm::{MatRef, sgemm, sgemm_with_epilogue};
