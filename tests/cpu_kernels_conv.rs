@@ -8,8 +8,8 @@ mod cpu_kernels_common;
 use cpu_kernels_common::*;
 use rand::Rng;
 use towerpack::backend::cpu::kernels::{
-    ChannelEpilogue, Conv2dGeometry, ConvAlgorithm, KernelError, NoEpilogue, Padding2d,
-    conv2d_backward_filter, conv2d_backward_filter_with, conv2d_backward_input,
+    ChannelEpilogue, Conv2dGeometry, ConvAlgorithm, KernelError, MomentsEpilogue, NoEpilogue,
+    Padding2d, conv2d_backward_filter, conv2d_backward_filter_with, conv2d_backward_input,
     conv2d_backward_input_with, conv2d_forward, conv2d_forward_with,
 };
 
@@ -299,4 +299,82 @@ fn mismatched_buffers_and_bad_geometries_are_errors() {
         ),
         "{err}"
     );
+}
+
+#[test]
+fn moments_epilogue_gathers_the_batch_statistics_of_the_fused_output() {
+    let mut g = Conv2dGeometry::new(6, [12, 12], 8, 16, [3, 3]);
+    g.padding = Padding2d::uniform(1);
+    let mut r = rng(97);
+    let x = random_vec(&mut r, g.input_len());
+    let w = random_vec(&mut r, g.filter_len());
+    let shift = random_vec(&mut r, 16);
+    let want_y: Vec<f32> = naive_conv_forward(&g, &x, &w)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v + shift[i % 16]).max(0.0))
+        .collect();
+    let (mut want_mean, mut want_var) = (vec![0.0; 16], vec![0.0; 16]);
+    for ch in 0..16 {
+        let col: Vec<f64> = want_y
+            .iter()
+            .skip(ch)
+            .step_by(16)
+            .map(|&v| f64::from(v))
+            .collect();
+        let mean = col.iter().sum::<f64>() / col.len() as f64;
+        want_mean[ch] = mean as f32;
+        want_var[ch] =
+            (col.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / col.len() as f64) as f32;
+    }
+    for algorithm in algorithms_for(&g) {
+        let mut results = Vec::new();
+        for threads in [1, 2, 2] {
+            let inner = ChannelEpilogue {
+                shift: Some(&shift),
+                relu: true,
+                ..Default::default()
+            };
+            let epilogue = MomentsEpilogue::new(inner, 16);
+            let mut y = vec![0.0; g.output_len()];
+            with_threads(threads, || {
+                conv2d_forward_with(algorithm, &g, &x, &w, &mut y, &epilogue)
+            })
+            .unwrap();
+            assert_close(
+                &format!("{algorithm:?} fused output"),
+                &y,
+                &want_y,
+                2e-4,
+                1e-4,
+            );
+            let moments = epilogue.finish();
+            assert_eq!(moments.rows(), g.batch * 144);
+            let (mut mean, mut var) = (vec![0.0; 16], vec![0.0; 16]);
+            moments.mean_variance(&mut mean, &mut var).unwrap();
+            assert_close(
+                &format!("{algorithm:?} means"),
+                &mean,
+                &want_mean,
+                1e-5,
+                1e-4,
+            );
+            assert_close(
+                &format!("{algorithm:?} variances"),
+                &var,
+                &want_var,
+                1e-5,
+                1e-4,
+            );
+            results.push((mean, var));
+        }
+        // Merged in row order: identical whatever the thread count.
+        assert!(
+            results.windows(2).all(|p| p[0] == p[1]),
+            "{algorithm:?}: statistics vary"
+        );
+    }
+    let wrong = MomentsEpilogue::new(NoEpilogue, 15);
+    let mut y = vec![0.0; g.output_len()];
+    assert!(conv2d_forward(&g, &x, &w, &mut y, &wrong).is_err());
 }

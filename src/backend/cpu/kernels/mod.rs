@@ -21,7 +21,7 @@ pub use conv::{
     Conv2dGeometry, ConvAlgorithm, Padding2d, conv2d_backward_filter, conv2d_backward_filter_with,
     conv2d_backward_input, conv2d_backward_input_with, conv2d_forward, conv2d_forward_with,
 };
-pub use epilogue::{ChannelEpilogue, Epilogue, NoEpilogue};
+pub use epilogue::{ChannelEpilogue, Epilogue, MomentsEpilogue, NoEpilogue};
 pub use gemm::{MatRef, sgemm, sgemm_with_epilogue};
 
 /// A kernel was called with buffers or shapes that do not fit together.
