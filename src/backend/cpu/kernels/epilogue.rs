@@ -84,7 +84,7 @@ impl Epilogue for ChannelEpilogue<'_> {
         let residual = self
             .residual
             .map(|r| &r[first_row * cols..first_row * cols + rows.len()]);
-        vectorized(|| {
+        vectorized!({
             for (i, row) in rows.chunks_exact_mut(cols).enumerate() {
                 if let Some(scale) = self.scale {
                     row.iter_mut().zip(scale).for_each(|(y, s)| *y *= s);
