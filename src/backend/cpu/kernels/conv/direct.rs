@@ -301,6 +301,10 @@ pub(super) fn backward_filter(
     Ok(())
 }
 
+/// Adds one image's filter gradient to `dw`.
+///
+/// Panics (a bug, not a user error) unless every read lies in `padded` and `dy_image` and every
+/// filter row in `dw`; checked once per image, not per element.
 fn filter_image(
     g: &Conv2dGeometry,
     segs: &[Segment],
@@ -310,16 +314,26 @@ fn filter_image(
     dw: &mut [f32],
 ) {
     let o = g.out_channels;
+    let reach = segs.iter().map(|s| s.a_off + s.len).max().unwrap_or(0);
+    let rows = segs.iter().map(|s| s.k0 + s.len).max().unwrap_or(0);
+    let last_origin = origins.iter().copied().max().unwrap_or(0);
+    assert!(
+        last_origin + reach <= padded.len()
+            && origins.len() * o <= dy_image.len()
+            && rows * o <= dw.len(),
+        "direct filter-gradient tile out of bounds"
+    );
+    assert!(std::arch::is_x86_feature_detected!("avx512f"));
     for (first, v) in channel_chunks(o) {
         let masks = lane_masks(o - first);
         for seg in segs {
             let mut j = 0;
             while j < seg.len {
                 let r = tile_rows(v, seg.len, j);
-                // SAFETY: AVX-512F was detected. Every pixel's window origin plus the segment
-                // offset plus `j + r <= seg.len` stays in the padded image; `dy_image` holds
-                // `origins.len()` rows of `o`; filter rows `k0 + j .. k0 + j + r` exist, and
-                // lanes past `o` are masked.
+                // SAFETY: AVX-512F is present and the bounds were asserted above: every window
+                // origin plus `a_off + j + r <= a_off + len` stays below `last_origin + reach`;
+                // `dy_image` holds `origins.len()` rows of `o`; filter rows `k0 + j + r <= rows`
+                // exist, and lanes past `o` are masked.
                 unsafe {
                     let a = padded.as_ptr().add(seg.a_off + j);
                     let dyp = dy_image.as_ptr().add(first);
