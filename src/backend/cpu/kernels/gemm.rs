@@ -2,22 +2,29 @@
 //! crate (AVX-512 microkernels, rayon), with a direct loop for tiny products that cannot pay the
 //! crate's setup, and a variant that runs an [`Epilogue`] on the finished rows.
 //!
-//! Crate choice, measured side by side in one run on this machine (2 threads allowed, GFLOP/s,
-//! `cargo bench --bench cpu_kernels -- gemm-crates`): `gemm` 0.19 with `x86-v4` against
-//! `matrixmultiply` 0.3.11 (AVX-512, `threading`):
+//! Crate choice: `gemm` 0.19 (feature `x86-v4`, AVX-512) against `matrixmultiply` 0.3.11
+//! (AVX-512, `threading`), side by side in one run, GFLOP/s from CPU time per thread on one
+//! thread (the machine was shared; `BENCH_CPU_TIME=1 RAYON_NUM_THREADS=1 cargo bench --bench
+//! cpu_kernels -- gemm-crates`). The CPU reported AMD family 25 model 17 (Zen 4: AVX-512 on
+//! 256-bit units), one-core FMA peak measured at 115 GFLOP/s.
 //!
-//! | m×n×k (A or B transposed)   | gemm 1 thread | gemm 2 threads | matrixmultiply 2 threads |
-//! |-----------------------------|---------------|----------------|--------------------------|
-//! | 256×512×784                 | 101           | 190            | 153                      |
-//! | 784×512×256 (Aᵀ, dW)        | 111           | 210            | 185                      |
-//! | 256×784×512 (Bᵀ, dX)        | 75            | 81             | 100                      |
-//! | 8192×64×576 (conv 8×8×64)   | 107           | 214            | 146                      |
-//! | 32768×32×288 (conv 16×16)   | 70            | 122            | 71                       |
-//! | 131072×16×144 (conv 32×32)  | 45            | 80             | 40                       |
-//! | 8×10×10                     | 6.3           | 6.3            | 5.5                      |
+//! | m×n×k                          | gemm | matrixmultiply |
+//! |--------------------------------|------|----------------|
+//! | 256×512×784 (MLP fc1)          | 110  | 88             |
+//! | 256×512×512 (fc2)              | 120  | 91             |
+//! | 256×10×512 (fc3)               | 69   | 24             |
+//! | 784×512×256, Aᵀ (fc1 dW)       | 114  | 99             |
+//! | 256×512×512, Bᵀ (fc2 dX)       | 78   | 85             |
+//! | 512×10×256, Aᵀ (fc3 dW)        | 68   | 35             |
+//! | 256×784×512, Bᵀ (fc1 dX)       | 86   | 47             |
+//! | 131072×16×144 (conv 32×32×16)  | 43   | 20             |
+//! | 8192×64×576 (conv 8×8×64)      | 94   | 55             |
+//! | 8×10×10                        | 0.26 µs | 0.23 µs     |
 //!
-//! `gemm` wins every large shape but the transposed-B ones and scales better over two threads;
-//! both pay ~250 ns of setup on 8×10×10, which the direct path here does in a fraction of that.
+//! `gemm` wins all but one shape, by up to 2.9×, and splits over two threads on the rayon pool
+//! (190 vs 153 GFLOP/s on fc1 with two threads, in an earlier wall-clock run); it is the one
+//! used. Neither serves 8×10×10 well (~250 ns of setup): the AVX-512 direct path below takes
+//! ~60 ns, the portable one ~290 ns.
 
 use super::epilogue::Epilogue;
 use super::parallel::{for_each_row_block, threads, worth_parallel};
@@ -269,7 +276,7 @@ fn scale_rows(m: usize, n: usize, beta: f32, c: &mut [f32], ldc: usize) {
 }
 
 /// The tiny-product path for at most 16 columns with unit-stride rows of `B`: each row of `C` is
-/// one masked AVX-512 vector, four rows at a time (independent accumulation chains). About 4×
+/// one masked AVX-512 vector, four rows at a time (independent accumulation chains). About 5×
 /// faster than the portable loop below on 8×10×10, which the GEMM crate takes ~250 ns to set up.
 ///
 /// # Safety
