@@ -28,6 +28,13 @@ fn max_tile_rows(v: usize) -> usize {
     }
 }
 
+/// Widest channel chunk of the pixel tiles (forward and input gradient): two vectors let a tile
+/// hold 8–12 pixels, so each filter vector loaded from L2 feeds twice the multiply-adds of four
+/// vectors × at most 6 pixels (deep filters, e.g. 3×3×64×64 = 147 KiB, do not fit in L1). On this
+/// machine (one FMA per cycle) both run at the same speed; with two FMA units the filter traffic
+/// of the wider chunk would start to bind.
+const PIXEL_TILE_MAX_V: usize = 2;
+
 /// Splits `len` rows into the fewest tiles of at most `max_tile_rows(v)`, as even as possible
 /// (the first `len % tiles` one row longer), and returns the size of the tile starting at `done`.
 fn tile_rows(v: usize, len: usize, done: usize) -> usize {
@@ -40,11 +47,11 @@ fn tile_rows(v: usize, len: usize, done: usize) -> usize {
     }
 }
 
-/// Output channel chunks `(first channel, vectors)`: up to 4 vectors of 16 channels each.
-fn channel_chunks(o: usize) -> impl Iterator<Item = (usize, usize)> {
+/// Output channel chunks `(first channel, vectors)`: up to `max_v` vectors of 16 channels each.
+fn channel_chunks(o: usize, max_v: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..o)
-        .step_by(64)
-        .map(move |start| (start, (o - start).div_ceil(16).min(4)))
+        .step_by(16 * max_v)
+        .map(move |start| (start, (o - start).div_ceil(16).min(max_v)))
 }
 
 /// Expands to a `match` over every tile shape `(R, V)` that `tile_rows` can return, calling
@@ -216,7 +223,7 @@ pub(super) fn tile_row(
         "direct convolution tile out of bounds"
     );
     assert!(std::arch::is_x86_feature_detected!("avx512f"));
-    for (first, v) in channel_chunks(channels) {
+    for (first, v) in channel_chunks(channels, PIXEL_TILE_MAX_V) {
         let masks = lane_masks(channels - first);
         let mut t = 0;
         while t < count {
@@ -324,7 +331,7 @@ fn filter_image(
         "direct filter-gradient tile out of bounds"
     );
     assert!(std::arch::is_x86_feature_detected!("avx512f"));
-    for (first, v) in channel_chunks(o) {
+    for (first, v) in channel_chunks(o, 4) {
         let masks = lane_masks(o - first);
         for seg in segs {
             let mut j = 0;
