@@ -8,15 +8,25 @@ measured in alternating rounds and each keeps its best time; only the ratios are
 
     python3 bench/conv_shapes.py [--rounds 3] [--threads 2] [--cpu-time]
 
+On a busy machine, --cpu-time compares CPU seconds per thread instead of wall time (idle OpenMP
+threads are made to sleep so that spinning is not counted); wall-clock comparisons there mostly
+measure how each runtime copes with being preempted.
+
 Needs `pip install torch` and runs `cargo bench --bench cpu_kernels -- conv --machine`.
 """
 
 import argparse
 import os
 import subprocess
+import sys
 import time
 
-import torch
+if "--cpu-time" in sys.argv:
+    # Idle OpenMP threads must sleep, not spin, or their spinning counts as PyTorch's CPU time.
+    # (Read when the OpenMP runtime starts, so before importing torch.)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 # (name as printed by the Rust bench, H=W, C, O, kernel, stride, count in one ResNet-20 step)
 SHAPES = [
