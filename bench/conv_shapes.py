@@ -6,7 +6,11 @@ backward-filter), PyTorch on channels_last tensors through `torch.ops.aten.convo
 (the kernels autograd calls), both with 2 threads. The machine is shared, so the two sides are
 measured in alternating rounds and each keeps its best time; only the ratios are meaningful.
 
-    python3 bench/conv_shapes.py [--rounds 3] [--threads 2]
+    python3 bench/conv_shapes.py [--rounds 3] [--threads 2] [--cpu-time]
+
+On a busy machine, --cpu-time compares CPU seconds per thread instead of wall time (idle OpenMP
+threads are made to sleep so that spinning is not counted); wall-clock comparisons there mostly
+measure how each runtime copes with being preempted.
 
 Needs `pip install torch` and runs `cargo bench --bench cpu_kernels -- conv --machine`.
 """
@@ -14,9 +18,15 @@ Needs `pip install torch` and runs `cargo bench --bench cpu_kernels -- conv --ma
 import argparse
 import os
 import subprocess
+import sys
 import time
 
-import torch
+if "--cpu-time" in sys.argv:
+    # Idle OpenMP threads must sleep, not spin, or their spinning counts as PyTorch's CPU time.
+    # (Read when the OpenMP runtime starts, so before importing torch.)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 # (name as printed by the Rust bench, H=W, C, O, kernel, stride, count in one ResNet-20 step)
 SHAPES = [
@@ -33,16 +43,25 @@ PASSES = [("conv-fwd", "fwd"), ("conv-bwdin", "bwd_in"), ("conv-bwdw", "bwd_w")]
 BATCH = 128
 
 
+CPU_TIME = False  # set by --cpu-time
+
+
 def best_time(f, min_secs=0.1, reps=3):
+    """Best seconds per call; with --cpu-time, process CPU seconds divided by the thread count."""
     f()
     best = float("inf")
     for _ in range(reps):
         start = time.perf_counter()
+        cpu_start = time.process_time()
         n = 0
         while n == 0 or time.perf_counter() - start < min_secs:
             f()
             n += 1
-        best = min(best, (time.perf_counter() - start) / n)
+        if CPU_TIME:
+            secs = (time.process_time() - cpu_start) / torch.get_num_threads()
+        else:
+            secs = time.perf_counter() - start
+        best = min(best, secs / n)
     return best
 
 
@@ -68,7 +87,7 @@ def torch_round():
 
 
 def rust_round(threads):
-    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads), BENCH_CPU_TIME=str(int(CPU_TIME)))
     text = subprocess.run(
         ["cargo", "bench", "--quiet", "--bench", "cpu_kernels", "--", "conv", "--machine"],
         check=True, capture_output=True, text=True, env=env).stdout
@@ -84,9 +103,16 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time by CPU seconds per thread (a busy machine; 1 thread is fairest, "
+                             "as spinning idle threads count too)")
     args = parser.parse_args()
+    global CPU_TIME
+    CPU_TIME = args.cpu_time
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} threads, {args.rounds} alternating rounds")
+    clock = "CPU time per thread" if CPU_TIME else "wall time"
+    print(f"torch {torch.__version__}, {args.threads} threads, {args.rounds} alternating rounds, "
+          f"{clock}")
     best_torch, best_rust = {}, {}
     for _ in range(args.rounds):
         for best, result in ((best_torch, torch_round()), (best_rust, rust_round(args.threads))):

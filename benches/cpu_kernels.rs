@@ -3,7 +3,7 @@
 //! the 8×10×10 product of a batch-8 `Linear(10, 10)`, and the GEMM crate comparison.
 //!
 //! `cargo bench --bench cpu_kernels [-- SECTION...]` with sections `gemm-crates`, `gemm`, `conv`,
-//! `tiny`, `other` (all by default). `--machine` prints one `kind name seconds gflops` line per
+//! `conv-algos`, `tiny`, `other` (all by default). `--machine` prints one `kind name seconds gflops` line per
 //! measurement (read by `bench/conv_shapes.py`). Threads: the rayon default (all cores), or
 //! `RAYON_NUM_THREADS`. Timings are the best of several repetitions; the machine is shared, so
 //! compare figures measured in one run only.
@@ -15,24 +15,58 @@ use towerpack::backend::cpu::kernels::pool::{Pool2dGeometry, max_pool_backward, 
 use towerpack::backend::cpu::kernels::reduce::{column_moments, column_sums_dy_xhat};
 use towerpack::backend::cpu::kernels::softmax::{
     sparse_softmax_cross_entropy, sparse_softmax_cross_entropy_backward,
+    sparse_softmax_cross_entropy_with_grad,
 };
 use towerpack::backend::cpu::kernels::{
-    ChannelEpilogue, Conv2dGeometry, MatRef, NoEpilogue, Padding2d, conv2d_backward_filter,
-    conv2d_backward_input, conv2d_forward, sgemm,
+    ChannelEpilogue, Conv2dGeometry, ConvAlgorithm, MatRef, NoEpilogue, Padding2d,
+    conv2d_backward_filter, conv2d_backward_filter_with, conv2d_backward_input,
+    conv2d_backward_input_with, conv2d_forward, conv2d_forward_with, sgemm,
 };
 
-/// Best seconds per call of `f` over `rounds` rounds of at least `min_secs` each.
+/// Seconds of CPU time all threads of this process have run (from `/proc/self/task/*/schedstat`),
+/// divided by the rayon thread count: on a busy machine it approximates the wall time the same
+/// work takes on an idle one (`BENCH_CPU_TIME=1`; Linux only).
+fn cpu_seconds() -> f64 {
+    let mut total_ns = 0u64;
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for task in tasks.flatten() {
+            let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+            total_ns += stat
+                .split(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    total_ns as f64 * 1e-9 / rayon::current_num_threads() as f64
+}
+
+/// Best seconds per call of `f` over `rounds` rounds of at least `min_secs` each. Calls run in
+/// batches of at least ~20 µs between clock reads (reading the clock costs ~100 ns here).
 fn time(min_secs: f64, rounds: usize, mut f: impl FnMut()) -> f64 {
+    let cpu = std::env::var("BENCH_CPU_TIME").is_ok_and(|v| v == "1");
+    let clock = || if cpu { cpu_seconds() } else { 0.0 };
+    let warm = Instant::now();
     f();
+    let once = warm.elapsed().as_secs_f64();
+    let batch = ((20e-6 / once.max(1e-9)) as u32).clamp(1, 100_000);
     let mut best = f64::MAX;
     for _ in 0..rounds {
         let start = Instant::now();
+        let cpu_start = clock();
         let mut reps = 0u32;
         while reps == 0 || start.elapsed().as_secs_f64() < min_secs {
-            f();
-            reps += 1;
+            for _ in 0..batch {
+                f();
+            }
+            reps += batch;
         }
-        best = best.min(start.elapsed().as_secs_f64() / f64::from(reps));
+        let secs = if cpu {
+            clock() - cpu_start
+        } else {
+            start.elapsed().as_secs_f64()
+        };
+        best = best.min(secs / f64::from(reps));
     }
     best
 }
@@ -274,6 +308,36 @@ fn bench_conv(r: &Report) {
     }
 }
 
+/// Each convolution pass under each pinned algorithm.
+fn bench_conv_algorithms(r: &Report) {
+    for (name, g, _) in resnet20_convs() {
+        let x = data(g.input_len(), 3);
+        let w = data(g.filter_len(), 4);
+        let dy = data(g.output_len(), 5);
+        let mut y = vec![0.0; g.output_len()];
+        let mut dx = vec![0.0; g.input_len()];
+        let mut dw = vec![0.0; g.filter_len()];
+        let flops = 2.0 * g.macs() as f64;
+        for (label, algo) in [
+            ("im2col", ConvAlgorithm::Im2colGemm),
+            ("direct", ConvAlgorithm::Direct),
+        ] {
+            let secs = time(0.1, 3, || {
+                conv2d_forward_with(algo, &g, &x, &w, &mut y, &NoEpilogue).unwrap()
+            });
+            r.line(&format!("fwd-{label}"), name, secs, flops);
+            let secs = time(0.1, 3, || {
+                conv2d_backward_input_with(algo, &g, &dy, &w, &mut dx, &NoEpilogue).unwrap()
+            });
+            r.line(&format!("bwdin-{label}"), name, secs, flops);
+            let secs = time(0.1, 3, || {
+                conv2d_backward_filter_with(algo, &g, &x, &dy, &mut dw).unwrap()
+            });
+            r.line(&format!("bwdw-{label}"), name, secs, flops);
+        }
+    }
+}
+
 fn bench_tiny(r: &Report) {
     let (m, n, k) = (8, 10, 10);
     let (x, w, dy) = (data(m * k, 1), data(k * n, 2), data(m * n, 3));
@@ -343,6 +407,16 @@ fn bench_tiny(r: &Report) {
         sparse_softmax_cross_entropy_backward(&y, &labels, 10, &dloss, &mut dlogits).unwrap();
     });
     r.line("tiny", "8x10 cross-entropy fwd + bwd", xent, 0.0);
+    let one_pass = time(0.05, 5, || {
+        sparse_softmax_cross_entropy_with_grad(&y, &labels, 10, Some(&mut loss), &mut dlogits)
+            .unwrap()
+    });
+    r.line(
+        "tiny",
+        "8x10 cross-entropy loss+grad, one pass",
+        one_pass,
+        0.0,
+    );
 }
 
 fn bench_other(r: &Report) {
@@ -411,6 +485,9 @@ fn main() {
     }
     if wanted("conv") {
         bench_conv(&report);
+    }
+    if wanted("conv-algos") {
+        bench_conv_algorithms(&report);
     }
     if wanted("other") {
         bench_other(&report);

@@ -8,8 +8,9 @@ mod cpu_kernels_common;
 use cpu_kernels_common::*;
 use rand::Rng;
 use towerpack::backend::cpu::kernels::{
-    ChannelEpilogue, Conv2dGeometry, KernelError, NoEpilogue, Padding2d, conv2d_backward_filter,
-    conv2d_backward_input, conv2d_forward,
+    ChannelEpilogue, Conv2dGeometry, ConvAlgorithm, KernelError, MomentsEpilogue, NoEpilogue,
+    Padding2d, conv2d_backward_filter, conv2d_backward_filter_with, conv2d_backward_input,
+    conv2d_backward_input_with, conv2d_forward, conv2d_forward_with,
 };
 
 /// A random small geometry with a valid output.
@@ -38,32 +39,51 @@ fn random_geometry(rng: &mut rand_chacha::ChaCha8Rng) -> Conv2dGeometry {
     }
 }
 
+/// Whether this CPU runs the AVX-512 direct kernels (the portable path is tested everywhere).
+fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return std::arch::is_x86_feature_detected!("avx512f");
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Every algorithm that can run `g` here: the automatic choice and each pinned one.
+fn algorithms_for(g: &Conv2dGeometry) -> Vec<ConvAlgorithm> {
+    let mut algorithms = vec![ConvAlgorithm::Auto, ConvAlgorithm::Im2colGemm];
+    if g.groups == 1 && has_avx512() {
+        algorithms.push(ConvAlgorithm::Direct);
+    }
+    algorithms
+}
+
 fn check_all_passes(g: &Conv2dGeometry, seed: u64, atol: f32) {
     let mut r = rng(seed);
     let x = random_vec(&mut r, g.input_len());
     let w = random_vec(&mut r, g.filter_len());
     let dy = random_vec(&mut r, g.output_len());
-    let what = format!("{g:?}");
+    let want_y = naive_conv_forward(g, &x, &w);
+    let want_dx = naive_conv_backward_input(g, &dy, &w);
+    let want_dw = naive_conv_backward_filter(g, &x, &dy);
+    for algorithm in algorithms_for(g) {
+        let what = format!("{algorithm:?} {g:?}");
+        let mut y = vec![f32::NAN; g.output_len()];
+        conv2d_forward_with(algorithm, g, &x, &w, &mut y, &NoEpilogue).unwrap();
+        assert_close(&format!("forward {what}"), &y, &want_y, atol, 1e-4);
 
-    let mut y = vec![f32::NAN; g.output_len()];
-    conv2d_forward(g, &x, &w, &mut y, &NoEpilogue).unwrap();
-    assert_close(
-        &format!("forward {what}"),
-        &y,
-        &naive_conv_forward(g, &x, &w),
-        atol,
-        1e-4,
-    );
+        let mut dx = vec![f32::NAN; g.input_len()];
+        conv2d_backward_input_with(algorithm, g, &dy, &w, &mut dx, &NoEpilogue).unwrap();
+        assert_close(&format!("backward input {what}"), &dx, &want_dx, atol, 1e-4);
 
-    let mut dx = vec![f32::NAN; g.input_len()];
-    conv2d_backward_input(g, &dy, &w, &mut dx, &NoEpilogue).unwrap();
-    let want = naive_conv_backward_input(g, &dy, &w);
-    assert_close(&format!("backward input {what}"), &dx, &want, atol, 1e-4);
-
-    let mut dw = vec![f32::NAN; g.filter_len()];
-    conv2d_backward_filter(g, &x, &dy, &mut dw).unwrap();
-    let want = naive_conv_backward_filter(g, &x, &dy);
-    assert_close(&format!("backward filter {what}"), &dw, &want, atol, 1e-4);
+        let mut dw = vec![f32::NAN; g.filter_len()];
+        conv2d_backward_filter_with(algorithm, g, &x, &dy, &mut dw).unwrap();
+        assert_close(
+            &format!("backward filter {what}"),
+            &dw,
+            &want_dw,
+            atol,
+            1e-4,
+        );
+    }
 }
 
 #[test]
@@ -155,8 +175,6 @@ fn channel_epilogue_applies_scale_shift_residual_and_relu() {
             residual: Some(&residual),
             relu,
         };
-        let mut y = vec![0.0; g.output_len()];
-        conv2d_forward(&g, &x, &w, &mut y, &epilogue).unwrap();
         let mut want = naive_conv_forward(&g, &x, &w);
         for (i, v) in want.iter_mut().enumerate() {
             *v = *v * scale[i % o] + shift[i % o] + residual[i];
@@ -164,7 +182,17 @@ fn channel_epilogue_applies_scale_shift_residual_and_relu() {
                 *v = v.max(0.0);
             }
         }
-        assert_close(&format!("fused forward {g:?}"), &y, &want, 2e-4, 1e-4);
+        for algorithm in algorithms_for(&g) {
+            let mut y = vec![0.0; g.output_len()];
+            conv2d_forward_with(algorithm, &g, &x, &w, &mut y, &epilogue).unwrap();
+            assert_close(
+                &format!("fused forward {algorithm:?} {g:?}"),
+                &y,
+                &want,
+                2e-4,
+                1e-4,
+            );
+        }
 
         // The same epilogue on the input gradient (rows are input pixels, C wide).
         let c = g.in_channels;
@@ -207,9 +235,15 @@ fn closure_epilogues_see_every_row_once_with_its_index() {
             row[0] = (first_row + i) as f32;
         }
     };
-    for threads in [1, 2] {
+    for (threads, algorithm) in [1, 2]
+        .into_iter()
+        .flat_map(|t| algorithms_for(&g).into_iter().map(move |a| (t, a)))
+    {
         let mut y = vec![0.0; g.output_len()];
-        with_threads(threads, || conv2d_forward(&g, &x, &w, &mut y, &tag)).unwrap();
+        with_threads(threads, || {
+            conv2d_forward_with(algorithm, &g, &x, &w, &mut y, &tag)
+        })
+        .unwrap();
         let plain = naive_conv_forward(&g, &x, &w);
         for (row, (got, want)) in y.chunks_exact(12).zip(plain.chunks_exact(12)).enumerate() {
             assert_eq!(got[0], row as f32, "row {row} tagged wrongly");
@@ -265,4 +299,82 @@ fn mismatched_buffers_and_bad_geometries_are_errors() {
         ),
         "{err}"
     );
+}
+
+#[test]
+fn moments_epilogue_gathers_the_batch_statistics_of_the_fused_output() {
+    let mut g = Conv2dGeometry::new(6, [12, 12], 8, 16, [3, 3]);
+    g.padding = Padding2d::uniform(1);
+    let mut r = rng(97);
+    let x = random_vec(&mut r, g.input_len());
+    let w = random_vec(&mut r, g.filter_len());
+    let shift = random_vec(&mut r, 16);
+    let want_y: Vec<f32> = naive_conv_forward(&g, &x, &w)
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v + shift[i % 16]).max(0.0))
+        .collect();
+    let (mut want_mean, mut want_var) = (vec![0.0; 16], vec![0.0; 16]);
+    for ch in 0..16 {
+        let col: Vec<f64> = want_y
+            .iter()
+            .skip(ch)
+            .step_by(16)
+            .map(|&v| f64::from(v))
+            .collect();
+        let mean = col.iter().sum::<f64>() / col.len() as f64;
+        want_mean[ch] = mean as f32;
+        want_var[ch] =
+            (col.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / col.len() as f64) as f32;
+    }
+    for algorithm in algorithms_for(&g) {
+        let mut results = Vec::new();
+        for threads in [1, 2, 2] {
+            let inner = ChannelEpilogue {
+                shift: Some(&shift),
+                relu: true,
+                ..Default::default()
+            };
+            let epilogue = MomentsEpilogue::new(inner, 16);
+            let mut y = vec![0.0; g.output_len()];
+            with_threads(threads, || {
+                conv2d_forward_with(algorithm, &g, &x, &w, &mut y, &epilogue)
+            })
+            .unwrap();
+            assert_close(
+                &format!("{algorithm:?} fused output"),
+                &y,
+                &want_y,
+                2e-4,
+                1e-4,
+            );
+            let moments = epilogue.finish();
+            assert_eq!(moments.rows(), g.batch * 144);
+            let (mut mean, mut var) = (vec![0.0; 16], vec![0.0; 16]);
+            moments.mean_variance(&mut mean, &mut var).unwrap();
+            assert_close(
+                &format!("{algorithm:?} means"),
+                &mean,
+                &want_mean,
+                1e-5,
+                1e-4,
+            );
+            assert_close(
+                &format!("{algorithm:?} variances"),
+                &var,
+                &want_var,
+                1e-5,
+                1e-4,
+            );
+            results.push((mean, var));
+        }
+        // Merged in row order: identical whatever the thread count.
+        assert!(
+            results.windows(2).all(|p| p[0] == p[1]),
+            "{algorithm:?}: statistics vary"
+        );
+    }
+    let wrong = MomentsEpilogue::new(NoEpilogue, 15);
+    let mut y = vec![0.0; g.output_len()];
+    assert!(conv2d_forward(&g, &x, &w, &mut y, &wrong).is_err());
 }

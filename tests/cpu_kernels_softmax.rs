@@ -8,7 +8,7 @@ use cpu_kernels_common::*;
 use rand::Rng;
 use towerpack::backend::cpu::kernels::softmax::{
     log_softmax, log_softmax_backward, softmax, softmax_backward, sparse_softmax_cross_entropy,
-    sparse_softmax_cross_entropy_backward,
+    sparse_softmax_cross_entropy_backward, sparse_softmax_cross_entropy_with_grad,
 };
 
 fn naive_log_softmax(row: &[f32]) -> Vec<f64> {
@@ -122,4 +122,39 @@ fn out_of_range_labels_are_errors() {
     let err = sparse_softmax_cross_entropy(&logits, &[-1i64, 0], 3, &mut loss).unwrap_err();
     assert!(err.to_string().contains("label -1 of row 0"), "{err}");
     assert!(softmax(&logits, 4, &mut [0.0; 6]).is_err());
+}
+
+#[test]
+fn the_one_pass_loss_and_gradient_agree_with_the_separate_kernels() {
+    let mut r = rng(43);
+    for _ in 0..50 {
+        let (rows, classes) = (r.random_range(1..20), r.random_range(1..30));
+        let logits: Vec<f32> = random_vec(&mut r, rows * classes)
+            .iter()
+            .map(|v| v * 5.0)
+            .collect();
+        let labels: Vec<i32> = (0..rows)
+            .map(|_| r.random_range(0..classes as i32))
+            .collect();
+        let (mut loss, mut want_loss) = (vec![0.0; rows], vec![0.0; rows]);
+        let (mut grad, mut want_grad) = (vec![0.0; rows * classes], vec![0.0; rows * classes]);
+        sparse_softmax_cross_entropy_with_grad(
+            &logits,
+            &labels,
+            classes,
+            Some(&mut loss),
+            &mut grad,
+        )
+        .unwrap();
+        sparse_softmax_cross_entropy(&logits, &labels, classes, &mut want_loss).unwrap();
+        let ones = vec![1.0; rows];
+        sparse_softmax_cross_entropy_backward(&logits, &labels, classes, &ones, &mut want_grad)
+            .unwrap();
+        assert_close("one-pass loss", &loss, &want_loss, 1e-5, 1e-5);
+        assert_close("one-pass gradient", &grad, &want_grad, 1e-6, 1e-5);
+        // Each gradient row sums to zero (softmax sums to one, minus the one-hot).
+        for row in grad.chunks(classes) {
+            assert!(row.iter().sum::<f32>().abs() < 1e-5);
+        }
+    }
 }

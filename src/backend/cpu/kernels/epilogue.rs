@@ -1,7 +1,11 @@
 //! Epilogues: elementwise work applied to blocks of GEMM/convolution output rows while they are
 //! still hot in cache. The compiler fuses bias+activation, batch-norm apply+ReLU and residual adds
-//! into them; any fused elementwise expression can run as a closure.
+//! into them; any fused elementwise expression can run as a closure, and [`MomentsEpilogue`]
+//! gathers batch-norm statistics of the output on the way.
 
+use std::sync::Mutex;
+
+use super::reduce::ColumnMoments;
 use super::simd::vectorized;
 use super::{KernelError, check_len};
 
@@ -80,7 +84,7 @@ impl Epilogue for ChannelEpilogue<'_> {
         let residual = self
             .residual
             .map(|r| &r[first_row * cols..first_row * cols + rows.len()]);
-        vectorized(|| {
+        vectorized!({
             for (i, row) in rows.chunks_exact_mut(cols).enumerate() {
                 if let Some(scale) = self.scale {
                     row.iter_mut().zip(scale).for_each(|(y, s)| *y *= s);
@@ -101,5 +105,57 @@ impl Epilogue for ChannelEpilogue<'_> {
 
     fn is_identity(&self) -> bool {
         self.scale.is_none() && self.shift.is_none() && self.residual.is_none() && !self.relu
+    }
+}
+
+/// Runs `inner`, then gathers per-channel sums and sums of squares of the finished rows: a
+/// convolution feeding batch normalisation yields its batch statistics without a second pass over
+/// its output. [`MomentsEpilogue::finish`] merges the blocks in row order, so the statistics do
+/// not depend on thread count or scheduling (only on the algorithm's block boundaries).
+#[derive(Debug)]
+pub struct MomentsEpilogue<E> {
+    inner: E,
+    cols: usize,
+    blocks: Mutex<Vec<(usize, ColumnMoments)>>,
+}
+
+impl<E: Epilogue> MomentsEpilogue<E> {
+    /// Statistics over rows of `cols` channels, after `inner`.
+    pub fn new(inner: E, cols: usize) -> Self {
+        MomentsEpilogue {
+            inner,
+            cols,
+            blocks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The moments of every row seen, merged in row order.
+    pub fn finish(self) -> ColumnMoments {
+        // A poisoned lock only means a worker panicked after pushing; the data is still whole.
+        let mut blocks = self.blocks.into_inner().unwrap_or_else(|e| e.into_inner());
+        blocks.sort_by_key(|(first_row, _)| *first_row);
+        let mut total = ColumnMoments::new(self.cols);
+        blocks.iter().for_each(|(_, m)| total.merge(m));
+        total
+    }
+}
+
+impl<E: Epilogue> Epilogue for MomentsEpilogue<E> {
+    fn apply(&self, rows: &mut [f32], first_row: usize, cols: usize) {
+        self.inner.apply(rows, first_row, cols);
+        let mut moments = ColumnMoments::new(cols);
+        moments.add_rows(rows);
+        let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
+        blocks.push((first_row, moments));
+    }
+
+    fn check(&self, rows: usize, cols: usize) -> Result<(), KernelError> {
+        if cols != self.cols {
+            return Err(super::shape_error(
+                "moments_epilogue",
+                format!("built for {} channels, the output has {cols}", self.cols),
+            ));
+        }
+        self.inner.check(rows, cols)
     }
 }

@@ -2,22 +2,29 @@
 //! crate (AVX-512 microkernels, rayon), with a direct loop for tiny products that cannot pay the
 //! crate's setup, and a variant that runs an [`Epilogue`] on the finished rows.
 //!
-//! Crate choice, measured side by side in one run on this machine (2 threads allowed, GFLOP/s,
-//! `cargo bench --bench cpu_kernels -- gemm-crates`): `gemm` 0.19 with `x86-v4` against
-//! `matrixmultiply` 0.3.11 (AVX-512, `threading`):
+//! Crate choice: `gemm` 0.19 (feature `x86-v4`, AVX-512) against `matrixmultiply` 0.3.11
+//! (AVX-512, `threading`), side by side in one run, GFLOP/s from CPU time per thread on one
+//! thread (the machine was shared; `BENCH_CPU_TIME=1 RAYON_NUM_THREADS=1 cargo bench --bench
+//! cpu_kernels -- gemm-crates`). The CPU reported AMD family 25 model 17 (Zen 4: AVX-512 on
+//! 256-bit units), one-core FMA peak measured at 115 GFLOP/s.
 //!
-//! | m×n×k (A or B transposed)   | gemm 1 thread | gemm 2 threads | matrixmultiply 2 threads |
-//! |-----------------------------|---------------|----------------|--------------------------|
-//! | 256×512×784                 | 101           | 190            | 153                      |
-//! | 784×512×256 (Aᵀ, dW)        | 111           | 210            | 185                      |
-//! | 256×784×512 (Bᵀ, dX)        | 75            | 81             | 100                      |
-//! | 8192×64×576 (conv 8×8×64)   | 107           | 214            | 146                      |
-//! | 32768×32×288 (conv 16×16)   | 70            | 122            | 71                       |
-//! | 131072×16×144 (conv 32×32)  | 45            | 80             | 40                       |
-//! | 8×10×10                     | 6.3           | 6.3            | 5.5                      |
+//! | m×n×k                          | gemm | matrixmultiply |
+//! |--------------------------------|------|----------------|
+//! | 256×512×784 (MLP fc1)          | 110  | 88             |
+//! | 256×512×512 (fc2)              | 120  | 91             |
+//! | 256×10×512 (fc3)               | 69   | 24             |
+//! | 784×512×256, Aᵀ (fc1 dW)       | 114  | 99             |
+//! | 256×512×512, Bᵀ (fc2 dX)       | 78   | 85             |
+//! | 512×10×256, Aᵀ (fc3 dW)        | 68   | 35             |
+//! | 256×784×512, Bᵀ (fc1 dX)       | 86   | 47             |
+//! | 131072×16×144 (conv 32×32×16)  | 43   | 20             |
+//! | 8192×64×576 (conv 8×8×64)      | 94   | 55             |
+//! | 8×10×10                        | 0.26 µs | 0.23 µs     |
 //!
-//! `gemm` wins every large shape but the transposed-B ones and scales better over two threads;
-//! both pay ~250 ns of setup on 8×10×10, which the direct path here does in a fraction of that.
+//! `gemm` wins all but one shape, by up to 2.9×, and splits over two threads on the rayon pool
+//! (190 vs 153 GFLOP/s on fc1 with two threads, in an earlier wall-clock run); it is the one
+//! used. Neither serves 8×10×10 well (~250 ns of setup): the AVX-512 direct path below takes
+//! ~60 ns, the portable one ~290 ns.
 
 use super::epilogue::Epilogue;
 use super::parallel::{for_each_row_block, threads, worth_parallel};
@@ -25,6 +32,10 @@ use super::{KernelError, shape_error};
 
 /// Products with at most this many multiply-adds use the direct loop instead of the crate.
 const DIRECT_MAX_MACS: usize = 4096;
+
+/// Deepest tiny product whose strided `B` is packed on the stack for the AVX-512 path.
+#[cfg(target_arch = "x86_64")]
+const PACK_MAX_K: usize = 64;
 
 /// A read-only strided matrix: element `(i, j)` is `data[i * row_stride + j * col_stride]`.
 #[derive(Clone, Copy, Debug)]
@@ -130,6 +141,27 @@ pub(crate) fn sgemm_on(
     if k == 0 || alpha == 0.0 {
         scale_rows(m, n, beta, c, ldc);
     } else if m * n * k <= DIRECT_MAX_MACS {
+        #[cfg(target_arch = "x86_64")]
+        if n <= 16 && std::arch::is_x86_feature_detected!("avx512f") {
+            if b.col_stride == 1 {
+                // SAFETY: AVX-512F is present; `check_operands` proved the views in bounds.
+                unsafe { narrow_avx512(m, n, k, alpha, &a, &b, beta, c, ldc) };
+                return Ok(());
+            }
+            if k <= PACK_MAX_K {
+                // A transposed or strided B: copy it row-major first (at most 1024 values).
+                let mut packed = [0.0f32; PACK_MAX_K * 16];
+                for p in 0..k {
+                    for j in 0..n {
+                        packed[p * n + j] = b.at(p, j);
+                    }
+                }
+                let b = MatRef::row_major(&packed[..k * n], n);
+                // SAFETY: as above; `b` now views the packed copy, `k` rows of `n`.
+                unsafe { narrow_avx512(m, n, k, alpha, &a, &b, beta, c, ldc) };
+                return Ok(());
+            }
+        }
         direct(m, n, k, alpha, &a, &b, beta, c, ldc);
     } else {
         let parallelism = if parallel {
@@ -243,6 +275,68 @@ fn scale_rows(m: usize, n: usize, beta: f32, c: &mut [f32], ldc: usize) {
     }
 }
 
+/// The tiny-product path for at most 16 columns with unit-stride rows of `B`: each row of `C` is
+/// one masked AVX-512 vector, four rows at a time (independent accumulation chains). About 5×
+/// faster than the portable loop below on 8×10×10, which the GEMM crate takes ~250 ns to set up.
+///
+/// # Safety
+/// AVX-512F is available, `n <= 16`, `b.col_stride == 1`, and the views were checked in bounds.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn narrow_avx512(
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    a: &MatRef<'_>,
+    b: &MatRef<'_>,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    use std::arch::x86_64::*;
+    let mask = ((1u32 << n) - 1) as __mmask16;
+    // SAFETY: row `p` of B has `n` elements from `p·row_stride` (checked view), and the mask
+    // keeps the loads to them.
+    let b_row =
+        |p: usize| unsafe { _mm512_maskz_loadu_ps(mask, b.data.as_ptr().add(p * b.row_stride)) };
+    let finish = |acc: __m512, row: &mut [f32]| {
+        // SAFETY: `row` holds `n` elements and the mask keeps the accesses to them.
+        unsafe {
+            let scaled = _mm512_mul_ps(acc, _mm512_set1_ps(alpha));
+            let out = if beta == 0.0 {
+                scaled
+            } else {
+                let old = _mm512_maskz_loadu_ps(mask, row.as_ptr());
+                _mm512_fmadd_ps(old, _mm512_set1_ps(beta), scaled)
+            };
+            _mm512_mask_storeu_ps(row.as_mut_ptr(), mask, out);
+        }
+    };
+    let mut i = 0;
+    while i + 4 <= m {
+        let mut acc = [_mm512_setzero_ps(); 4];
+        for p in 0..k {
+            let bv = b_row(p);
+            for (r, acc_r) in acc.iter_mut().enumerate() {
+                *acc_r = _mm512_fmadd_ps(_mm512_set1_ps(a.at(i + r, p)), bv, *acc_r);
+            }
+        }
+        for (r, &acc_r) in acc.iter().enumerate() {
+            finish(acc_r, &mut c[(i + r) * ldc..(i + r) * ldc + n]);
+        }
+        i += 4;
+    }
+    for i in i..m {
+        let mut acc = _mm512_setzero_ps();
+        for p in 0..k {
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(a.at(i, p)), b_row(p), acc);
+        }
+        finish(acc, &mut c[i * ldc..i * ldc + n]);
+    }
+}
+
 /// The direct loop for tiny products: row `i` of `C` accumulates `alpha·A[i, p]·B[p, :]` over `p`.
 #[allow(clippy::too_many_arguments)]
 fn direct(
@@ -268,6 +362,44 @@ fn direct(
                 row.iter_mut()
                     .enumerate()
                     .for_each(|(j, c)| *c += a_ip * b.at(p, j));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The portable direct loop on the narrow shapes the AVX-512 path takes on this CPU (the
+    /// integration tests exercise whichever path `sgemm` picks): against a naive f64 loop,
+    /// tolerance 1e-5 absolute + 1e-5 relative.
+    #[test]
+    fn the_portable_tiny_loop_matches_a_naive_product() {
+        let value = |i: usize| ((i * 7919) % 97) as f32 / 48.5 - 1.0;
+        for (m, n, k) in [(8, 10, 10), (1, 1, 1), (5, 16, 3), (7, 3, 16)] {
+            let a: Vec<f32> = (0..m * k).map(value).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| value(i + 1000)).collect();
+            for beta in [0.0, 0.5] {
+                let mut c: Vec<f32> = (0..m * n).map(|i| value(i + 2000)).collect();
+                let mut want = c.clone();
+                for i in 0..m {
+                    for j in 0..n {
+                        let dot: f64 = (0..k)
+                            .map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j]))
+                            .sum();
+                        want[i * n + j] =
+                            (1.5 * dot + f64::from(beta) * f64::from(c[i * n + j])) as f32;
+                    }
+                }
+                let (av, bv) = (MatRef::row_major(&a, k), MatRef::row_major(&b, n));
+                direct(m, n, k, 1.5, &av, &bv, beta, &mut c, n);
+                for (g, w) in c.iter().zip(&want) {
+                    assert!(
+                        (g - w).abs() <= 1e-5 + 1e-5 * w.abs(),
+                        "{m}x{n}x{k}: {g} vs {w}"
+                    );
+                }
             }
         }
     }

@@ -6,7 +6,29 @@
 //! [`KernelError`] instead of panicking. Threading uses the rayon pool the caller runs in; work is
 //! split at boundaries that depend only on the shapes (and, for cross-row reductions, on
 //! `rayon::current_num_threads()`), so results are bit-identical from run to run for a given
-//! thread count. Small problems stay on the calling thread.
+//! thread count. Small problems stay on the calling thread. Hand-written AVX-512 paths (direct
+//! convolution, tiny GEMMs) are chosen by runtime CPU detection next to portable ones.
+//!
+//! ```
+//! use towerpack::backend::cpu::kernels::{
+//!     ChannelEpilogue, Conv2dGeometry, MatRef, Padding2d, conv2d_forward, sgemm_with_epilogue,
+//! };
+//! // A Linear layer with bias and ReLU: y = relu(x · w + b), x [2, 3], w [3, 2].
+//! let (x, w, b) = ([1.0, 2.0, 3.0, -1.0, -2.0, -3.0], [1.0, 0.0, 0.0, 1.0, 1.0, 1.0], [0.5, -9.0]);
+//! let mut y = [0.0; 4];
+//! let bias_relu = ChannelEpilogue { shift: Some(&b), relu: true, ..Default::default() };
+//! let (xv, wv) = (MatRef::row_major(&x, 3), MatRef::row_major(&w, 2));
+//! sgemm_with_epilogue(2, 2, 3, 1.0, xv, wv, 0.0, &mut y, &bias_relu)?;
+//! assert_eq!(y, [4.5, 0.0, 0.0, 0.0]);
+//!
+//! // A 3×3 'same' convolution of one 4×4 single-channel image of ones with a filter of ones.
+//! let mut g = Conv2dGeometry::new(1, [4, 4], 1, 1, [3, 3]);
+//! g.padding = Padding2d::uniform(1);
+//! let mut out = vec![0.0; g.output_len()];
+//! conv2d_forward(&g, &[1.0; 16], &[1.0; 9], &mut out, &ChannelEpilogue::default())?;
+//! assert_eq!(&out[..4], &[4.0, 6.0, 6.0, 4.0]); // corners see 4 cells, edges 6
+//! # Ok::<(), towerpack::backend::cpu::kernels::KernelError>(())
+//! ```
 
 pub mod conv;
 pub mod epilogue;
@@ -18,9 +40,10 @@ mod simd;
 pub mod softmax;
 
 pub use conv::{
-    Conv2dGeometry, Padding2d, conv2d_backward_filter, conv2d_backward_input, conv2d_forward,
+    Conv2dGeometry, ConvAlgorithm, Padding2d, conv2d_backward_filter, conv2d_backward_filter_with,
+    conv2d_backward_input, conv2d_backward_input_with, conv2d_forward, conv2d_forward_with,
 };
-pub use epilogue::{ChannelEpilogue, Epilogue, NoEpilogue};
+pub use epilogue::{ChannelEpilogue, Epilogue, MomentsEpilogue, NoEpilogue};
 pub use gemm::{MatRef, sgemm, sgemm_with_epilogue};
 
 /// A kernel was called with buffers or shapes that do not fit together.

@@ -93,7 +93,7 @@ impl Pool2dGeometry {
         let parallel = worth_parallel(work) && self.batch > 1;
         // The closure never fails, so neither does the loop.
         let _ = for_each_row_block(out, out_image_len, 1, parallel, |chunk, image, _| {
-            vectorized(|| f(image, chunk));
+            f(image, chunk);
             Ok(())
         });
     }
@@ -106,20 +106,22 @@ pub fn max_pool_forward(g: &Pool2dGeometry, x: &[f32], y: &mut [f32]) -> Result<
     let (c, [h, w]) = (g.channels, g.in_hw);
     let work = g.output_len() * g.window[0] * g.window[1];
     g.per_image(y, oh_len * ow_len * c, work, |n, y_image| {
-        let image = &x[n * h * w * c..(n + 1) * h * w * c];
-        for (p, out) in y_image.chunks_exact_mut(c).enumerate() {
-            let (rows, cols) = g.window_at(p / ow_len, p % ow_len);
-            out.fill(f32::NEG_INFINITY);
-            for ih in rows {
-                for iw in cols.clone() {
-                    let cell = &image[(ih * w + iw) * c..(ih * w + iw + 1) * c];
-                    // `v <= o` is false for a NaN `v`, so NaN wins; a NaN `o` stays.
-                    out.iter_mut()
-                        .zip(cell)
-                        .for_each(|(o, &v)| *o = if o.is_nan() || v <= *o { *o } else { v });
+        vectorized!({
+            let image = &x[n * h * w * c..(n + 1) * h * w * c];
+            for (p, out) in y_image.chunks_exact_mut(c).enumerate() {
+                let (rows, cols) = g.window_at(p / ow_len, p % ow_len);
+                out.fill(f32::NEG_INFINITY);
+                for ih in rows {
+                    for iw in cols.clone() {
+                        let cell = &image[(ih * w + iw) * c..(ih * w + iw + 1) * c];
+                        // `v <= o` is false for a NaN `v`, so NaN wins; a NaN `o` stays.
+                        out.iter_mut()
+                            .zip(cell)
+                            .for_each(|(o, &v)| *o = if o.is_nan() || v <= *o { *o } else { v });
+                    }
                 }
             }
-        }
+        })
     });
     Ok(())
 }
@@ -137,33 +139,35 @@ pub fn max_pool_backward(
     let (c, [h, w]) = (g.channels, g.in_hw);
     let work = g.output_len() * g.window[0] * g.window[1];
     g.per_image(dx, h * w * c, work, |n, dx_image| {
-        let image = &x[n * h * w * c..(n + 1) * h * w * c];
-        let dy_image = &dy[n * oh_len * ow_len * c..(n + 1) * oh_len * ow_len * c];
-        dx_image.fill(0.0);
-        let mut best = vec![0.0f32; c];
-        let mut at = vec![usize::MAX; c];
-        for (p, grad) in dy_image.chunks_exact(c).enumerate() {
-            let (rows, cols) = g.window_at(p / ow_len, p % ow_len);
-            at.fill(usize::MAX);
-            for ih in rows {
-                for iw in cols.clone() {
-                    let cell = (ih * w + iw) * c;
-                    let values = &image[cell..cell + c];
-                    for ((b, a), &v) in best.iter_mut().zip(at.iter_mut()).zip(values) {
-                        // The first maximum, NaN counting as the largest (as the forward).
-                        if *a == usize::MAX || (!b.is_nan() && (v > *b || v.is_nan())) {
-                            *b = v;
-                            *a = cell;
+        vectorized!({
+            let image = &x[n * h * w * c..(n + 1) * h * w * c];
+            let dy_image = &dy[n * oh_len * ow_len * c..(n + 1) * oh_len * ow_len * c];
+            dx_image.fill(0.0);
+            let mut best = vec![0.0f32; c];
+            let mut at = vec![usize::MAX; c];
+            for (p, grad) in dy_image.chunks_exact(c).enumerate() {
+                let (rows, cols) = g.window_at(p / ow_len, p % ow_len);
+                at.fill(usize::MAX);
+                for ih in rows {
+                    for iw in cols.clone() {
+                        let cell = (ih * w + iw) * c;
+                        let values = &image[cell..cell + c];
+                        for ((b, a), &v) in best.iter_mut().zip(at.iter_mut()).zip(values) {
+                            // The first maximum, NaN counting as the largest (as the forward).
+                            if *a == usize::MAX || (!b.is_nan() && (v > *b || v.is_nan())) {
+                                *b = v;
+                                *a = cell;
+                            }
                         }
                     }
                 }
-            }
-            for (ch, (&a, &d)) in at.iter().zip(grad).enumerate() {
-                if a != usize::MAX {
-                    dx_image[a + ch] += d;
+                for (ch, (&a, &d)) in at.iter().zip(grad).enumerate() {
+                    if a != usize::MAX {
+                        dx_image[a + ch] += d;
+                    }
                 }
             }
-        }
+        })
     });
     Ok(())
 }
@@ -174,20 +178,22 @@ pub fn avg_pool_forward(g: &Pool2dGeometry, x: &[f32], y: &mut [f32]) -> Result<
     let (c, [h, w]) = (g.channels, g.in_hw);
     let work = g.output_len() * g.window[0] * g.window[1];
     g.per_image(y, oh_len * ow_len * c, work, |n, y_image| {
-        let image = &x[n * h * w * c..(n + 1) * h * w * c];
-        for (p, out) in y_image.chunks_exact_mut(c).enumerate() {
-            let (rows, cols) = g.window_at(p / ow_len, p % ow_len);
-            let count = rows.len() * cols.len();
-            out.fill(0.0);
-            for ih in rows {
-                for iw in cols.clone() {
-                    let cell = &image[(ih * w + iw) * c..(ih * w + iw + 1) * c];
-                    out.iter_mut().zip(cell).for_each(|(o, &v)| *o += v);
+        vectorized!({
+            let image = &x[n * h * w * c..(n + 1) * h * w * c];
+            for (p, out) in y_image.chunks_exact_mut(c).enumerate() {
+                let (rows, cols) = g.window_at(p / ow_len, p % ow_len);
+                let count = rows.len() * cols.len();
+                out.fill(0.0);
+                for ih in rows {
+                    for iw in cols.clone() {
+                        let cell = &image[(ih * w + iw) * c..(ih * w + iw + 1) * c];
+                        out.iter_mut().zip(cell).for_each(|(o, &v)| *o += v);
+                    }
                 }
+                let scale = 1.0 / count.max(1) as f32;
+                out.iter_mut().for_each(|o| *o *= scale);
             }
-            let scale = 1.0 / count.max(1) as f32;
-            out.iter_mut().for_each(|o| *o *= scale);
-        }
+        })
     });
     Ok(())
 }
@@ -203,20 +209,22 @@ pub fn avg_pool_backward(
     let (c, [h, w]) = (g.channels, g.in_hw);
     let work = g.output_len() * g.window[0] * g.window[1];
     g.per_image(dx, h * w * c, work, |n, dx_image| {
-        let dy_image = &dy[n * oh_len * ow_len * c..(n + 1) * oh_len * ow_len * c];
-        dx_image.fill(0.0);
-        for (p, grad) in dy_image.chunks_exact(c).enumerate() {
-            let (rows, cols) = g.window_at(p / ow_len, p % ow_len);
-            let scale = 1.0 / (rows.len() * cols.len()).max(1) as f32;
-            for ih in rows {
-                for iw in cols.clone() {
-                    let cell = &mut dx_image[(ih * w + iw) * c..(ih * w + iw + 1) * c];
-                    cell.iter_mut()
-                        .zip(grad)
-                        .for_each(|(d, &g)| *d += g * scale);
+        vectorized!({
+            let dy_image = &dy[n * oh_len * ow_len * c..(n + 1) * oh_len * ow_len * c];
+            dx_image.fill(0.0);
+            for (p, grad) in dy_image.chunks_exact(c).enumerate() {
+                let (rows, cols) = g.window_at(p / ow_len, p % ow_len);
+                let scale = 1.0 / (rows.len() * cols.len()).max(1) as f32;
+                for ih in rows {
+                    for iw in cols.clone() {
+                        let cell = &mut dx_image[(ih * w + iw) * c..(ih * w + iw + 1) * c];
+                        cell.iter_mut()
+                            .zip(grad)
+                            .for_each(|(d, &g)| *d += g * scale);
+                    }
                 }
             }
-        }
+        })
     });
     Ok(())
 }
@@ -240,7 +248,7 @@ pub fn global_avg_pool_forward(
         return Ok(());
     }
     let scale = 1.0 / pixels.max(1) as f32;
-    vectorized(|| {
+    vectorized!({
         for (n, out) in y.chunks_exact_mut(channels).enumerate() {
             out.fill(0.0);
             let image = &x[n * pixels * channels..(n + 1) * pixels * channels];
@@ -272,7 +280,7 @@ pub fn global_avg_pool_backward(
         return Ok(());
     }
     let scale = 1.0 / pixels as f32;
-    vectorized(|| {
+    vectorized!({
         for (grad, image) in dy
             .chunks_exact(channels)
             .zip(dx.chunks_exact_mut(pixels * channels))

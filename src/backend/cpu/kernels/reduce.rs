@@ -49,7 +49,7 @@ impl ColumnMoments {
             return;
         }
         let (sum, sum_sq) = (&mut self.sum, &mut self.sum_sq);
-        vectorized(|| {
+        vectorized!({
             for row in rows.chunks_exact(cols) {
                 for ((s, q), &v) in sum.iter_mut().zip(sum_sq.iter_mut()).zip(row) {
                     let v = f64::from(v);
@@ -125,7 +125,7 @@ pub fn column_sums(x: &[f32], cols: usize, sums: &mut [f32]) -> Result<(), Kerne
     check_len("column_sums", "sums", sums.len(), cols)?;
     let parts = over_row_ranges(rows, x.len(), |range| {
         let mut acc = vec![0.0f64; cols];
-        vectorized(|| {
+        vectorized!({
             for row in x[range.start * cols..range.end * cols].chunks_exact(cols) {
                 acc.iter_mut()
                     .zip(row)
@@ -161,16 +161,17 @@ pub fn column_sums_dy_xhat(
         let mut acc = vec![0.0f64; 2 * cols];
         let (acc_dy, acc_dyx) = acc.split_at_mut(cols);
         let span = range.start * cols..range.end * cols;
-        vectorized(|| {
+        vectorized!({
             for (d_row, x_row) in dy[span.clone()]
                 .chunks_exact(cols)
                 .zip(x[span.clone()].chunks_exact(cols))
             {
-                for c in 0..cols {
-                    let d = f64::from(d_row[c]);
-                    let xhat = (x_row[c] - mean[c]) * inv_std[c];
-                    acc_dy[c] += d;
-                    acc_dyx[c] += d * f64::from(xhat);
+                let columns = acc_dy.iter_mut().zip(acc_dyx.iter_mut());
+                let values = d_row.iter().zip(x_row).zip(mean.iter().zip(inv_std));
+                for ((s_dy, s_dyx), ((&d, &xv), (&mu, &is))) in columns.zip(values) {
+                    let d = f64::from(d);
+                    *s_dy += d;
+                    *s_dyx += d * f64::from((xv - mu) * is);
                 }
             }
         });
@@ -273,7 +274,7 @@ fn finish(value: f32, len: usize, kind: ReduceKind) -> f32 {
 fn reduce_contiguous(x: &[f32], kind: ReduceKind) -> f32 {
     const LANES: usize = 16;
     let step = kind.accumulator();
-    let value = vectorized(|| {
+    let value = vectorized!({
         let mut lanes = [step.identity(); LANES];
         let mut chunks = x.chunks_exact(LANES);
         for chunk in &mut chunks {
@@ -292,7 +293,7 @@ fn reduce_contiguous(x: &[f32], kind: ReduceKind) -> f32 {
 fn reduce_strided(x: &[f32], inner: usize, kind: ReduceKind, out: &mut [f32]) {
     let step = kind.accumulator();
     out.fill(step.identity());
-    vectorized(|| {
+    vectorized!({
         for row in x.chunks_exact(inner) {
             out.iter_mut()
                 .zip(row)

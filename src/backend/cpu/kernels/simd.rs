@@ -1,10 +1,19 @@
-//! Runtime CPU-feature dispatch for the hand-written loops. `vectorized(|| ...)` runs its closure
+//! Runtime CPU-feature dispatch for the hand-written loops. `vectorized!({ ... })` runs its block
 //! inside a function compiled for AVX-512 (or AVX2) when the CPU has it, so plain Rust loops over
-//! lane arrays auto-vectorise to full width; elsewhere the same code runs portably. The closure
-//! computes the same values either way (Rust never contracts `a * b + c` into an FMA).
+//! slices auto-vectorise to full width; elsewhere the same code runs portably. The block computes
+//! the same values either way (Rust never contracts `a * b + c` into an FMA).
+//!
+//! The block becomes an `#[inline(always)]` closure: without that, the closure is compiled on its
+//! own for the baseline target (SSE2) and the dispatch buys nothing.
 
-/// Runs `f` compiled with the best instruction set the CPU supports (via `pulp`).
-#[inline(always)]
-pub(crate) fn vectorized<R>(f: impl FnOnce() -> R) -> R {
-    pulp::Arch::new().dispatch(f)
+/// Runs the block compiled with the best instruction set the CPU supports (via `pulp`).
+macro_rules! vectorized {
+    ($($body:tt)*) => {
+        pulp::Arch::new().dispatch(
+            #[inline(always)]
+            || { $($body)* },
+        )
+    };
 }
+
+pub(crate) use vectorized;

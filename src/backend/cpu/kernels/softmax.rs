@@ -121,28 +121,28 @@ pub fn log_softmax_backward(
     Ok(())
 }
 
-/// Checks the labels of a `[rows, classes]` cross-entropy and returns them as indices.
-fn label_indices<L: Copy + Into<i64>>(
+/// Checks the labels of a `[rows, classes]` cross-entropy.
+fn check_labels<L: Copy + Into<i64>>(
     kernel: &'static str,
     labels: &[L],
     classes: usize,
-) -> Result<Vec<usize>, KernelError> {
-    labels
-        .iter()
-        .enumerate()
-        .map(|(i, &l)| {
-            let l: i64 = l.into();
-            usize::try_from(l)
-                .ok()
-                .filter(|&c| c < classes)
-                .ok_or_else(|| {
-                    shape_error(
-                        kernel,
-                        format!("label {l} of row {i} is outside the {classes} classes"),
-                    )
-                })
-        })
-        .collect()
+) -> Result<(), KernelError> {
+    for (i, &l) in labels.iter().enumerate() {
+        let l: i64 = l.into();
+        if l < 0 || l as u64 >= classes as u64 {
+            return Err(shape_error(
+                kernel,
+                format!("label {l} of row {i} is outside the {classes} classes"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A label already checked by [`check_labels`] as an index.
+fn index<L: Copy + Into<i64>>(label: L) -> usize {
+    let l: i64 = label.into();
+    l as usize
 }
 
 /// Per-row cross-entropy of `softmax(logits)` against integer labels:
@@ -157,10 +157,10 @@ pub fn sparse_softmax_cross_entropy<L: Copy + Into<i64>>(
     const K: &str = "sparse_softmax_cross_entropy";
     check_len(K, "logits", logits.len(), labels.len() * classes)?;
     check_len(K, "loss", loss.len(), labels.len())?;
-    let labels = label_indices(K, labels, classes)?;
-    for (i, l) in loss.iter_mut().enumerate() {
+    check_labels(K, labels, classes)?;
+    for (i, (l, &label)) in loss.iter_mut().zip(labels).enumerate() {
         let row = &logits[i * classes..(i + 1) * classes];
-        *l = log_sum_exp(row) - row[labels[i]];
+        *l = log_sum_exp(row) - row[index(label)];
     }
     Ok(())
 }
@@ -175,14 +175,49 @@ pub fn sparse_softmax_cross_entropy_backward<L: Copy + Into<i64>>(
     dlogits: &mut [f32],
 ) -> Result<(), KernelError> {
     const K: &str = "sparse_softmax_cross_entropy_backward";
-    check_len(K, "logits", logits.len(), labels.len() * classes)?;
     check_len(K, "dloss", dloss.len(), labels.len())?;
     check_len(K, "dlogits", dlogits.len(), logits.len())?;
-    let labels = label_indices(K, labels, classes)?;
-    softmax(logits, classes, dlogits)?;
-    for (i, row) in dlogits.chunks_exact_mut(classes.max(1)).enumerate() {
-        row[labels[i]] -= 1.0;
-        row.iter_mut().for_each(|v| *v *= dloss[i]);
+    sparse_softmax_cross_entropy_with_grad(logits, labels, classes, None, dlogits)?;
+    for (row, &d) in dlogits.chunks_exact_mut(classes.max(1)).zip(dloss) {
+        row.iter_mut().for_each(|v| *v *= d);
+    }
+    Ok(())
+}
+
+/// Loss and logit gradient in one pass, as TF's `SparseSoftmaxCrossEntropyWithLogits` computes
+/// them: `loss` as [`sparse_softmax_cross_entropy`] (skipped when `None`) and
+/// `grad[i] = softmax(logits[i]) - one_hot(labels[i])`, the gradient for `dloss = 1` (scale rows
+/// by `dloss` for the full backward pass). Each row is exponentiated once.
+pub fn sparse_softmax_cross_entropy_with_grad<L: Copy + Into<i64>>(
+    logits: &[f32],
+    labels: &[L],
+    classes: usize,
+    mut loss: Option<&mut [f32]>,
+    grad: &mut [f32],
+) -> Result<(), KernelError> {
+    const K: &str = "sparse_softmax_cross_entropy_with_grad";
+    check_len(K, "logits", logits.len(), labels.len() * classes)?;
+    check_len(K, "grad", grad.len(), logits.len())?;
+    if let Some(loss) = loss.as_deref() {
+        check_len(K, "loss", loss.len(), labels.len())?;
+    }
+    check_labels(K, labels, classes)?;
+    for (i, &label) in labels.iter().enumerate() {
+        let row = &logits[i * classes..(i + 1) * classes];
+        let out = &mut grad[i * classes..(i + 1) * classes];
+        let max = row_max(row);
+        let mut sum = 0.0;
+        for (o, &v) in out.iter_mut().zip(row) {
+            *o = (v - max).exp();
+            sum += *o;
+        }
+        let inv = 1.0 / sum;
+        out.iter_mut().for_each(|o| *o *= inv);
+        let label = index(label);
+        out[label] -= 1.0;
+        if let Some(loss) = loss.as_deref_mut() {
+            loss[i] = max + sum.ln() - row[label];
+        }
     }
     Ok(())
 }

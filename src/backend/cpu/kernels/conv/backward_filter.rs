@@ -7,7 +7,7 @@
 
 use rayon::prelude::*;
 
-use super::{Conv2dGeometry, block_rows, check_operands, im2col};
+use super::{Conv2dGeometry, ConvAlgorithm, block_rows, check_operands, im2col};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::gemm::{MatRef, sgemm_on};
 use crate::backend::cpu::kernels::parallel::{split_range, threads, worth_parallel};
@@ -20,6 +20,21 @@ pub fn conv2d_backward_filter(
     dy: &[f32],
     dw: &mut [f32],
 ) -> Result<(), KernelError> {
+    conv2d_backward_filter_with(ConvAlgorithm::Auto, g, x, dy, dw)
+}
+
+/// [`conv2d_backward_filter`] with a pinned algorithm.
+pub fn conv2d_backward_filter_with(
+    algorithm: ConvAlgorithm,
+    g: &Conv2dGeometry,
+    x: &[f32],
+    dy: &[f32],
+    dw: &mut [f32],
+) -> Result<(), KernelError> {
+    if algorithm.use_direct(g)? {
+        #[cfg(target_arch = "x86_64")]
+        return super::direct::backward_filter(g, x, dy, dw);
+    }
     let out_hw = check_operands("conv2d_backward_filter", g, x.len(), dw.len(), dy.len())?;
     let rows = g.batch * out_hw[0] * out_hw[1];
     let parts = if worth_parallel(2 * g.macs()) {

@@ -1,12 +1,12 @@
 //! The input gradient `dx` of a convolution (the transposed convolution of `dy`).
 //!
-//! Stride 1 (the common case) is a forward convolution of `dy` with the flipped, transposed
-//! filter, so it runs the forward kernel with its blocking and epilogue. Other strides multiply
-//! each image's `dy` rows by the transposed filter (GEMM) and scatter-add the patches into `dx`
-//! (col2im), one image per task.
+//! The direct algorithm lives in `direct_input`. On the GEMM path, stride 1 is a forward
+//! convolution of `dy` with the flipped, transposed filter (the forward kernel with its blocking
+//! and epilogue); other strides multiply each image's `dy` rows by the transposed filter and
+//! scatter-add the patches into `dx` (col2im), one image per task.
 
-use super::forward::{conv2d_forward, gemm_overwrite};
-use super::{Conv2dGeometry, Padding2d, block_rows, check_operands};
+use super::forward::{conv2d_forward_with, gemm_overwrite};
+use super::{Conv2dGeometry, ConvAlgorithm, Padding2d, block_rows, check_operands};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::gemm::MatRef;
@@ -22,12 +22,35 @@ pub fn conv2d_backward_input(
     dx: &mut [f32],
     epilogue: &dyn Epilogue,
 ) -> Result<(), KernelError> {
+    conv2d_backward_input_with(ConvAlgorithm::Auto, g, dy, w, dx, epilogue)
+}
+
+/// [`conv2d_backward_input`] with a pinned algorithm.
+pub fn conv2d_backward_input_with(
+    algorithm: ConvAlgorithm,
+    g: &Conv2dGeometry,
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    epilogue: &dyn Epilogue,
+) -> Result<(), KernelError> {
     let out_hw = check_operands("conv2d_backward_input", g, dx.len(), w.len(), dy.len())?;
     let rows = g.batch * g.in_hw[0] * g.in_hw[1];
     epilogue.check(rows, g.in_channels)?;
+    if algorithm.use_direct(g)? {
+        #[cfg(target_arch = "x86_64")]
+        return super::direct_input::backward_input(g, out_hw, dy, w, dx, epilogue);
+    }
     if let Some(transposed) = transposed_geometry(g, out_hw) {
         let flipped = flip_filter(g, w);
-        return conv2d_forward(&transposed, dy, &flipped, dx, epilogue);
+        return conv2d_forward_with(
+            ConvAlgorithm::Im2colGemm,
+            &transposed,
+            dy,
+            &flipped,
+            dx,
+            epilogue,
+        );
     }
     col2im_backward(g, out_hw, dy, w, dx, epilogue)
 }

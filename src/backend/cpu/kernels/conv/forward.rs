@@ -1,7 +1,7 @@
 //! The forward convolution: `y = conv(x, w)` then the epilogue, one block of output rows at a
 //! time (im2col of the block, GEMM against the filter, epilogue while the block is hot).
 
-use super::{Conv2dGeometry, block_rows, check_operands, im2col};
+use super::{Conv2dGeometry, ConvAlgorithm, block_rows, check_operands, im2col};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::gemm::{MatRef, sgemm_on};
@@ -9,8 +9,35 @@ use crate::backend::cpu::kernels::parallel::{for_each_row_block, scratch_of, wor
 
 /// `y = epilogue(conv2d(x, w))`: `x` is NHWC `[N, H, W, C]`, `w` is HWIO
 /// `[KH, KW, C/groups, O]`, `y` is NHWC `[N, OH, OW, O]`. `epilogue` sees blocks of `y`'s rows
-/// (one row per output pixel, `O` wide).
+/// (one row per output pixel, `O` wide). The algorithm is chosen by shape and CPU.
 pub fn conv2d_forward(
+    g: &Conv2dGeometry,
+    x: &[f32],
+    w: &[f32],
+    y: &mut [f32],
+    epilogue: &dyn Epilogue,
+) -> Result<(), KernelError> {
+    conv2d_forward_with(ConvAlgorithm::Auto, g, x, w, y, epilogue)
+}
+
+/// [`conv2d_forward`] with a pinned algorithm.
+pub fn conv2d_forward_with(
+    algorithm: ConvAlgorithm,
+    g: &Conv2dGeometry,
+    x: &[f32],
+    w: &[f32],
+    y: &mut [f32],
+    epilogue: &dyn Epilogue,
+) -> Result<(), KernelError> {
+    if algorithm.use_direct(g)? {
+        #[cfg(target_arch = "x86_64")]
+        return super::direct::forward(g, x, w, y, epilogue);
+    }
+    im2col_forward(g, x, w, y, epilogue)
+}
+
+/// The portable forward pass: blocked im2col + GEMM.
+fn im2col_forward(
     g: &Conv2dGeometry,
     x: &[f32],
     w: &[f32],

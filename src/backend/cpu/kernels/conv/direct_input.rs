@@ -1,0 +1,153 @@
+//! The input gradient on the direct AVX-512 kernels, for any stride, as a gather: the pixels of
+//! `dx` are split into `stride_h × stride_w` phases (`h mod s_h`, `w mod s_w`); within one phase
+//! every pixel receives the same taps, at fixed offsets in `dy`, so a phase is a stride-1
+//! correlation of the zero-padded `dy` with the taps' filter slices — the forward tile kernel,
+//! with no wasted multiplications by inserted zeros and no scatter (so no write conflicts).
+
+use super::Conv2dGeometry;
+use super::avx512::Segment;
+use super::direct::tile_row;
+use crate::backend::cpu::kernels::KernelError;
+use crate::backend::cpu::kernels::epilogue::Epilogue;
+use crate::backend::cpu::kernels::parallel::{for_each_row_block, scratch_of, worth_parallel};
+
+/// One dimension's phase: the `dx` positions `phase + stride·i` for `i < count`, and each
+/// contributing tap `k` with the `dy` offset `off` (position `i + off`).
+struct Phase {
+    phase: usize,
+    count: usize,
+    taps: Vec<(usize, isize)>,
+}
+
+/// The phases of dimension `d` and the `dy` padding `(before, after)` they need.
+fn phases(g: &Conv2dGeometry, d: usize, out_len: usize) -> (Vec<Phase>, [usize; 2]) {
+    let (len, s, dil, k) = (g.in_hw[d], g.strides[d], g.dilations[d], g.kernel_hw[d]);
+    let before = [g.padding.top, g.padding.left][d] as isize;
+    let (mut pad_before, mut pad_after) = (0isize, 0isize);
+    let list = (0..s)
+        .map(|phase| {
+            let count = len.saturating_sub(phase).div_ceil(s);
+            let taps: Vec<(usize, isize)> = (0..k)
+                .filter_map(|tap| {
+                    let num = phase as isize + before - (tap * dil) as isize;
+                    (num.rem_euclid(s as isize) == 0).then_some((tap, num.div_euclid(s as isize)))
+                })
+                .collect();
+            if count > 0 {
+                for &(_, off) in &taps {
+                    pad_before = pad_before.max(-off);
+                    pad_after = pad_after.max(count as isize - 1 + off - (out_len as isize - 1));
+                }
+            }
+            Phase { phase, count, taps }
+        })
+        .collect();
+    (list, [pad_before as usize, pad_after as usize])
+}
+
+/// `dx` for the convolution `g` (see [`super::conv2d_backward_input`]); `direct::supported(g)`
+/// must hold and the operands must have been checked against `g` (`out_hw` is its output size).
+pub(super) fn backward_input(
+    g: &Conv2dGeometry,
+    out_hw: [usize; 2],
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    epilogue: &dyn Epilogue,
+) -> Result<(), KernelError> {
+    let (c, o) = (g.in_channels, g.out_channels);
+    let [h, wd] = g.in_hw;
+    let image_rows = h * wd;
+    if image_rows == 0 || c == 0 {
+        return Ok(());
+    }
+    let (rows, [pt, pb]) = phases(g, 0, out_hw[0]);
+    let (cols, [pl, pr]) = phases(g, 1, out_hw[1]);
+    let [hp, wp] = [out_hw[0] + pt + pb, out_hw[1] + pl + pr];
+    // The filter with each tap's `[C, O]` block transposed to `[O, C]`: rows are `dy` channels.
+    let taps = g.kernel_hw[0] * g.kernel_hw[1];
+    let mut w_t = vec![0.0; w.len()];
+    for tap in 0..taps {
+        for ci in 0..c {
+            for oi in 0..o {
+                w_t[(tap * o + oi) * c + ci] = w[(tap * c + ci) * o + oi];
+            }
+        }
+    }
+    let out_image = out_hw[0] * out_hw[1] * o;
+    let parallel = worth_parallel(2 * g.macs()) && g.batch > 1;
+    for_each_row_block(
+        dx,
+        c,
+        image_rows,
+        parallel,
+        |dx_image, first_row, scratch| {
+            let n = first_row / image_rows;
+            let padded = scratch_of(scratch, hp * wp * o);
+            pad_dy(
+                &dy[n * out_image..(n + 1) * out_image],
+                out_hw,
+                [pt, pl],
+                wp,
+                o,
+                padded,
+            );
+            for row in rows.iter().filter(|r| r.count > 0) {
+                for col in cols.iter().filter(|c| c.count > 0) {
+                    let segs: Vec<Segment> = row
+                        .taps
+                        .iter()
+                        .flat_map(|&(kh, off_h)| {
+                            col.taps.iter().map(move |&(kw, off_w)| Segment {
+                                a_off: ((off_h + pt as isize) as usize * wp
+                                    + (off_w + pl as isize) as usize)
+                                    * o,
+                                k0: (kh * g.kernel_hw[1] + kw) * o,
+                                len: o,
+                            })
+                        })
+                        .collect();
+                    let out_ps = g.strides[1] * c;
+                    for i in 0..row.count {
+                        let first = ((row.phase + g.strides[0] * i) * wd + col.phase) * c;
+                        let out = &mut dx_image[first..];
+                        if segs.is_empty() {
+                            // No tap reaches these pixels (a stride larger than the window).
+                            for pixel in 0..col.count {
+                                out[pixel * out_ps..pixel * out_ps + c].fill(0.0);
+                            }
+                            continue;
+                        }
+                        let source = &padded[i * wp * o..];
+                        tile_row(source, o, col.count, &segs, &w_t, c, out, out_ps);
+                    }
+                }
+            }
+            if !epilogue.is_identity() {
+                epilogue.apply(dx_image, first_row, c);
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Copies one `[OH, OW, O]` image of `dy` into a zeroed buffer with `before = [top, left]`
+/// padding and rows `wp` pixels wide.
+fn pad_dy(
+    image: &[f32],
+    out_hw: [usize; 2],
+    before: [usize; 2],
+    wp: usize,
+    o: usize,
+    padded: &mut [f32],
+) {
+    padded.fill(0.0);
+    let row_len = out_hw[1] * o;
+    if row_len == 0 {
+        return;
+    }
+    for (oh, row) in image.chunks_exact(row_len).enumerate() {
+        let start = ((oh + before[0]) * wp + before[1]) * o;
+        padded[start..start + row_len].copy_from_slice(row);
+    }
+}
