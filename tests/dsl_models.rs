@@ -141,6 +141,7 @@ fn mlp_and_convnet_variables() {
         hidden: vec![7],
         classes: 3,
         weight_decay: 0.0,
+        dropout_rate: 0.0,
     };
     let r =
         replicate(&small.inputs(), &Replication::single(), |x| small.build(x)).expect("small mlp");

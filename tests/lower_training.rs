@@ -119,6 +119,7 @@ fn mlp() -> TrainGraph {
         hidden: vec![64, 32],
         classes: 10,
         weight_decay: 1e-4,
+        dropout_rate: 0.0,
     };
     training_graph(m.inputs(), |x| m.build(x))
 }

@@ -2,19 +2,34 @@
 //! driver on the compiled CPU backend, measured on the 2,000 held-out images (never trained
 //! on), and the MLP's training graph is snapshotted in textual form.
 
+use std::sync::Arc;
 use std::time::Instant;
-use towerpack::data::{BatchData, DataFlow, mnist10k_split};
+use towerpack::data::{
+    AugmentImageComponent, BatchData, CenterPaste, DataFlow, ImageAugmentor, RandomCrop,
+    mnist10k_split,
+};
 use towerpack::models::{ConvNet, Mlp};
 use towerpack::optim::Optimizer;
 use towerpack::train::minimal::{MinimalOptions, MinimalTrainer};
 
-fn flows(batch: usize, seed: u64) -> (BatchData, BatchData) {
+/// Training batches (shuffled, and shifted by up to ±2 pixels when `augment`) and validation
+/// batches (the 2,000 held-out images, unaugmented).
+fn flows(batch: usize, seed: u64, augment: bool) -> (BatchData, BatchData) {
     let split = mnist10k_split().expect("embedded data");
     let train = split
         .train
         .to_f32(1.0 / 255.0)
         .to_flow(Some(seed))
         .expect("flow");
+    let shift: Vec<Arc<dyn ImageAugmentor>> = if augment {
+        vec![
+            Arc::new(CenterPaste::new(32, 32)),
+            Arc::new(RandomCrop::new(28, 28)),
+        ]
+    } else {
+        Vec::new()
+    };
+    let train = AugmentImageComponent::new(train, 0, shift, seed);
     let val = split
         .validation
         .to_f32(1.0 / 255.0)
@@ -27,17 +42,19 @@ fn flows(batch: usize, seed: u64) -> (BatchData, BatchData) {
     (train, val)
 }
 
+/// Trains with `schedule` (learning rate per epoch) and checks the final held-out accuracy.
 fn train_to(
     trainer: &mut MinimalTrainer,
-    epochs: usize,
-    batch: usize,
+    schedule: &[f64],
+    augment: bool,
     want_accuracy: f64,
     what: &str,
 ) {
-    let (mut train, mut val) = flows(batch, 1);
+    let (mut train, mut val) = flows(64, 1, augment);
     let start = Instant::now();
     let mut accuracy = 0.0;
-    for epoch in 1..=epochs {
+    for (epoch, &lr) in (1..).zip(schedule) {
+        trainer.set_learning_rate(lr).expect("learning rate");
         let cost = trainer.train_epoch(&mut train).expect("epoch");
         accuracy = 1.0 - trainer.error_rate(&mut val).expect("validation");
         eprintln!(
@@ -56,8 +73,11 @@ fn train_to(
 
 #[test]
 fn mlp_reaches_96_percent_on_held_out_digits() {
+    // 8,000 training images are few for an MLP: PyTorch reaches 95.4% with the plain model
+    // (same data, same schedule); small random shifts and dropout 0.2 bring it to ~97%.
     let model = Mlp {
         input_shape: vec![28, 28, 1],
+        dropout_rate: 0.2,
         ..Mlp::default()
     };
     let mut t = MinimalTrainer::new(
@@ -67,12 +87,16 @@ fn mlp_reaches_96_percent_on_held_out_digits() {
         MinimalOptions::default(),
     )
     .expect("trainer");
-    train_to(&mut t, 6, 64, 0.96, "mlp");
+    let schedule = [0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.005, 0.005, 0.005];
+    train_to(&mut t, &schedule, true, 0.96, "mlp");
 }
 
 #[test]
 fn convnet_reaches_98_percent_on_held_out_digits() {
-    let model = ConvNet::default();
+    let model = ConvNet {
+        dropout_rate: 0.25,
+        ..ConvNet::default()
+    };
     let mut t = MinimalTrainer::new(
         &model.inputs(),
         |x| model.build(x),
@@ -80,7 +104,8 @@ fn convnet_reaches_98_percent_on_held_out_digits() {
         MinimalOptions::default(),
     )
     .expect("trainer");
-    train_to(&mut t, 4, 64, 0.98, "convnet");
+    let schedule = [0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.005, 0.005, 0.005];
+    train_to(&mut t, &schedule, true, 0.98, "convnet");
 }
 
 #[test]

@@ -15,6 +15,8 @@ pub struct Mlp {
     pub classes: usize,
     /// L2 scale on the hidden and output weights (`.*/W`).
     pub weight_decay: f32,
+    /// Drop rate after each hidden layer (`drop0`, `drop1`, ...); 0 adds no dropout.
+    pub dropout_rate: f64,
 }
 
 impl Default for Mlp {
@@ -24,6 +26,7 @@ impl Default for Mlp {
             hidden: vec![512, 512],
             classes: 10,
             weight_decay: 1e-5,
+            dropout_rate: 0.0,
         }
     }
 }
@@ -44,6 +47,9 @@ impl Mlp {
             let mut l = image.clone();
             for (i, &units) in self.hidden.iter().enumerate() {
                 l = FullyConnected(format!("fc{i}"), l, units = units, activation = relu);
+                if self.dropout_rate > 0.0 {
+                    l = Dropout(format!("drop{i}"), l, rate = self.dropout_rate);
+                }
             }
             FullyConnected("linear", l, units = self.classes)
         };

@@ -160,6 +160,18 @@ impl MinimalTrainer {
         self.session.as_mut()
     }
 
+    /// Sets the optimizer's `learning_rate` variable (what a schedule callback does).
+    pub fn set_learning_rate(&mut self, lr: f64) -> Result<(), MinimalError> {
+        let var = self
+            .session
+            .graph()
+            .find_variable(crate::optim::LEARNING_RATE)
+            .ok_or_else(|| MinimalError::MissingTensor(crate::optim::LEARNING_RATE.into()))?;
+        self.session
+            .write_variable(var, &HostTensor::scalar_f32(lr as f32))?;
+        Ok(())
+    }
+
     /// Runs one training step on a batch (one tensor per input) and returns the cost.
     pub fn train_batch(&mut self, batch: &[HostTensor]) -> Result<f64, MinimalError> {
         let f = feeds(&self.train, self.train.inputs.len(), batch)?;
