@@ -59,10 +59,21 @@ pub struct Group {
 pub struct Grouping {
     pub groups: Vec<Group>,
     pub group_of: HashMap<NodeId, usize>,
-    /// Member values recomputed by reduction prologues instead of being materialised.
+    /// Member values recomputed by their consumers (other groups, reduction prologues)
+    /// instead of being materialised.
     pub absorbed: HashSet<Value>,
     /// Member values the group must write out, per group, in topological order.
     pub outputs: Vec<Vec<Value>>,
+}
+
+impl Grouping {
+    /// True when `v` is a member value no kernel writes out (internal to its group, or
+    /// recomputed by its consumers): whoever needs it computes it from its cone.
+    pub fn recomputed(&self, v: Value) -> bool {
+        self.group_of
+            .get(&v.node)
+            .is_some_and(|&g| !self.outputs[g].contains(&v))
+    }
 }
 
 /// Context the grouping needs from the kernel former.
@@ -98,6 +109,102 @@ fn reaches(
         stack.extend(input.graph.inputs(id).iter().map(|v| v.node));
     }
     false
+}
+
+/// Largest cone (instructions of its own group) a consumer will recompute.
+const MAX_RECOMPUTED_CONE: usize = 24;
+
+/// Decides which members are written out. A member is *recomputed* by its consumers instead
+/// (it joins `absorbed`) when every consumer outside its group is a fused kernel over the same
+/// space on the same device — another elementwise group or a reduction — and recomputing it
+/// reads at most one full-size tensor (its other inputs being small broadcast operands). This
+/// trades a cheap recomputation for a write and a read of a whole activation: batch norm's
+/// forward would otherwise store `x - mean`, `x̂` and a ReLU mask for the backward pass.
+fn decide_materialisation(
+    input: &GroupInput<'_>,
+    consumers: &HashMap<Value, Vec<NodeId>>,
+    gr: &mut Grouping,
+) {
+    let graph = input.graph;
+    let elements = |v: Value| (input.shape_of)(v).iter().product::<usize>();
+    // Full-size tensors a recomputation of each absorbed value reads (memoised, in order).
+    let mut full_leaves: HashMap<Value, Vec<Value>> = HashMap::new();
+    for &id in input.order {
+        let Some(&g) = gr.group_of.get(&id) else {
+            continue;
+        };
+        let v = Value::first(id);
+        let grp = &gr.groups[g];
+        let space: usize = grp.shape.iter().product();
+        let cons = consumers.get(&v).map_or(&[][..], |c| c.as_slice());
+        let external: Vec<NodeId> = cons
+            .iter()
+            .copied()
+            .filter(|c| gr.group_of.get(c) != Some(&g))
+            .collect();
+        if !input.fuse || input.pinned.contains(&v) || external.is_empty() {
+            continue;
+        }
+        let fusable_consumers = external.iter().all(|&c| {
+            (input.device_of)(c) == grp.device
+                && match gr.group_of.get(&c) {
+                    Some(&g2) => gr.groups[g2].shape == grp.shape,
+                    None => matches!(graph.node(c).op, Op::Reduce { .. }),
+                }
+        });
+        if !fusable_consumers {
+            continue;
+        }
+        // The cone of `v` in its group, and the full-size tensors it reads.
+        let mut cone = HashSet::new();
+        let mut leaves: Vec<Value> = Vec::new();
+        let mut stack = vec![id];
+        while let Some(n) = stack.pop() {
+            if !cone.insert(n) {
+                continue;
+            }
+            for u in data_inputs(graph, n) {
+                if gr.group_of.get(&u.node) == Some(&g) {
+                    stack.push(u.node);
+                } else if let Some(l) = full_leaves.get(&u) {
+                    leaves.extend(l.iter().copied());
+                } else if elements(u) * 4 > space {
+                    leaves.push(u);
+                }
+            }
+        }
+        leaves.sort();
+        leaves.dedup();
+        // Allowing two or three full-size inputs was measured (ResNet-20 training step): it
+        // recomputes more than it saves, so one it is.
+        if cone.len() <= MAX_RECOMPUTED_CONE && leaves.len() <= 1 {
+            gr.absorbed.insert(v);
+            full_leaves.insert(v, leaves);
+        }
+    }
+    gr.outputs = gr
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(g, grp)| {
+            grp.members
+                .iter()
+                .map(|&m| Value::first(m))
+                .filter(|v| {
+                    if input.pinned.contains(v) {
+                        return true;
+                    }
+                    if gr.absorbed.contains(v) {
+                        return false;
+                    }
+                    consumers.get(v).is_some_and(|c| {
+                        c.iter()
+                            .any(|n| gr.group_of.get(n) != Some(&g) || !input.fuse)
+                    })
+                })
+                .collect()
+        })
+        .collect();
 }
 
 /// Decides the groups, the absorbed values and each group's outputs.
@@ -145,42 +252,6 @@ pub fn group(input: &GroupInput<'_>, consumers: &HashMap<Value, Vec<NodeId>>) ->
         gr.groups[g].members.push(id);
         gr.group_of.insert(id, g);
     }
-    for grp in &gr.groups {
-        for &m in &grp.members {
-            let v = Value::first(m);
-            let cons = consumers.get(&v).map_or(&[][..], |c| c.as_slice());
-            let all_reductions = !cons.is_empty()
-                && cons.iter().all(|&c| {
-                    matches!(graph.node(c).op, Op::Reduce { .. })
-                        && (input.device_of)(c) == grp.device
-                });
-            if input.fuse && all_reductions && !input.pinned.contains(&v) {
-                gr.absorbed.insert(v);
-            }
-        }
-    }
-    gr.outputs = gr
-        .groups
-        .iter()
-        .enumerate()
-        .map(|(g, grp)| {
-            grp.members
-                .iter()
-                .map(|&m| Value::first(m))
-                .filter(|v| {
-                    if input.pinned.contains(v) {
-                        return true;
-                    }
-                    if gr.absorbed.contains(v) {
-                        return false;
-                    }
-                    consumers.get(v).is_some_and(|c| {
-                        c.iter()
-                            .any(|n| gr.group_of.get(n) != Some(&g) || !input.fuse)
-                    })
-                })
-                .collect()
-        })
-        .collect();
+    decide_materialisation(input, consumers, &mut gr);
     gr
 }

@@ -154,123 +154,32 @@ impl Former<'_> {
         self.views.insert(v, Operand { base: r.base, view });
     }
 
-    /// Builds the fused expression of group `g` restricted to `members`, writing `outputs`.
-    fn group_expr(
-        &self,
-        g: usize,
-        members: &[NodeId],
-        outputs: &[Value],
-    ) -> (FusedExpr, Vec<Operand>) {
-        let shape = self.grouping.groups[g].shape.clone();
-        let mut expr = FusedExpr::default();
-        let mut operands: Vec<Operand> = Vec::new();
-        let mut vals: HashMap<Value, ExprId> = HashMap::new();
-        let slot = |operands: &mut Vec<Operand>, o: Operand| -> u16 {
-            if let Some(i) = operands.iter().position(|x| *x == o) {
-                i as u16
-            } else {
-                operands.push(o);
-                (operands.len() - 1) as u16
-            }
+    /// Builds the fused expression computing `outputs` over group `g`'s space: members of `g`
+    /// and absorbed (recomputed) members of other groups are computed inline, everything else
+    /// is loaded through its view.
+    fn group_expr(&self, g: usize, outputs: &[Value]) -> (FusedExpr, Vec<Operand>) {
+        let mut b = ExprBuilder {
+            former: self,
+            g,
+            shape: self.grouping.groups[g].shape.clone(),
+            expr: FusedExpr::default(),
+            operands: Vec::new(),
+            vals: HashMap::new(),
         };
-        for &m in members {
-            let node = self.graph.node(m);
-            let dtype = node.outputs[0].dtype;
-            let ins = data_inputs(self.graph, m);
-            let arg = |expr: &mut FusedExpr, operands: &mut Vec<Operand>, w: Value| -> ExprId {
-                if let Some(&e) = vals.get(&w) {
-                    return e;
-                }
-                let r = self.resolve(w);
-                let o = Operand {
-                    base: r.base,
-                    view: r.view.broadcast_to(&shape),
-                };
-                let s = slot(operands, o);
-                expr.push(ExprOp::Load(s), self.graph.value_type(w).dtype)
-            };
-            let e = match &node.op {
-                Op::Unary(u) => {
-                    let a = arg(&mut expr, &mut operands, ins[0]);
-                    expr.push(ExprOp::Unary(*u, a), dtype)
-                }
-                Op::Binary(b) => {
-                    let a = arg(&mut expr, &mut operands, ins[0]);
-                    let c = arg(&mut expr, &mut operands, ins[1]);
-                    expr.push(ExprOp::Binary(*b, a, c), dtype)
-                }
-                Op::Select => {
-                    let c = arg(&mut expr, &mut operands, ins[0]);
-                    let a = arg(&mut expr, &mut operands, ins[1]);
-                    let b = arg(&mut expr, &mut operands, ins[2]);
-                    expr.push(ExprOp::Select(c, a, b), dtype)
-                }
-                Op::Cast { .. } => {
-                    let a = arg(&mut expr, &mut operands, ins[0]);
-                    expr.push(ExprOp::Cast(a), dtype)
-                }
-                Op::RandomUniform { seed } => {
-                    let r = self.resolve(ins[0]);
-                    let s = slot(
-                        &mut operands,
-                        Operand {
-                            base: r.base,
-                            view: r.view.broadcast_to(&shape),
-                        },
-                    );
-                    expr.push(
-                        ExprOp::Random {
-                            seed: *seed,
-                            counter: s,
-                        },
-                        dtype,
-                    )
-                }
-                Op::OneHot { depth } => {
-                    let r = self.resolve(ins[0]);
-                    let label_type = self.graph.value_type(ins[0]).dtype;
-                    let s = slot(
-                        &mut operands,
-                        Operand {
-                            base: r.base,
-                            view: r.view.with_trailing_broadcast(&[*depth]),
-                        },
-                    );
-                    let label = expr.push(ExprOp::Load(s), label_type);
-                    let label = expr.push(ExprOp::Cast(label), DType::I64);
-                    let index = expr.push(ExprOp::Index((shape.len() - 1) as u8), DType::I64);
-                    let hit = expr.push(
-                        ExprOp::Binary(crate::ir::BinaryOp::Eq, label, index),
-                        DType::Bool,
-                    );
-                    expr.push(ExprOp::Cast(hit), dtype)
-                }
-                _ => continue,
-            };
-            vals.insert(Value::first(m), e);
+        for &o in outputs {
+            b.value(o);
         }
+        let ExprBuilder {
+            mut expr,
+            operands,
+            vals,
+            ..
+        } = b;
         expr.outputs = outputs
             .iter()
             .filter_map(|v| vals.get(v).copied())
             .collect();
         (expr, operands)
-    }
-
-    /// Members of group `g` that `targets` depend on, in topological order.
-    fn ancestors_in_group(&self, g: usize, targets: &[Value]) -> Vec<NodeId> {
-        let mut need: HashSet<NodeId> = HashSet::new();
-        let mut stack: Vec<NodeId> = targets.iter().map(|v| v.node).collect();
-        while let Some(id) = stack.pop() {
-            if self.grouping.group_of.get(&id) == Some(&g) && need.insert(id) {
-                stack.extend(data_inputs(self.graph, id).iter().map(|v| v.node));
-            }
-        }
-        self.grouping.groups[g]
-            .members
-            .iter()
-            .copied()
-            .filter(|m| need.contains(m))
-            .collect()
     }
 
     fn group_drafts(&mut self) {
@@ -279,10 +188,13 @@ impl Former<'_> {
             if outputs.is_empty() {
                 continue;
             }
-            let members = self.ancestors_in_group(g, &outputs);
-            let (expr, inputs) = self.group_expr(g, &members, &outputs);
+            let (expr, inputs) = self.group_expr(g, &outputs);
             let grp = &self.grouping.groups[g];
-            let last = *members.last().unwrap_or(&grp.members[0]);
+            let last = outputs
+                .iter()
+                .map(|v| v.node)
+                .max_by_key(|n| self.pos.get(n).copied().unwrap_or(0))
+                .unwrap_or(grp.members[0]);
             let draft = Draft {
                 name: self.graph.node(last).name.clone(),
                 device: grp.device,
@@ -296,6 +208,136 @@ impl Former<'_> {
                 alive: true,
             };
             self.push(draft);
+        }
+    }
+
+    /// Drafts that `d` reads from, directly or transitively.
+    fn draft_ancestors(
+        &self,
+        d: usize,
+        memo: &mut HashMap<usize, HashSet<usize>>,
+    ) -> HashSet<usize> {
+        if let Some(a) = memo.get(&d) {
+            return a.clone();
+        }
+        let mut out = HashSet::new();
+        let parents: Vec<usize> = self.drafts[d]
+            .inputs
+            .iter()
+            .filter_map(|o| self.producer.get(&o.base).copied())
+            .filter(|&p| p != d)
+            .collect();
+        for p in parents {
+            if out.insert(p) {
+                out.extend(self.draft_ancestors(p, memo));
+            }
+        }
+        memo.insert(d, out.clone());
+        out
+    }
+
+    /// Merges independent reductions over the same space and axes into one multi-output
+    /// kernel, so one pass over the data serves them all (batch-norm's backward needs three
+    /// or four sums over the same activations).
+    fn merge_reductions(&mut self) {
+        let mut memo = HashMap::new();
+        let mut order: Vec<usize> = (0..self.drafts.len())
+            .filter(|&i| {
+                self.drafts[i].alive && matches!(self.drafts[i].kind, KernelKind::Reduce { .. })
+            })
+            .collect();
+        order.sort_by_key(|&i| self.drafts[i].anchor);
+        // Open merged kernels: (draft index, members).
+        let mut open: Vec<(usize, Vec<usize>)> = Vec::new();
+        for d in order {
+            let key = |k: &KernelKind| match k {
+                KernelKind::Reduce { shape, axes, .. } => Some((shape.clone(), axes.clone())),
+                _ => None,
+            };
+            let dkey = key(&self.drafts[d].kind);
+            let anc_d = self.draft_ancestors(d, &mut memo);
+            let target = open.iter().position(|(s, members)| {
+                key(&self.drafts[*s].kind) == dkey
+                    && self.drafts[*s].device == self.drafts[d].device
+                    && members.iter().all(|m| {
+                        !anc_d.contains(m) && !self.draft_ancestors(*m, &mut memo).contains(&d)
+                    })
+            });
+            match target {
+                None => open.push((d, vec![d])),
+                Some(t) => {
+                    let s = open[t].0;
+                    self.absorb_reduction(s, d);
+                    open[t].1.push(d);
+                    // The merged kernel now reads what `d` read.
+                    memo.clear();
+                }
+            }
+        }
+    }
+
+    /// Moves reduction draft `d` into reduction draft `s`.
+    fn absorb_reduction(&mut self, s: usize, d: usize) {
+        let taken = std::mem::replace(&mut self.drafts[d].alive, false);
+        debug_assert!(taken);
+        let (
+            KernelKind::Reduce {
+                prologue: pd,
+                ops: od,
+                ..
+            },
+            inputs_d,
+            outputs_d,
+            anchor_d,
+        ) = (
+            self.drafts[d].kind.clone(),
+            self.drafts[d].inputs.clone(),
+            self.drafts[d].outputs.clone(),
+            self.drafts[d].anchor,
+        )
+        else {
+            return;
+        };
+        let sd = &mut self.drafts[s];
+        let KernelKind::Reduce { prologue, ops, .. } = &mut sd.kind else {
+            return;
+        };
+        // Operand slots of `d` in `s`'s operand list (deduplicated).
+        let slots: Vec<u16> = inputs_d
+            .iter()
+            .map(|o| match sd.inputs.iter().position(|x| x == o) {
+                Some(i) => i as u16,
+                None => {
+                    sd.inputs.push(o.clone());
+                    (sd.inputs.len() - 1) as u16
+                }
+            })
+            .collect();
+        let shift = prologue.ops.len() as ExprId;
+        for (op, dt) in &pd.ops {
+            let op = match op {
+                ExprOp::Load(k) => ExprOp::Load(slots[usize::from(*k)]),
+                ExprOp::Random { seed, counter } => ExprOp::Random {
+                    seed: *seed,
+                    counter: slots[usize::from(*counter)],
+                },
+                ExprOp::Unary(u, a) => ExprOp::Unary(*u, a + shift),
+                ExprOp::Binary(b, x, y) => ExprOp::Binary(*b, x + shift, y + shift),
+                ExprOp::Select(c, a, b) => ExprOp::Select(c + shift, a + shift, b + shift),
+                ExprOp::Cast(a) => ExprOp::Cast(a + shift),
+                other => other.clone(),
+            };
+            prologue.ops.push((op, *dt));
+        }
+        prologue
+            .outputs
+            .extend(pd.outputs.iter().map(|o| o + shift));
+        ops.extend(od);
+        *prologue = dedupe(prologue);
+        sd.outputs.extend(outputs_d.iter().copied());
+        sd.anchor = sd.anchor.max(anchor_d);
+        for o in outputs_d {
+            self.producer.insert(o, s);
         }
     }
 
@@ -317,8 +359,7 @@ impl Former<'_> {
         }
         for ((g, axes), rs) in buckets {
             let targets: Vec<Value> = rs.iter().map(|&r| self.graph.inputs(r)[0]).collect();
-            let members = self.ancestors_in_group(g, &targets);
-            let (prologue, inputs) = self.group_expr(g, &members, &targets);
+            let (prologue, inputs) = self.group_expr(g, &targets);
             let ops = rs
                 .iter()
                 .filter_map(|&r| match self.graph.node(r).op {
@@ -740,6 +781,9 @@ pub fn kernelize(sg: &StepGraph, batch: usize, fuse: bool) -> Result<Kernelized,
     }
     f.group_drafts();
     f.reduce_drafts(&reduces);
+    if fuse {
+        f.merge_reductions();
+    }
     let fetches: Vec<Operand> = sg.fetches.iter().map(|&v| f.contiguous(v)).collect();
     let assigns: Vec<(Operand, VarId)> = assigns_raw
         .into_iter()
@@ -759,4 +803,150 @@ pub fn kernelize(sg: &StepGraph, batch: usize, fuse: bool) -> Result<Kernelized,
         fetches,
         assigns,
     })
+}
+
+/// Value numbering of a fused expression: identical instructions on identical operands are
+/// computed once (merged prologues load the same operands and repeat subexpressions).
+fn dedupe(e: &FusedExpr) -> FusedExpr {
+    let mut out = FusedExpr::default();
+    let mut remap: Vec<ExprId> = Vec::with_capacity(e.ops.len());
+    let mut seen: HashMap<String, ExprId> = HashMap::new();
+    for (op, dt) in &e.ops {
+        let r = |id: &ExprId| remap[*id as usize];
+        let op = match op {
+            ExprOp::Unary(u, a) => ExprOp::Unary(*u, r(a)),
+            ExprOp::Binary(b, x, y) => ExprOp::Binary(*b, r(x), r(y)),
+            ExprOp::Select(c, a, b) => ExprOp::Select(r(c), r(a), r(b)),
+            ExprOp::Cast(a) => ExprOp::Cast(r(a)),
+            other => other.clone(),
+        };
+        let key = format!("{op:?}:{dt:?}");
+        let id = match seen.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = out.push(op, *dt);
+                seen.insert(key, id);
+                id
+            }
+        };
+        remap.push(id);
+    }
+    out.outputs = e.outputs.iter().map(|o| remap[*o as usize]).collect();
+    out
+}
+
+/// Builds one fused expression by walking the graph from the values a kernel writes.
+struct ExprBuilder<'f, 'g> {
+    former: &'f Former<'g>,
+    g: usize,
+    shape: Vec<usize>,
+    expr: FusedExpr,
+    operands: Vec<Operand>,
+    vals: HashMap<Value, ExprId>,
+}
+
+impl ExprBuilder<'_, '_> {
+    fn slot(&mut self, o: Operand) -> u16 {
+        match self.operands.iter().position(|x| *x == o) {
+            Some(i) => i as u16,
+            None => {
+                self.operands.push(o);
+                (self.operands.len() - 1) as u16
+            }
+        }
+    }
+
+    /// `w` loaded through its view, broadcast to the kernel's space.
+    fn load(&mut self, w: Value) -> ExprId {
+        let r = self.former.resolve(w);
+        let o = Operand {
+            base: r.base,
+            view: r.view.broadcast_to(&self.shape),
+        };
+        let s = self.slot(o);
+        self.expr
+            .push(ExprOp::Load(s), self.former.graph.value_type(w).dtype)
+    }
+
+    /// The expression of `w`: computed inline when it belongs to this kernel's group or is
+    /// recomputed by its consumers, loaded otherwise.
+    fn value(&mut self, w: Value) -> ExprId {
+        if let Some(&e) = self.vals.get(&w) {
+            return e;
+        }
+        let grouping = &self.former.grouping;
+        let inline = match grouping.group_of.get(&w.node) {
+            Some(&gw) => gw == self.g || grouping.recomputed(w),
+            None => false,
+        };
+        let e = if inline {
+            self.node(w.node)
+        } else {
+            self.load(w)
+        };
+        self.vals.insert(w, e);
+        e
+    }
+
+    fn node(&mut self, m: NodeId) -> ExprId {
+        let graph = self.former.graph;
+        let node = graph.node(m);
+        let dtype = node.outputs[0].dtype;
+        let ins = data_inputs(graph, m);
+        match &node.op {
+            Op::Unary(u) => {
+                let a = self.value(ins[0]);
+                self.expr.push(ExprOp::Unary(*u, a), dtype)
+            }
+            Op::Binary(b) => {
+                let a = self.value(ins[0]);
+                let c = self.value(ins[1]);
+                self.expr.push(ExprOp::Binary(*b, a, c), dtype)
+            }
+            Op::Select => {
+                let c = self.value(ins[0]);
+                let a = self.value(ins[1]);
+                let b = self.value(ins[2]);
+                self.expr.push(ExprOp::Select(c, a, b), dtype)
+            }
+            Op::Cast { .. } => {
+                let a = self.value(ins[0]);
+                self.expr.push(ExprOp::Cast(a), dtype)
+            }
+            Op::RandomUniform { seed } => {
+                let r = self.former.resolve(ins[0]);
+                let s = self.slot(Operand {
+                    base: r.base,
+                    view: r.view.broadcast_to(&self.shape),
+                });
+                self.expr.push(
+                    ExprOp::Random {
+                        seed: *seed,
+                        counter: s,
+                    },
+                    dtype,
+                )
+            }
+            Op::OneHot { depth } => {
+                let r = self.former.resolve(ins[0]);
+                let label_type = graph.value_type(ins[0]).dtype;
+                let s = self.slot(Operand {
+                    base: r.base,
+                    view: r.view.with_trailing_broadcast(&[*depth]),
+                });
+                let label = self.expr.push(ExprOp::Load(s), label_type);
+                let label = self.expr.push(ExprOp::Cast(label), DType::I64);
+                let index = self
+                    .expr
+                    .push(ExprOp::Index((self.shape.len() - 1) as u8), DType::I64);
+                let hit = self.expr.push(
+                    ExprOp::Binary(crate::ir::BinaryOp::Eq, label, index),
+                    DType::Bool,
+                );
+                self.expr.push(ExprOp::Cast(hit), dtype)
+            }
+            // Group members are elementwise; anything else is read.
+            _ => self.load(Value::first(m)),
+        }
+    }
 }
