@@ -101,6 +101,12 @@ pub fn fuse_updates(
     // Values read by anything but their own assign (another kernel, a fetch) must stay
     // materialised, so their update kernel cannot dissolve into a fused one.
     let mut read_elsewhere: HashSet<Value> = k.fetches.iter().map(|o| o.base).collect();
+    // Variables whose start-of-step value is fetched cannot be overwritten in place.
+    let fetched_vars: HashSet<VarId> = k
+        .fetches
+        .iter()
+        .filter_map(|o| read_of(graph, o.base))
+        .collect();
     for d in k.drafts.iter().filter(|d| d.alive) {
         read_elsewhere.extend(d.inputs.iter().map(|o| o.base));
     }
@@ -135,6 +141,7 @@ pub fn fuse_updates(
         if d.outputs
             .iter()
             .any(|o| read_elsewhere.contains(o) || assign_count.get(o).copied() != Some(1))
+            || outs.iter().any(|v| fetched_vars.contains(v))
         {
             continue;
         }

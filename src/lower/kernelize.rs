@@ -97,7 +97,7 @@ impl Former<'_> {
     fn contiguous(&mut self, v: Value) -> Operand {
         let r = self.resolve(v);
         let shape = self.shape(v);
-        if let Some(view) = r.view.reshape(&shape) {
+        if let Some(view) = r.view.reshape(&shape).filter(|v| v.is_dense()) {
             return Operand { base: r.base, view };
         }
         self.materialize(v, r)

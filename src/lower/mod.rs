@@ -79,7 +79,7 @@ pub fn lower(
     let mut sg = passes::extract(graph, step)?;
     passes::expand(&mut sg)?;
     if options.simplify {
-        passes::fold(&mut sg)?;
+        passes::fold(&mut sg, batch)?;
         passes::cse(&mut sg)?;
     }
     passes::dce(&mut sg)?;

@@ -21,6 +21,15 @@ impl ViewMap {
         }
     }
 
+    /// True when the view walks its elements contiguously (from any offset).
+    pub fn is_dense(&self) -> bool {
+        self.strides
+            .iter()
+            .zip(super::program::contiguous_strides(&self.shape).iter())
+            .zip(&self.shape)
+            .all(|((a, b), &n)| n <= 1 || a == b)
+    }
+
     /// True when this is the identity view of a contiguous tensor of its shape.
     pub fn is_identity(&self) -> bool {
         self.offset == 0
@@ -32,7 +41,9 @@ impl ViewMap {
                 .all(|((a, b), &n)| n <= 1 || a == b)
     }
 
-    /// The same elements viewed with a new shape; `None` unless the view is contiguous.
+    /// The same elements viewed with a new shape, when strides allow it without a copy: the
+    /// view is contiguous, or the reshape only merges and splits axes whose strides nest
+    /// (which covers adding and removing axes of size 1, e.g. of a broadcast view).
     pub fn reshape(&self, shape: &[usize]) -> Option<ViewMap> {
         let contiguous = self
             .strides
@@ -40,9 +51,70 @@ impl ViewMap {
             .zip(super::program::contiguous_strides(&self.shape).iter())
             .zip(&self.shape)
             .all(|((a, b), &n)| n <= 1 || a == b);
-        contiguous.then(|| ViewMap {
+        if contiguous {
+            return Some(ViewMap {
+                offset: self.offset,
+                ..ViewMap::identity(shape)
+            });
+        }
+        // Group the old and new axes (ignoring size-1 axes) into runs of equal element count;
+        // each old run must be traversable with one stride pattern.
+        let old: Vec<(usize, usize)> = self
+            .shape
+            .iter()
+            .zip(&self.strides)
+            .filter(|(n, _)| **n != 1)
+            .map(|(n, s)| (*n, *s))
+            .collect();
+        let mut strides = vec![0usize; shape.len()];
+        let (mut i, mut j) = (0usize, 0usize);
+        while j < shape.len() {
+            if shape[j] == 1 {
+                j += 1;
+                continue;
+            }
+            // Take old axes until their product covers the new run.
+            let (mut old_count, mut new_count) = (1usize, 1usize);
+            let (i0, j0) = (i, j);
+            loop {
+                if old_count == new_count && old_count > 1 {
+                    break;
+                }
+                if old_count <= new_count {
+                    let (n, _) = *old.get(i)?;
+                    old_count *= n;
+                    i += 1;
+                } else {
+                    while j < shape.len() && shape[j] == 1 {
+                        j += 1;
+                    }
+                    new_count *= *shape.get(j)?;
+                    j += 1;
+                }
+                if old_count == new_count && j > j0 && i > i0 {
+                    break;
+                }
+            }
+            // The old run must nest: stride[k] = stride[k+1] * n[k+1].
+            let run = &old[i0..i];
+            if run.windows(2).any(|w| w[0].1 != w[1].1 * w[1].0) {
+                return None;
+            }
+            let mut stride = run.last().map_or(0, |r| r.1);
+            for d in (j0..j).rev() {
+                if shape[d] != 1 {
+                    strides[d] = stride;
+                    stride *= shape[d];
+                }
+            }
+        }
+        if i != old.len() {
+            return None;
+        }
+        Some(ViewMap {
             offset: self.offset,
-            ..ViewMap::identity(shape)
+            shape: shape.to_vec(),
+            strides: strides.into(),
         })
     }
 
@@ -110,6 +182,17 @@ mod tests {
         let b = ViewMap::identity(&[4]).broadcast_to(&[2, 3, 4]);
         assert_eq!(b.strides.as_slice(), &[0, 0, 1]);
         assert!(v.reshape(&[6, 4]).expect("contiguous").is_identity());
+        // A broadcast view gains a size-1 axis without a copy; a transposed one can split.
+        let b = ViewMap::identity(&[]).broadcast_to(&[8]);
+        let r = b.reshape(&[8, 1]).expect("unsqueeze of a broadcast");
+        assert_eq!(
+            (r.shape.clone(), r.strides.to_vec()),
+            (vec![8, 1], vec![0, 0])
+        );
+        let tr = ViewMap::identity(&[4, 6]).transpose(&[1, 0]);
+        let split = tr.reshape(&[2, 3, 4]).expect("split a strided axis");
+        assert_eq!(split.strides.to_vec(), vec![3, 1, 6]);
+        assert!(tr.reshape(&[24]).is_none());
         let one_hot = ViewMap::identity(&[5]).with_trailing_broadcast(&[10]);
         assert_eq!(one_hot.strides.as_slice(), &[1, 0]);
     }

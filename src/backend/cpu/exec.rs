@@ -19,6 +19,36 @@ use rayon::prelude::*;
 /// Elementwise kernels smaller than this run on one thread.
 const PARALLEL_POINTS: usize = 1 << 15;
 
+/// Programs whose every kernel does less work than this (points or multiply-adds) run on the
+/// calling thread.
+const SMALL_WORK: usize = 1 << 14;
+
+/// A rough size of a kernel's work: points of its space, or multiply-adds.
+fn kernel_work(k: &Kernel, p: &Program) -> usize {
+    let out = k
+        .outputs
+        .first()
+        .map_or(0, |b| p.buffers[b.0 as usize].len());
+    match &k.kind {
+        KernelKind::Elementwise { shape, .. } | KernelKind::Reduce { shape, .. } => {
+            shape.iter().product()
+        }
+        KernelKind::MatMul(g, _) => g.batch * g.m * g.n * g.k,
+        KernelKind::Conv2d(g, _)
+        | KernelKind::Conv2dBackpropInput(g, _)
+        | KernelKind::Conv2dBackpropFilter(g) => {
+            g.n * g.oh * g.ow * g.o * g.kh * g.kw * (g.c / g.groups.max(1))
+        }
+        _ => out.max(
+            k.inputs
+                .iter()
+                .map(|v| p.buffers[v.buffer.0 as usize].len())
+                .max()
+                .unwrap_or(0),
+        ),
+    }
+}
+
 /// One kernel ready to run.
 enum Step {
     Fused(FusedProgram, usize),
@@ -33,6 +63,11 @@ pub struct Prepared {
     steps: Vec<Step>,
     /// Per-kernel wall time and call count, when profiling.
     timings: Option<Vec<(std::time::Duration, u64)>>,
+    /// Each kernel's input and output buffers, resolved once (arenas never move).
+    bound: Vec<(Vec<RawBuf>, Vec<RawBuf>)>,
+    /// True when every kernel is too small to parallelise: the program then runs on the
+    /// caller's thread without a hand-off to the worker pool.
+    small: bool,
     scratch: Vec<Arena>,
     constants: Arena,
     constant_offsets: Vec<usize>,
@@ -101,8 +136,14 @@ impl Prepared {
             };
             steps.push(step);
         }
+        let small = program
+            .kernels
+            .iter()
+            .all(|k| kernel_work(k, &program) < SMALL_WORK);
         let prepared = Prepared {
             timings: None,
+            bound: Vec::new(),
+            small,
             program,
             steps,
             scratch,
@@ -192,26 +233,46 @@ impl Prepared {
         self.timings.as_deref()
     }
 
-    /// Runs every kernel in order.
-    pub fn run_kernels(&mut self, state: &mut [Arena], threads: usize) -> Result<(), BackendError> {
+    /// True when every kernel is small enough to run on the calling thread.
+    pub fn is_small(&self) -> bool {
+        self.small
+    }
+
+    /// Resolves every kernel's buffers against the session's state arenas (once).
+    fn bind(&mut self, state: &mut [Arena]) -> Result<(), BackendError> {
+        if !self.bound.is_empty() || self.program.kernels.is_empty() {
+            return Ok(());
+        }
+        let mut bound = Vec::with_capacity(self.program.kernels.len());
         for i in 0..self.program.kernels.len() {
-            let ins: Vec<RawBuf> = self.program.kernels[i]
+            let ins: Vec<crate::lower::BufferId> = self.program.kernels[i]
                 .inputs
                 .iter()
                 .map(|v| v.buffer)
-                .collect::<Vec<_>>()
+                .collect();
+            let outs = self.program.kernels[i].outputs.clone();
+            let ins = ins
                 .into_iter()
                 .map(|b| self.raw(state, b))
-                .collect::<Result<_, _>>()?;
-            let outs: Vec<RawBuf> = self.program.kernels[i]
-                .outputs
-                .clone()
+                .collect::<Result<Vec<_>, _>>()?;
+            let outs = outs
                 .into_iter()
                 .map(|b| self.raw(state, b))
-                .collect::<Result<_, _>>()?;
+                .collect::<Result<Vec<_>, _>>()?;
+            bound.push((ins, outs));
+        }
+        self.bound = bound;
+        Ok(())
+    }
+
+    /// Runs every kernel in order.
+    pub fn run_kernels(&mut self, state: &mut [Arena], threads: usize) -> Result<(), BackendError> {
+        self.bind(state)?;
+        for i in 0..self.program.kernels.len() {
+            let (ins, outs) = &self.bound[i];
             let k = &self.program.kernels[i];
             let start = self.timings.is_some().then(std::time::Instant::now);
-            run_kernel(k, &self.steps[i], &ins, &outs, threads).map_err(|e| kernel_error(k, e))?;
+            run_kernel(k, &self.steps[i], ins, outs, threads).map_err(|e| kernel_error(k, e))?;
             if let (Some(t), Some(start)) = (self.timings.as_mut(), start) {
                 t[i].0 += start.elapsed();
                 t[i].1 += 1;

@@ -33,11 +33,32 @@ fn class(d: DType) -> Class {
 }
 
 /// A register file for one worker: `slot[value]` indexes the lanes of the value's class.
+#[derive(Default)]
 struct Regs {
     f32: Vec<f32>,
     f64: Vec<f64>,
     i64: Vec<i64>,
     bool: Vec<bool>,
+    /// Scratch for element indices of general loads.
+    idx: Vec<usize>,
+}
+
+impl Regs {
+    /// Grows the file to hold `counts` registers of each class (never shrinks).
+    fn ensure(&mut self, counts: &[usize; 4]) {
+        let grow = |n: usize, len: usize| (n * CHUNK).max(len);
+        self.f32.resize(grow(counts[0], self.f32.len()), 0.0);
+        self.f64.resize(grow(counts[1], self.f64.len()), 0.0);
+        self.i64.resize(grow(counts[2], self.i64.len()), 0);
+        self.bool.resize(grow(counts[3], self.bool.len()), false);
+        self.idx.resize(CHUNK, 0);
+    }
+}
+
+thread_local! {
+    /// Each thread keeps one register file, reused by every kernel it runs (no allocation per
+    /// run; kernels never nest on one thread).
+    static REGISTERS: std::cell::RefCell<Regs> = std::cell::RefCell::new(Regs::default());
 }
 
 /// A fused expression prepared for one kernel: classes, register slots and operand accesses.
@@ -120,13 +141,24 @@ impl FusedProgram {
         self.accesses.len()
     }
 
-    fn regs(&self) -> Regs {
-        Regs {
-            f32: vec![0.0; self.counts[0] * CHUNK],
-            f64: vec![0.0; self.counts[1] * CHUNK],
-            i64: vec![0; self.counts[2] * CHUNK],
-            bool: vec![false; self.counts[3] * CHUNK],
-        }
+    /// Runs `f` with this thread's register file, sized for this program.
+    fn with_regs<R>(&self, f: impl FnOnce(&mut Regs, &mut [usize]) -> R) -> R {
+        REGISTERS.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut regs) => {
+                regs.ensure(&self.counts);
+                let mut idx = std::mem::take(&mut regs.idx);
+                let out = f(&mut regs, &mut idx);
+                regs.idx = idx;
+                out
+            }
+            // Only reachable if a kernel ran inside another on this thread: use a fresh file.
+            Err(_) => {
+                let mut regs = Regs::default();
+                regs.ensure(&self.counts);
+                let mut idx = std::mem::take(&mut regs.idx);
+                f(&mut regs, &mut idx)
+            }
+        })
     }
 
     /// Evaluates points `start..end`, reading `inputs` and writing `outputs` (contiguous over the
@@ -137,8 +169,21 @@ impl FusedProgram {
     /// with [`Access::extent`]), outputs must hold `end` elements, and no other thread may write
     /// the output positions `start..end` concurrently.
     pub unsafe fn run(&self, start: usize, end: usize, inputs: &[RawBuf], outputs: &[RawBuf]) {
-        let mut regs = self.regs();
-        let mut idx = vec![0usize; CHUNK];
+        // SAFETY: forwarded from the caller's contract.
+        self.with_regs(|regs, idx| unsafe { self.run_with(regs, idx, start, end, inputs, outputs) })
+    }
+
+    #[allow(clippy::too_many_arguments)] // the register file, scratch, the range and operands.
+    unsafe fn run_with(
+        &self,
+        regs: &mut Regs,
+        idx: &mut [usize],
+        start: usize,
+        end: usize,
+        inputs: &[RawBuf],
+        outputs: &[RawBuf],
+    ) {
+        let (mut regs, mut idx) = (regs, idx);
         // SAFETY: forwarded from the caller's contract.
         let hoisted = unsafe { self.hoist(&mut regs, &mut idx, start, end, inputs, None) };
         let mut s = start;
@@ -166,8 +211,23 @@ impl FusedProgram {
         inputs: &[RawBuf],
         mut sink: impl FnMut(usize, &[&[f32]]),
     ) {
-        let mut regs = self.regs();
-        let mut idx = vec![0usize; CHUNK];
+        // SAFETY: forwarded from the caller's contract.
+        self.with_regs(|regs, idx| unsafe {
+            self.for_each_chunk_with(regs, idx, start, end, inputs, &mut sink)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)] // the register file, scratch, the range and the sink.
+    unsafe fn for_each_chunk_with(
+        &self,
+        regs: &mut Regs,
+        idx: &mut [usize],
+        start: usize,
+        end: usize,
+        inputs: &[RawBuf],
+        sink: &mut impl FnMut(usize, &[&[f32]]),
+    ) {
+        let (mut regs, mut idx) = (regs, idx);
         let mut converted: Vec<Vec<f32>> = vec![Vec::new(); self.expr.outputs.len()];
         // SAFETY: forwarded from the caller's contract.
         let hoisted = unsafe { self.hoist(&mut regs, &mut idx, start, end, inputs, None) };
@@ -222,8 +282,23 @@ impl FusedProgram {
         inputs: &[RawBuf],
         outputs: &[RawBuf],
     ) {
-        let mut regs = self.regs();
-        let mut idx = vec![0usize; CHUNK];
+        // SAFETY: forwarded from the caller's contract.
+        self.with_regs(|regs, idx| unsafe {
+            self.run_epilogue_with(regs, idx, rows, first, inputs, outputs)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)] // the register file, scratch, the rows and operands.
+    unsafe fn run_epilogue_with(
+        &self,
+        regs: &mut Regs,
+        idx: &mut [usize],
+        rows: &mut [f32],
+        first: usize,
+        inputs: &[RawBuf],
+        outputs: &[RawBuf],
+    ) {
+        let (mut regs, mut idx) = (regs, idx);
         // Operand 0 (the rows) is contiguous, so never invariant: hoisting does not read it.
         // SAFETY: forwarded from the caller's contract.
         let hoisted =
@@ -562,6 +637,7 @@ fn binary(
             f64,
             i64,
             bool,
+            ..
         } = r;
         match operand {
             Class::F32 => cmp!(f32, bool, b, x, y, out, n),
@@ -651,6 +727,7 @@ fn select(r: &mut Regs, c: Class, cond: usize, a: usize, b: usize, out: usize, n
         f64,
         i64,
         bool,
+        ..
     } = r;
     macro_rules! blend {
         ($v:expr, $m:expr) => {{
@@ -685,6 +762,7 @@ fn cast(r: &mut Regs, from: Class, to: Class, dt: DType, a: usize, out: usize, n
         f64,
         i64,
         bool,
+        ..
     } = r;
     // The hot casts (masks to floats, labels to floats, same-class copies) without widening.
     match (from, to, dt) {

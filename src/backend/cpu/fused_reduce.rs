@@ -175,14 +175,17 @@ impl ReduceProgram {
             (threads * 4).min(chunks).max(1)
         };
         let per = chunks.div_ceil(blocks) * chunk;
-        let partials: Vec<Vec<Vec<f64>>> = (0..blocks)
-            .into_par_iter()
-            .map(|b| {
-                let start = (b * per).min(self.points);
-                let end = ((b + 1) * per).min(self.points);
-                self.fold_block(start, end, inputs)
-            })
-            .collect();
+        let fold = |b: usize| {
+            let start = (b * per).min(self.points);
+            let end = ((b + 1) * per).min(self.points);
+            self.fold_block(start, end, inputs)
+        };
+        // One block runs on the calling thread (small kernels never touch a thread pool).
+        let partials: Vec<Vec<Vec<f64>>> = if blocks == 1 {
+            vec![fold(0)]
+        } else {
+            (0..blocks).into_par_iter().map(fold).collect()
+        };
         for (j, &op) in self.ops.iter().enumerate() {
             let mut total = vec![identity(op); self.out_len];
             for p in &partials {

@@ -339,11 +339,44 @@ impl RawBuf {
     /// # Safety
     /// `offset + t.len() <= len` and nobody else accesses those elements now.
     pub unsafe fn write_host(&self, offset: usize, t: &HostTensor) {
-        let bytes = t.to_le_bytes();
+        use crate::tensor::Storage;
+        let size = self.dtype.size_bytes();
+        // SAFETY: forwarded from the caller. Typed buffers are copied as their bytes (the
+        // platform is little-endian, as the checkpoint format assumes); bools become 0/1.
+        unsafe {
+            let dst = self.ptr.add(offset * size);
+            let copy =
+                |src: *const u8, bytes: usize| std::ptr::copy_nonoverlapping(src, dst, bytes);
+            match t.storage() {
+                Storage::F32(v) => copy(v.as_ptr().cast(), v.len() * 4),
+                Storage::F64(v) => copy(v.as_ptr().cast(), v.len() * 8),
+                Storage::I32(v) => copy(v.as_ptr().cast(), v.len() * 4),
+                Storage::I64(v) => copy(v.as_ptr().cast(), v.len() * 8),
+                Storage::U8(v) => copy(v.as_ptr(), v.len()),
+                Storage::F16(v) => copy(v.as_ptr().cast(), v.len() * 2),
+                Storage::BF16(v) => copy(v.as_ptr().cast(), v.len() * 2),
+                Storage::Bool(v) => {
+                    for (i, &b) in v.iter().enumerate() {
+                        dst.add(i).write(u8::from(b));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Copies `n` elements from element `from` of `src` to element `to` of `self` (same dtype).
+    ///
+    /// # Safety
+    /// Both ranges lie inside their buffers and do not overlap.
+    pub unsafe fn copy_from(&self, to: usize, src: &RawBuf, from: usize, n: usize) {
         let size = self.dtype.size_bytes();
         // SAFETY: forwarded from the caller.
         unsafe {
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(offset * size), bytes.len())
+            std::ptr::copy_nonoverlapping(
+                src.ptr.add(from * size),
+                self.ptr.add(to * size),
+                n * size,
+            )
         };
     }
 }

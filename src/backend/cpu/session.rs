@@ -8,7 +8,7 @@
 use super::exec::Prepared;
 use super::memory::{Arena, RawBuf};
 use crate::backend::{BackendError, Feed, Session, Step};
-use crate::ir::{Dim, Graph, NodeId, Op, VarId, verify};
+use crate::ir::{Dim, Graph, Op, VarId, verify};
 use crate::lower::{LowerOptions, StateLayout, lower};
 use crate::tensor::HostTensor;
 use std::collections::HashMap;
@@ -29,7 +29,8 @@ pub struct CpuSession {
     graph: Graph,
     layout: StateLayout,
     state: Vec<Arena>,
-    programs: HashMap<(Step, usize), Prepared>,
+    /// Prepared programs by a hash of (step, batch), each with its key (collisions compare).
+    programs: HashMap<u64, Vec<(Step, usize, Prepared)>>,
     pool: rayon::ThreadPool,
     threads: usize,
     options: CpuOptions,
@@ -71,7 +72,7 @@ impl CpuSession {
         use std::fmt::Write as _;
         let mut rows: Vec<(std::time::Duration, u64, String, &'static str)> = Vec::new();
         let mut kinds: BTreeMap<&'static str, std::time::Duration> = BTreeMap::new();
-        for p in self.programs.values() {
+        for p in self.programs.values().flatten().map(|(_, _, p)| p) {
             let Some(t) = p.timings() else { continue };
             for (k, &(d, n)) in p.program.kernels.iter().zip(t) {
                 rows.push((d, n, k.name.clone(), k.kind.name()));
@@ -110,9 +111,21 @@ impl CpuSession {
         self.prepared(step, batch).map(|p| &p.program)
     }
 
+    fn key(step: &Step, batch: usize) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        step.hash(&mut h);
+        batch.hash(&mut h);
+        h.finish()
+    }
+
     fn prepared(&mut self, step: &Step, batch: usize) -> Result<&mut Prepared, BackendError> {
-        let key = (step.clone(), batch);
-        if !self.programs.contains_key(&key) {
+        let key = CpuSession::key(step, batch);
+        let known = self
+            .programs
+            .get(&key)
+            .is_some_and(|v| v.iter().any(|(s, b, _)| s == step && *b == batch));
+        if !known {
             let program = lower(&self.graph, step, batch, &self.options.lower).map_err(|e| {
                 BackendError::Kernel {
                     node: String::new(),
@@ -124,10 +137,15 @@ impl CpuSession {
             prepared.set_profiling(
                 self.options.profile || std::env::var_os("TOWERPACK_PROFILE").is_some(),
             );
-            self.programs.insert(key.clone(), prepared);
+            self.programs
+                .entry(key)
+                .or_default()
+                .push((step.clone(), batch, prepared));
         }
         self.programs
             .get_mut(&key)
+            .and_then(|v| v.iter_mut().find(|(s, b, _)| s == step && *b == batch))
+            .map(|(_, _, p)| p)
             .ok_or_else(|| BackendError::Unavailable {
                 backend: "cpu".into(),
                 reason: "program cache lost an entry".into(),
@@ -202,12 +220,9 @@ impl Session for CpuSession {
 
     fn run(&mut self, step: &Step, feeds: &[Feed]) -> Result<Vec<HostTensor>, BackendError> {
         let batch = self.bind_feeds(feeds)?;
-        let key = (step.clone(), batch);
-        if !self.programs.contains_key(&key) {
-            self.prepared(step, batch)?;
-        }
+        self.prepared(step, batch)?;
         let threads = self.threads;
-        let fed: HashMap<NodeId, &HostTensor> = feeds.iter().map(|(n, t)| (*n, t)).collect();
+        let key = CpuSession::key(step, batch);
         // Split borrows: the graph, pool and state are used while the program is borrowed.
         let graph = &self.graph;
         let pool = &self.pool;
@@ -216,35 +231,51 @@ impl Session for CpuSession {
         let prepared = self
             .programs
             .get_mut(&key)
+            .and_then(|v| v.iter_mut().find(|(s, b, _)| s == step && *b == batch))
+            .map(|(_, _, p)| p)
             .ok_or_else(|| BackendError::UnknownValue("program".into()))?;
-        for (node, b) in prepared.program.feeds.clone() {
-            let value = fed.get(&node).ok_or_else(|| BackendError::MissingFeed {
-                input: match &graph.node(node).op {
-                    Op::Input { name, .. } => name.clone(),
-                    _ => graph.node(node).name.clone(),
-                },
-            })?;
+        for i in 0..prepared.program.feeds.len() {
+            let (node, b) = prepared.program.feeds[i];
+            let value = feeds
+                .iter()
+                .find(|(n, _)| *n == node)
+                .map(|(_, t)| t)
+                .ok_or_else(|| BackendError::MissingFeed {
+                    input: match &graph.node(node).op {
+                        Op::Input { name, .. } => name.clone(),
+                        _ => graph.node(node).name.clone(),
+                    },
+                })?;
             let raw = prepared.raw(state, b)?;
             // SAFETY: the feed's shape was checked against the input, whose buffer has exactly
             // that many elements for this batch size.
             unsafe { raw.write_host(0, value) };
         }
-        pool.install(|| prepared.run_kernels(state, threads))?;
-        for (region, var) in prepared.program.writebacks.clone() {
+        if prepared.is_small() {
+            prepared.run_kernels(state, 1)?;
+        } else {
+            pool.install(|| prepared.run_kernels(state, threads))?;
+        }
+        // Fetches first: a fetched variable read must see the value the step began with, and
+        // write-backs overwrite it.
+        let mut out = Vec::with_capacity(prepared.program.fetches.len());
+        for i in 0..prepared.program.fetches.len() {
+            let region = &prepared.program.fetches[i];
+            let (buffer, offset, shape) = (region.buffer, region.offset, region.shape.clone());
+            let raw = prepared.raw(state, buffer)?;
+            // SAFETY: the region lies in its buffer (lowering).
+            out.push(unsafe { raw.to_host(offset, &shape) });
+        }
+        for i in 0..prepared.program.writebacks.len() {
+            let (region, var) = prepared.program.writebacks[i].clone();
             let src = prepared.raw(state, region.buffer)?;
             let def = graph.variable(var);
-            // SAFETY: the region lies in its buffer (lowering), the slot holds the variable.
-            let value = unsafe { src.to_host(region.offset, &region.shape) };
             let dst = state_raw(state, layout, var, def.ty.dtype)
                 .ok_or(BackendError::UnknownVariable(var.0))?;
-            // SAFETY: the value has the variable's type, so it fits its slot exactly.
-            unsafe { dst.write_host(0, &value) };
-        }
-        let mut out = Vec::with_capacity(prepared.program.fetches.len());
-        for region in prepared.program.fetches.clone() {
-            let raw = prepared.raw(state, region.buffer)?;
-            // SAFETY: the region lies in its buffer (lowering).
-            out.push(unsafe { raw.to_host(region.offset, &region.shape) });
+            let n: usize = region.shape.iter().product();
+            // SAFETY: the region lies in its buffer (lowering) and has the variable's type, so it
+            // fits the variable's slot; a write-back never copies a slot onto itself.
+            unsafe { dst.copy_from(0, &src, region.offset, n) };
         }
         Ok(out)
     }

@@ -13,11 +13,24 @@ use crate::tensor::HostTensor;
 /// Folding never materialises constants larger than this many elements.
 const MAX_FOLDED_ELEMENTS: usize = 1 << 16;
 
-/// Runs folding and simplification to a fixed point; returns the number of rewrites.
-pub fn fold(sg: &mut StepGraph) -> Result<usize, LowerError> {
+/// Runs folding and simplification in one topological sweep; returns the number of rewrites.
+/// `batch` binds the symbolic batch size (lowering compiles one program per batch size), so
+/// batch-dependent constants fold too — e.g. the element count of a mean's gradient.
+pub fn fold(sg: &mut StepGraph, batch: usize) -> Result<usize, LowerError> {
     let mut rewrites = 0;
     for id in sg.graph.topo_order()? {
         if !sg.graph.contains(id) {
+            continue;
+        }
+        if let Some(value) = fold_uniform_reduction(&sg.graph, id, batch) {
+            let name = sg.graph.node(id).name.clone();
+            let tmp = sg.graph.unique_name(&format!("{name}/folded"));
+            let c = sg.graph.add_node(&tmp, Op::Constant { value }, &[])?;
+            sg.graph.set_device(c, sg.graph.node(id).device);
+            sg.replace(Value::first(id), Value::first(c))?;
+            sg.graph.remove_node(id);
+            sg.graph.rename_node(c, &name)?;
+            rewrites += 1;
             continue;
         }
         if let Some(x) = simplify(&sg.graph, id) {
@@ -48,6 +61,40 @@ fn constant(graph: &Graph, v: Value) -> Option<&HostTensor> {
 
 fn is_filled_with(graph: &Graph, v: Value, c: f64) -> bool {
     constant(graph, v).is_some_and(|t| t.to_f64_vec().iter().all(|&x| x == c))
+}
+
+/// A reduction of a constant broadcast to a (possibly batched) shape, when its result has a
+/// static shape: every element of it is the same number (sum: `c·count`, mean/max/min: `c`).
+fn fold_uniform_reduction(graph: &Graph, id: NodeId, batch: usize) -> Option<HostTensor> {
+    let node = graph.node(id);
+    let Op::Reduce { op, axes, .. } = &node.op else {
+        return None;
+    };
+    let out = node.outputs.first()?;
+    let out_shape = out.shape.to_static()?;
+    let x = graph.inputs(id)[0];
+    let Op::Broadcast { shape } = &graph.node(x.node).op else {
+        return None;
+    };
+    let c = constant(graph, graph.inputs(x.node)[0])?;
+    let vals = c.to_f64_vec();
+    let first = *vals.first()?;
+    if vals.iter().any(|&v| v != first) {
+        return None;
+    }
+    let dims = shape.resolve(batch);
+    let count: usize = axes.iter().map(|&a| dims[a]).product();
+    let value = match op {
+        crate::ir::ReduceOp::Sum => first * count as f64,
+        _ => first,
+    };
+    let n: usize = out_shape.iter().product();
+    HostTensor::from_f64_values(
+        out.dtype,
+        &out_shape,
+        vec![scalar::round_to(value, out.dtype); n],
+    )
+    .ok()
 }
 
 /// The value `id` can be replaced with, if it is a no-op.
@@ -223,7 +270,7 @@ mod tests {
             .add_node("c", Op::Cast { to: DType::F32 }, &[Value::first(id)])
             .expect("cast");
         let mut sg = extract(&g, &Step::fetch(vec![Value::first(c)])).expect("extract");
-        assert!(fold(&mut sg).expect("fold") >= 3);
+        assert!(fold(&mut sg, 1).expect("fold") >= 3);
         dce(&mut sg).expect("dce");
         assert_eq!(sg.fetches, vec![Value::first(x)], "x * (2 * 0.5) is x");
         assert_eq!(sg.graph.node_count(), 1);
@@ -259,7 +306,7 @@ mod tests {
             )
             .expect("mul");
         let mut sg = extract(&g, &Step::fetch(vec![Value::first(y)])).expect("extract");
-        fold(&mut sg).expect("fold");
+        fold(&mut sg, 1).expect("fold");
         assert_eq!(sg.fetches, vec![Value::first(y)]);
     }
 }

@@ -266,3 +266,45 @@ fn state_layout_keeps_slot_families_in_variable_order() {
     assert_eq!(off(gs) % 8, 0);
     assert!(off(gs) >= 64);
 }
+
+/// A step that fetches a variable and assigns it returns the value the step began with, on
+/// the CPU backend as on the reference executor (reported by the trainer's tests).
+#[test]
+fn fetching_an_assigned_variable_returns_its_old_value() {
+    use crate::backend::Session;
+    use crate::backend::cpu::{CpuOptions, CpuSession};
+    use crate::backend::reference::ReferenceSession;
+    for family in [1usize, 3] {
+        let mut g = Graph::new();
+        let mut fetches = Vec::new();
+        let mut assigns = Vec::new();
+        for i in 0..family {
+            let (v, r) = var(&mut g, &format!("v{i}"), &[2]);
+            let one = constant(&mut g, &format!("one{i}"), 1.0);
+            let n = node(
+                &mut g,
+                &format!("next{i}"),
+                Op::Binary(BinaryOp::Add),
+                &[r, one],
+            );
+            assigns.push(
+                g.add_node(&format!("assign{i}"), Op::Assign { var: v }, &[n])
+                    .expect("assign"),
+            );
+            fetches.push(r);
+        }
+        let step = Step::new(fetches, assigns);
+        let mut cpu = CpuSession::new(g.clone(), CpuOptions::default()).expect("cpu");
+        let mut reference = ReferenceSession::new(g).expect("reference");
+        cpu.initialize_variables(0).expect("init");
+        reference.initialize_variables(0).expect("init");
+        for round in 0..2 {
+            let (c, r) = (
+                cpu.run(&step, &[]).expect("cpu"),
+                reference.run(&step, &[]).expect("ref"),
+            );
+            assert_eq!(c, r, "family of {family}, round {round}");
+            assert_eq!(c[0].to_f64_vec(), vec![f64::from(round); 2]);
+        }
+    }
+}
