@@ -33,6 +33,9 @@ pub struct ResumeInfo {
     pub global_step: u64,
     /// Where the loop continues.
     pub point: ResumePoint,
+    /// True when the checkpoint carried the full resume state (loop, data and callback
+    /// state); false for tensorpack-style resumes (variables, and the epoch from stats.json).
+    pub exact: bool,
 }
 
 pub(crate) enum Phase {

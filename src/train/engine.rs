@@ -45,9 +45,15 @@ pub struct TrainReport {
 impl TrainReport {
     /// The first callback of type `C`.
     pub fn callback<C: Callback>(&self) -> Option<&C> {
+        self.callbacks_of::<C>().into_iter().next()
+    }
+
+    /// Every callback of type `C`, in call order.
+    pub fn callbacks_of<C: Callback>(&self) -> Vec<&C> {
         self.callbacks
             .iter()
-            .find_map(|c| c.as_any().downcast_ref::<C>())
+            .filter_map(|c| (**c).as_any().downcast_ref::<C>())
+            .collect()
     }
 
     /// The `(global_step, value)` history of scalar `name`.
@@ -323,6 +329,7 @@ fn apply_resume(
     ctx.counters.starting_epoch = start.epoch;
     ctx.counters.epoch_num = start.epoch.saturating_sub(1);
     ctx.resumed = Some(ResumeInfo {
+        exact: found.state.is_some(),
         checkpoint: found.checkpoint,
         global_step: ctx.counters.global_step,
         point: start,

@@ -262,3 +262,50 @@ impl Callback for VariableProbe {
 pub fn close(a: f64, b: f64, rel: f64) -> bool {
     (a - b).abs() <= rel * a.abs().max(b.abs()).max(1e-12)
 }
+
+/// Every global variable of a finished run, by name, as little-endian bytes.
+pub fn variable_bytes(session: &dyn towerpack::backend::Session) -> Vec<(String, Vec<u8>)> {
+    let graph = session.graph();
+    towerpack::tower::VarCollection::Global
+        .variables(graph)
+        .into_iter()
+        .map(|id| {
+            let value = session.read_variable(id).expect("read");
+            (graph.variable(id).name.clone(), value.to_le_bytes())
+        })
+        .collect()
+}
+
+/// Fails with an error (a simulated crash) in `trigger_step` at global step `at`.
+pub struct Abort {
+    pub at: u64,
+}
+
+impl Callback for Abort {
+    fn chief_only(&self) -> bool {
+        false
+    }
+    fn trigger_step(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
+        if ctx.global_step() == self.at {
+            return Err(TrainError::callback(
+                "Abort",
+                format!("simulated crash at {}", self.at),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `stats.json` records without the statistics that depend on timing.
+pub fn deterministic_stats(dir: &std::path::Path) -> Vec<String> {
+    towerpack::train::monitor::load_existing_json(dir)
+        .expect("stats")
+        .expect("exists")
+        .into_iter()
+        .map(|mut r| {
+            r.scalars
+                .retain(|k, _| !k.starts_with("QueueInput") && !k.starts_with("Throughput"));
+            format!("{} {} {:?}", r.epoch_num, r.global_step, r.scalars)
+        })
+        .collect()
+}

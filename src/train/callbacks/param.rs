@@ -63,8 +63,10 @@ pub enum Interpolation {
 /// set after the hooked run that makes `global_step == s` (in `trigger_step`).
 ///
 /// With `set_at_beginning` (default), `before_train` sets the value the schedule implies at the
-/// current point — the last entry at or before it, interpolated if asked — so a resumed run
-/// re-derives its learning rate from the schedule.
+/// current point — the last entry at or before it, interpolated if asked — so a run resumed
+/// tensorpack-style (weights plus `starting_epoch`) re-derives its learning rate from the
+/// schedule. An EXACT resume keeps the restored value instead (it is what the interrupted run
+/// had, including changes by other setters), logging when the schedule disagrees.
 #[derive(Clone, Debug)]
 pub struct ScheduledHyperParamSetter {
     param: String,
@@ -153,17 +155,34 @@ impl Callback for ScheduledHyperParamSetter {
             return Ok(());
         }
         let point = self.point(ctx);
-        if let Some(v) = self.value_through(point) {
-            let current = get_param(ctx, &self.param)?;
-            if ctx.resumed().is_some() && (current - v).abs() > 1e-6 * v.abs().max(1e-12) {
-                log::warn!(
-                    target: "towerpack",
-                    "According to the schedule, {} should be {v} at point {point}, but it is \
-                     {current}; setting it",
-                    self.param
-                );
+        let Some(v) = self.value_through(point) else {
+            return Ok(());
+        };
+        let current = get_param(ctx, &self.param)?;
+        let differs = (current - v).abs() > 1e-6 * v.abs().max(1e-12);
+        match ctx.resumed().map(|r| r.exact) {
+            // An exact resume restored the value the interrupted run had; other setters (a
+            // plateau decay) may have changed it since the schedule set it, so it stays.
+            Some(true) => {
+                if differs {
+                    log::info!(
+                        target: "towerpack",
+                        "The schedule gives {} = {v} at point {point}; keeping the restored {current}",
+                        self.param
+                    );
+                }
             }
-            set_param(ctx, &self.param, v)?;
+            resumed => {
+                if resumed.is_some() && differs {
+                    log::warn!(
+                        target: "towerpack",
+                        "According to the schedule, {} should be {v} at point {point}, but it \
+                         is {current}; setting it",
+                        self.param
+                    );
+                }
+                set_param(ctx, &self.param, v)?;
+            }
         }
         Ok(())
     }

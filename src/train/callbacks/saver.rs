@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::train::callback::{Callback, SavedCheckpointInfo};
-use crate::train::checkpoint::{RetentionPolicy, write_atomically};
+use crate::train::checkpoint::{
+    RetentionPolicy, latest_checkpoint, step_of_file_name, write_atomically,
+};
 use crate::train::context::TrainContext;
 use crate::train::error::TrainError;
 
@@ -113,9 +115,10 @@ impl Callback for ModelSaver {
 /// `min-<stat>.safetensors` in the checkpoint directory (tensorpack's `MinSaver`).
 ///
 /// On each trigger it reads the statistic's latest `(global_step, value)`; when it is the best
-/// so far, the checkpoint written for that global step (by a `ModelSaver` with the same
-/// directory, in the same trigger round) is copied once written. The best value is part of the
-/// resume state.
+/// so far, the checkpoint of that global step in the directory (by a `ModelSaver` with the same
+/// directory: already the latest, or written at the end of the same trigger round) is copied.
+/// When there is none, the next trigger warns that the best was not saved (tensorpack's rule).
+/// The best value is part of the resume state.
 #[derive(Clone, Debug)]
 pub struct MinSaver {
     stat: String,
@@ -168,6 +171,24 @@ impl MinSaver {
         self.dir.as_ref().map(|d| d.join(name))
     }
 
+    /// Copies checkpoint `path` to [`MinSaver::copy_path`] (atomically); clears the pending copy.
+    fn copy(&mut self, path: &Path) -> Result<(), TrainError> {
+        self.pending = None;
+        let Some(dst) = self.copy_path() else {
+            return Ok(());
+        };
+        let bytes = std::fs::read(path).map_err(TrainError::io(path))?;
+        write_atomically(&dst, &bytes).map_err(TrainError::io(&dst))?;
+        log::info!(
+            target: "towerpack",
+            "{}: copied {} to {}",
+            self.name(),
+            path.display(),
+            dst.display()
+        );
+        Ok(())
+    }
+
     fn better(&self, value: f64, best: f64) -> bool {
         if self.reverse {
             value > best
@@ -205,6 +226,18 @@ impl Callback for MinSaver {
         if self.best.is_none_or(|(_, b)| self.better(value, b)) {
             self.best = Some((step, value));
             self.pending = Some((step, value));
+            // The checkpoint of this step may exist already (written in an earlier round at
+            // the same global step, e.g. by a step-triggered ModelSaver): copy it now.
+            if let Some(dir) = self.dir.clone()
+                && let Some(latest) = latest_checkpoint(&dir)?
+                && latest
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(step_of_file_name)
+                    == Some(step)
+            {
+                self.copy(&latest)?;
+            }
         }
         Ok(())
     }
@@ -220,18 +253,8 @@ impl Callback for MinSaver {
         if Some(&saved.dir) != self.dir.as_ref() || saved.global_step != step {
             return Ok(());
         }
-        self.pending = None;
-        let Some(dst) = self.copy_path() else {
-            return Ok(());
-        };
-        let bytes = std::fs::read(&saved.path).map_err(TrainError::io(&saved.path))?;
-        write_atomically(&dst, &bytes).map_err(TrainError::io(&dst))?;
-        log::info!(
-            target: "towerpack",
-            "Model at global_step={step} with {}={value} saved to {}",
-            self.stat,
-            dst.display()
-        );
+        self.copy(&saved.path)?;
+        log::info!(target: "towerpack", "{} = {value} is the best so far", self.stat);
         Ok(())
     }
 

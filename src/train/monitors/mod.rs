@@ -128,7 +128,7 @@ impl Monitors {
     pub fn backend<M: TrainingMonitor>(&self) -> Option<&M> {
         self.backends
             .iter()
-            .find_map(|b| b.as_any().downcast_ref::<M>())
+            .find_map(|b| (**b).as_any().downcast_ref::<M>())
     }
 
     /// Puts a scalar at `at`: recorded in the history and sent to every back end.
