@@ -27,7 +27,7 @@ pub trait ModelDesc {
 }
 
 /// The tower function of a [`ModelFn`].
-pub type TowerFn = Arc<dyn Fn(&[Tensor]) -> Tensor>;
+pub type TowerFn = Arc<dyn Fn(&[Tensor]) -> Tensor + Send + Sync>;
 
 /// A [`ModelDesc`] made of a signature, a tower function and an optimizer.
 #[derive(Clone)]
@@ -42,7 +42,7 @@ impl ModelFn {
     /// The model `tower` on `inputs`, minimized with `optimizer`.
     pub fn new(
         inputs: Vec<InputSpec>,
-        tower: impl Fn(&[Tensor]) -> Tensor + 'static,
+        tower: impl Fn(&[Tensor]) -> Tensor + Send + Sync + 'static,
         optimizer: Optimizer,
     ) -> ModelFn {
         ModelFn {
