@@ -6,53 +6,11 @@ mod train_common;
 
 use std::path::Path;
 
-use towerpack::train::callbacks::*;
+use towerpack::train::callbacks::{ModelSaver, PeriodicTrigger};
+
 use towerpack::train::checkpoint::save_checkpoint;
 use towerpack::train::*;
 use train_common::*;
-
-/// A run exercising every kind of state: BatchNorm EMAs and dropout (RNG by global step), a
-/// prefetching input, momentum slots, moving averages, a shuffled validation set, a schedule,
-/// a plateau setter, a min saver and early stopping; checkpoints every 4 steps.
-fn full_config(dir: &Path) -> TrainConfig {
-    let infs: Vec<Box<dyn Inferencer>> = vec![
-        Box::new(ScalarStats::new(&["cross_entropy_loss"])),
-        Box::new(ClassificationError::default()),
-    ];
-    let val = {
-        use towerpack::data::BatchData;
-        let data = towerpack::data::mnist10k_split()
-            .expect("mnist")
-            .validation
-            .slice(0, 48)
-            .expect("slice");
-        BatchData::new(
-            data.to_f32(1.0 / 255.0).to_flow(Some(5)).expect("flow"),
-            20,
-            true,
-        )
-        .expect("batch")
-    };
-    TrainConfig::new(bn_dropout_model(0.05))
-        .data(QueueInput::new(train_flow(192, 32, 9)).capacity(4))
-        .callback(PeriodicTrigger::new(ModelSaver::new()).every_k_steps(4))
-        .callback(InferenceRunner::new(val, infs))
-        .callback(ScheduledHyperParamSetter::new("learning_rate", &[(0, 0.05), (4, 0.01)]).linear())
-        .callback(StatMonitorParamSetter::new(
-            "learning_rate",
-            "validation_error",
-            |v| v * 0.7,
-            0.5,
-            1,
-        ))
-        .callback(MinSaver::new("validation_error"))
-        .callback(EarlyStopping::new("validation_error", 100, Mode::Min))
-        .callback(ProgressBar::new().plain_to(std::io::sink()))
-        .backend(cpu())
-        .seed(11)
-        .logdir(dir)
-        .max_epoch(4)
-}
 
 fn uninterrupted() -> (tempfile::TempDir, Vec<(String, Vec<u8>)>) {
     let dir = tempfile::tempdir().expect("tempdir");
