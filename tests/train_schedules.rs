@@ -235,3 +235,28 @@ fn early_stopping_stops_cleanly_after_patience() {
     let report = run(vec![Box::new(stat), Box::new(stop)], 3, 0.1);
     assert_eq!((report.counters.epoch_num, report.stopped), (3, None));
 }
+
+#[test]
+fn a_tensorpack_style_resume_re_derives_the_scheduled_value() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = bare(config(
+        mlp_model(0.1),
+        train_flow(128, 32, 1),
+        Some(dir.path()),
+    ))
+    .callback(ModelSaver::new())
+    .max_epoch(2);
+    launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train");
+    // Weights (learning_rate 0.1 included) from the checkpoint, epochs from starting_epoch: the
+    // schedule's value at the last finished epoch (2) replaces the restored 0.1.
+    let (probe, seen) = VariableProbe::new("learning_rate");
+    let setter = ScheduledHyperParamSetter::new("learning_rate", &[(0, 0.5), (2, 0.05), (3, 0.01)]);
+    let c = bare(config(mlp_model(0.1), train_flow(128, 32, 1), None))
+        .session_init(SaverRestore::new(dir.path()))
+        .callback(setter)
+        .callback(probe)
+        .starting_epoch(3)
+        .max_epoch(3);
+    launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train");
+    assert_eq!(lr_values(&seen), [(3, 0.05), (3, 0.01)]);
+}

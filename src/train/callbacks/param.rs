@@ -32,10 +32,17 @@ fn set_param(ctx: &mut TrainContext, name: &str, value: f64) -> Result<bool, Tra
         return Ok(false);
     }
     session.write_variable(id, &new)?;
+    let show = |v: f64| match def.ty.dtype {
+        // Print what the variable holds, not its f64 widening (0.1f32 is not 0.1000000015).
+        crate::tensor::DType::F32 => format!("{}", v as f32),
+        _ => format!("{v}"),
+    };
     log::info!(
         target: "towerpack",
-        "[HyperParamSetter] At global_step={}, {name} changes from {old} to {stored}",
-        ctx.global_step()
+        "[HyperParamSetter] At global_step={}, {name} changes from {} to {}",
+        ctx.global_step(),
+        show(old),
+        show(stored)
     );
     ctx.put_scalar(name, stored)?;
     Ok(true)

@@ -253,9 +253,8 @@ impl Callback for MinSaver {
         if Some(&saved.dir) != self.dir.as_ref() || saved.global_step != step {
             return Ok(());
         }
-        self.copy(&saved.path)?;
         log::info!(target: "towerpack", "{} = {value} is the best so far", self.stat);
-        Ok(())
+        self.copy(&saved.path)
     }
 
     fn save_state(&self) -> Option<serde_json::Value> {
