@@ -32,7 +32,7 @@ pub fn format_5g(value: f64) -> String {
         return format!("{value}");
     }
     let exp = value.abs().log10().floor() as i32;
-    if !(-5..5).contains(&exp) {
+    if !(-4..5).contains(&exp) {
         let s = format!("{value:.4e}");
         // Trim trailing zeros of the mantissa: 1.2000e5 -> 1.2e5.
         return match s.split_once('e') {
