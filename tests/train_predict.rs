@@ -109,7 +109,7 @@ fn mlp(hidden: usize) -> Mlp {
         input_shape: vec![28, 28, 1],
         hidden: vec![hidden],
         classes: 10,
-        weight_decay: 1e-5,
+        ..Mlp::default()
     }
 }
 

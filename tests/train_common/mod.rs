@@ -44,7 +44,7 @@ pub fn mlp_model(lr: f64) -> ModelFn {
         input_shape: vec![28, 28, 1],
         hidden: vec![32],
         classes: 10,
-        weight_decay: 1e-5,
+        ..Mlp::default()
     };
     let inputs = mlp.inputs();
     ModelFn::new(inputs, move |x| mlp.build(x), Optimizer::momentum(lr, 0.9))
