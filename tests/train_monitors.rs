@@ -9,6 +9,7 @@ use std::process::Command;
 use towerpack::tensor::HostTensor;
 use towerpack::train::callbacks::*;
 use towerpack::train::monitor::load_existing_json;
+use towerpack::train::monitor::proto::{Event, EventContent, SummaryPayload, SummaryValue};
 use towerpack::train::*;
 use train_common::*;
 
@@ -30,7 +31,17 @@ impl Callback for Producer {
             &HostTensor::from_f32(&[4, 6, 3], pixels).expect("image"),
         )?;
         let w = ctx.read_variable("fc0/W")?;
-        ctx.put_histogram("fc0/W", &w)
+        ctx.put_histogram("fc0/W", &w)?;
+        // A raw event: the monitors stamp it with the global step.
+        let value = SummaryValue {
+            tag: "raw_event".into(),
+            payload: SummaryPayload::Scalar(ctx.epoch_num() as f32),
+        };
+        ctx.put_event(Event {
+            wall_time: 0.0,
+            step: 0,
+            content: EventContent::Summary(vec![value]),
+        })
     }
 }
 

@@ -6,7 +6,7 @@ mod train_common;
 
 use std::path::Path;
 
-use towerpack::train::callbacks::{ModelSaver, PeriodicTrigger};
+use towerpack::train::callbacks::{HyperParamSetterWithFunc, ModelSaver, PeriodicTrigger};
 
 use towerpack::train::checkpoint::save_checkpoint;
 use towerpack::train::*;
@@ -217,5 +217,37 @@ fn resume_from_an_explicit_checkpoint_continues_its_position() {
     assert_same_variables(
         &variable_bytes(full.session.as_ref()),
         &variable_bytes(report.session.as_ref()),
+    );
+}
+
+#[test]
+fn a_setter_with_a_function_is_not_applied_twice_on_resume() {
+    // lr <- lr * 0.8 + 0.01 * epoch before training and after each epoch: a resumed run must not
+    // apply it again in before_train.
+    let cfg = |dir: &Path| {
+        bare(config(mlp_model(0.2), train_flow(96, 32, 1), Some(dir)))
+            .callback(PeriodicTrigger::new(ModelSaver::new()).every_k_steps(2))
+            .callback(HyperParamSetterWithFunc::new("learning_rate", |e, lr| {
+                lr * 0.8 + 0.01 * e as f64
+            }))
+            .max_epoch(3)
+            .auto_resume(true)
+    };
+    let reference_dir = tempfile::tempdir().expect("tempdir");
+    let reference = launch_train_with_config(cfg(reference_dir.path()), &mut SimpleTrainer::new())
+        .expect("train");
+    let dir = tempfile::tempdir().expect("tempdir");
+    launch_train_with_config(
+        cfg(dir.path()).callback(Abort { at: 5 }),
+        &mut SimpleTrainer::new(),
+    )
+    .err()
+    .expect("crashes");
+    let resumed =
+        launch_train_with_config(cfg(dir.path()), &mut SimpleTrainer::new()).expect("resume");
+    assert_eq!(resumed.resumed.as_ref().expect("resumed").global_step, 4);
+    assert_same_variables(
+        &variable_bytes(reference.session.as_ref()),
+        &variable_bytes(resumed.session.as_ref()),
     );
 }

@@ -13,7 +13,36 @@
 //! from its latest checkpoint reaches bit-identical weights on a deterministic backend.
 //!
 //! File formats live in [`checkpoint`], [`monitor`] and [`logdir`]; the monitor callbacks that
-//! drive them in [`monitors`].
+//! drive them in [`monitors`]. [`minimal`] is a bare driver without callbacks.
+//!
+//! ```
+//! use towerpack::data::{BatchData, mnist10k_split};
+//! use towerpack::models::Mlp;
+//! use towerpack::optim::Optimizer;
+//! use towerpack::train::callbacks::{ClassificationError, InferenceRunner, Inferencer, ModelSaver};
+//! use towerpack::train::*;
+//!
+//! let digits = mnist10k_split()?;
+//! let train = digits.train.slice(0, 128)?.to_f32(1.0 / 255.0);
+//! let validation = digits.validation.slice(0, 64)?.to_f32(1.0 / 255.0);
+//! let mlp = Mlp { input_shape: vec![28, 28, 1], hidden: vec![16], ..Mlp::default() };
+//! let model = ModelFn::new(mlp.inputs(), move |x| mlp.build(x), Optimizer::momentum(0.1, 0.9));
+//! let logdir = tempfile::tempdir()?;
+//!
+//! let validate: Vec<Box<dyn Inferencer>> = vec![Box::new(ClassificationError::default())];
+//! let config = TrainConfig::new(model)
+//!     .dataflow(BatchData::new(train.to_flow(Some(1))?, 32, false)?)
+//!     .callback(ModelSaver::new())
+//!     .callback(InferenceRunner::new(BatchData::new(validation.to_flow(None)?, 32, true)?, validate))
+//!     .logdir(logdir.path())
+//!     .max_epoch(2)
+//!     .auto_resume(true);
+//! let report = launch_train_with_config(config, &mut SimpleTrainer::new())?;
+//! assert_eq!(report.counters.global_step, 8);
+//! assert_eq!(report.history("validation_error").len(), 2);
+//! assert!(logdir.path().join("model-8.safetensors").exists());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod callback;
 pub mod callbacks;
