@@ -359,6 +359,26 @@ fn progress_bar_writes_plain_lines_with_the_loss() {
 }
 
 #[test]
+fn progress_bar_draws_an_indicatif_bar_per_epoch() {
+    let bar = ProgressBar::new().bar_to(indicatif::ProgressDrawTarget::hidden);
+    let c = bare(config(mlp_model(0.1), train_flow(128, 32, 1), None))
+        .callback(bar)
+        .max_epoch(2);
+    let report = launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train");
+    let bar = report.callback::<ProgressBar>().expect("bar");
+    assert!(bar.lines().is_empty());
+    let finished = bar.finished_bars();
+    assert_eq!(
+        finished.iter().map(|f| (f.0, f.1)).collect::<Vec<_>>(),
+        [(1, 4), (2, 4)]
+    );
+    assert!(
+        finished.iter().all(|f| f.2.starts_with("cost=")),
+        "{finished:?}"
+    );
+}
+
+#[test]
 fn time_estimates_and_throughput_are_reported_per_epoch() {
     let c = bare(config(mlp_model(0.1), train_flow(128, 32, 1), None))
         .callback(EstimatedTimeLeft::new())

@@ -23,7 +23,9 @@ pub struct ProgressBar {
     period: Duration,
     plain: Option<bool>,
     output: Option<Box<dyn Write>>,
+    target: Option<Box<dyn Fn() -> indicatif::ProgressDrawTarget>>,
     bar: Option<indicatif::ProgressBar>,
+    finished: Vec<(u64, u64, String)>,
     postfix: Vec<(String, f64)>,
     fetched_at: Option<(u64, i64)>,
     fetching: bool,
@@ -47,7 +49,9 @@ impl ProgressBar {
             period: Duration::from_secs(10),
             plain: None,
             output: None,
+            target: None,
             bar: None,
+            finished: Vec::new(),
             postfix: Vec::new(),
             fetched_at: None,
             fetching: false,
@@ -74,6 +78,19 @@ impl ProgressBar {
         self.plain = Some(true);
         self.output = Some(Box::new(output));
         self
+    }
+
+    /// An indicatif bar even when stderr is not a terminal, each epoch's drawn to a target
+    /// made by `target` (e.g. `ProgressDrawTarget::hidden` in tests).
+    pub fn bar_to(mut self, target: impl Fn() -> indicatif::ProgressDrawTarget + 'static) -> Self {
+        self.plain = Some(false);
+        self.target = Some(Box::new(target));
+        self
+    }
+
+    /// `(epoch, position, message)` of each finished bar.
+    pub fn finished_bars(&self) -> &[(u64, u64, String)] {
+        &self.finished
     }
 
     /// The plain lines written so far.
@@ -152,7 +169,12 @@ impl Callback for ProgressBar {
         if self.plain != Some(false) {
             return Ok(());
         }
-        let bar = indicatif::ProgressBar::new(ctx.steps_per_epoch());
+        let bar = match &self.target {
+            Some(target) => {
+                indicatif::ProgressBar::with_draw_target(Some(ctx.steps_per_epoch()), target())
+            }
+            None => indicatif::ProgressBar::new(ctx.steps_per_epoch()),
+        };
         let style = indicatif::ProgressStyle::with_template(
             "{prefix} {percent:>3}%|{wide_bar}|{pos}/{len} [{elapsed}<{eta}, {per_sec}] {msg}",
         )
@@ -204,9 +226,11 @@ impl Callback for ProgressBar {
         Ok(())
     }
 
-    fn after_epoch(&mut self, _: &mut TrainContext) -> Result<(), TrainError> {
+    fn after_epoch(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
         if let Some(bar) = self.bar.take() {
             bar.finish();
+            self.finished
+                .push((ctx.epoch_num(), bar.position(), bar.message()));
         }
         Ok(())
     }

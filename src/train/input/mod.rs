@@ -3,7 +3,10 @@
 //! Towers read their data from `Input` nodes; an input source knows every training tower's
 //! input nodes (registered once per tower while the graph is built) and, for each hooked run
 //! whose step reads an input, hands out ONE batch PER TOWER — tensorpack's data-parallel
-//! semantics: the total batch is the per-tower batch times the number of towers.
+//! semantics: the total batch is the per-tower batch times the number of towers. A hooked run
+//! that reads no input (e.g. `NoOpTrainer`'s empty steps) takes nothing; tensorpack's
+//! `FeedInput` would consume a datapoint anyway, its `QueueInput` would not — here every source
+//! behaves like the latter.
 //!
 //! Each batch travels with the position of its data flow right after it, so the source knows
 //! the CONSUMED position even when a background thread reads ahead: that is what a checkpoint
