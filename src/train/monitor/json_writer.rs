@@ -181,6 +181,53 @@ impl StatsJsonWriter {
         Ok(StartOutcome::BackedUp { backup, reason })
     }
 
+    /// Continues the file of a run resumed at `global_step` (towerpack's exact resume): records
+    /// stamped after `global_step` were written by the part of the killed run that is redone, so
+    /// they are dropped (and the file rewritten atomically); the rest are appended to. An
+    /// unreadable file is moved aside as by [`on_start`](Self::on_start).
+    pub fn on_resume(&mut self, global_step: u64) -> Result<StartOutcome, MonitorError> {
+        self.records.clear();
+        let bytes = match std::fs::read(&self.path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(StartOutcome::Fresh),
+            Err(source) => {
+                return Err(MonitorError::Io {
+                    path: self.path.clone(),
+                    source,
+                });
+            }
+        };
+        match parse_stats(&self.path, &bytes) {
+            Ok(mut records) => {
+                let before = records.len();
+                records.retain(|r| r.global_step <= global_step);
+                if records.len() != before {
+                    let json = Value::Array(records.iter().map(StatsRecord::to_json).collect());
+                    write_atomically(&self.path, json.to_string().as_bytes()).map_err(
+                        |source| MonitorError::Io {
+                            path: self.path.clone(),
+                            source,
+                        },
+                    )?;
+                }
+                let existing = records.len();
+                self.records = records;
+                Ok(StartOutcome::Appending { existing })
+            }
+            Err(e) => {
+                let backup = timestamped_sibling(&self.path, SystemTime::now());
+                std::fs::rename(&self.path, &backup).map_err(|source| MonitorError::Io {
+                    path: self.path.clone(),
+                    source,
+                })?;
+                Ok(StartOutcome::BackedUp {
+                    backup,
+                    reason: e.to_string(),
+                })
+            }
+        }
+    }
+
     /// Records `value` for `name`, replacing a value put earlier in the same period.
     pub fn put_scalar(&mut self, name: &str, value: f64) {
         self.pending.insert(name.to_string(), value);

@@ -1,0 +1,448 @@
+//! `launch_train_with_config`: builds the graph, registers the callbacks in tensorpack's order,
+//! creates and initializes the session, applies a resume, and runs the loop
+//! `for epoch in starting_epoch..=max_epoch { for local_step in 0..steps_per_epoch { run_step } }`
+//! with its lifecycle points, then `after_train` whatever happened.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Instant;
+
+use crate::backend::Session;
+use crate::ir::Graph;
+use crate::optim::GLOBAL_STEP;
+
+use super::callback::Callback;
+use super::callbacks::{MaintainStepCounter, default_callbacks};
+use super::checkpoint::{load_checkpoint, resolve_checkpoint_path};
+use super::config::{Resume, TrainConfig};
+use super::context::{Phase, ResumeInfo, TrainContext};
+use super::counters::{LoopCounters, ResumePoint};
+use super::dispatch::CallbackList;
+use super::error::TrainError;
+use super::monitors::{MonitorSetup, Monitors, default_monitors};
+use super::resume::{FoundResume, ResumeState, find_auto_resume};
+use super::session_init::{InitOutcome, JustCurrentSession, SaverRestore, SessionInit};
+use super::trainer::{GraphSetup, StepRunner, Trainer};
+
+/// What a finished (or cleanly stopped) run leaves.
+pub struct TrainReport {
+    /// `Some(reason)` when a callback stopped training early.
+    pub stopped: Option<String>,
+    /// The counters at the end.
+    pub counters: LoopCounters,
+    /// The monitors, with the history of every scalar.
+    pub monitors: Monitors,
+    /// The callbacks, in call order (get one back with [`TrainReport::callback`]).
+    pub callbacks: Vec<Box<dyn Callback>>,
+    /// Their registration keys (also the keys of their resume state).
+    pub callback_keys: Vec<String>,
+    /// The session, with the final variables.
+    pub session: Box<dyn Session>,
+    /// Where the run was resumed from, if it was.
+    pub resumed: Option<ResumeInfo>,
+}
+
+impl TrainReport {
+    /// The first callback of type `C`.
+    pub fn callback<C: Callback>(&self) -> Option<&C> {
+        self.callbacks_of::<C>().into_iter().next()
+    }
+
+    /// Every callback of type `C`, in call order.
+    pub fn callbacks_of<C: Callback>(&self) -> Vec<&C> {
+        self.callbacks
+            .iter()
+            .filter_map(|c| (**c).as_any().downcast_ref::<C>())
+            .collect()
+    }
+
+    /// The `(global_step, value)` history of scalar `name`.
+    pub fn history(&self, name: &str) -> &[(u64, f64)] {
+        self.monitors.get_history(name)
+    }
+}
+
+/// Starts the input source first in `before_train` and stops it first in `after_train`
+/// (tensorpack registers the input source's callbacks first).
+struct StartInput;
+
+impl Callback for StartInput {
+    fn name(&self) -> String {
+        "InputSource".into()
+    }
+    fn chief_only(&self) -> bool {
+        false
+    }
+    fn before_train(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
+        ctx.input.start()
+    }
+    fn after_train(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
+        ctx.input.stop();
+        Ok(())
+    }
+}
+
+/// The monitors as one callback, registered last: they see everything the other callbacks put
+/// in the same lifecycle point.
+struct MonitorDispatch;
+
+impl Callback for MonitorDispatch {
+    fn name(&self) -> String {
+        "Monitors".into()
+    }
+    fn chief_only(&self) -> bool {
+        false
+    }
+    fn before_train(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
+        let setup = MonitorSetup {
+            logdir: ctx.logdir.clone(),
+            counters: ctx.counters,
+            resumed_at: ctx.resumed.as_ref().map(|r| r.global_step),
+        };
+        ctx.monitors.setup(&setup)
+    }
+    fn trigger_step(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
+        let at = ctx.counters;
+        ctx.monitors.trigger_step(&at)
+    }
+    fn trigger_epoch(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
+        let at = ctx.counters;
+        ctx.monitors.trigger_epoch(&at)
+    }
+    fn after_train(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
+        let at = ctx.counters;
+        ctx.monitors.after_train(&at)
+    }
+}
+
+/// Where the resume of `config` comes from; replaces its `session_init` with the checkpoint.
+fn resolve_resume(
+    config: &mut TrainConfig,
+    logdir: Option<&Path>,
+) -> Result<Option<FoundResume>, TrainError> {
+    let found = match &config.resume {
+        Resume::No => return Ok(None),
+        Resume::Auto { always } => {
+            let Some(dir) = logdir else {
+                log::warn!(target: "towerpack", "AutoResume: no logdir is set; starting fresh");
+                return Ok(None);
+            };
+            if !always && config.session_init.is_some() {
+                log::info!(target: "towerpack", "AutoResume: the given session_init wins");
+                return Ok(None);
+            }
+            find_auto_resume(dir)?
+        }
+        Resume::From(path) => {
+            let file = resolve_checkpoint_path(path)?;
+            let loaded = load_checkpoint(&file)?;
+            let state = ResumeState::from_metadata(&loaded.metadata, &file)?.ok_or_else(|| {
+                TrainError::Resume(format!(
+                    "{} has no resume metadata; restore it with session_init and set \
+                     starting_epoch instead",
+                    file.display()
+                ))
+            })?;
+            Some(FoundResume {
+                checkpoint: file,
+                start: state.next,
+                state: Some(state),
+            })
+        }
+    };
+    if let Some(f) = &found {
+        log::info!(
+            target: "towerpack",
+            "Resuming from {}: epoch {}, step {} of the epoch",
+            f.checkpoint.display(),
+            f.start.epoch,
+            f.start.next_local_step
+        );
+        config.session_init = Some(Box::new(SaverRestore::new(&f.checkpoint)));
+    }
+    Ok(found)
+}
+
+/// Trains with `config` and `trainer` (tensorpack's `launch_train_with_config`).
+///
+/// Callback order (= call order at every lifecycle point): the input source's, the trainer's,
+/// the step counter, `config.callbacks`, `config.extra_callbacks` (default
+/// [`default_callbacks`]), then the monitors. A clean stop returns `Ok` with
+/// [`TrainReport::stopped`] set; `after_train` runs in every case, every callback's even if one
+/// fails.
+pub fn launch_train_with_config(
+    mut config: TrainConfig,
+    trainer: &mut dyn Trainer,
+) -> Result<TrainReport, TrainError> {
+    let logdir = config.logdir.clone().or_else(super::logdir::logger_dir);
+    let found = resolve_resume(&mut config, logdir.as_deref())?;
+    let input = match (config.dataflow.take(), config.data.take()) {
+        (Some(flow), None) => trainer.default_input(flow),
+        (None, Some(input)) => input,
+        (Some(_), Some(_)) => {
+            return Err(TrainError::Config(
+                "give either dataflow or data (an input source), not both".into(),
+            ));
+        }
+        (None, None) => {
+            return Err(TrainError::Config(
+                "no training data: give a dataflow or data (an input source)".into(),
+            ));
+        }
+    };
+    let mut ctx = TrainContext::new(Graph::new(), config.seed, input, config.model.clone());
+    if let Some(model) = &config.model {
+        ctx.input.setup(&model.inputs())?;
+    }
+    let built = {
+        let Phase::Building(graph) = &mut ctx.phase else {
+            return Err(TrainError::GraphFinalized {
+                what: "trainer setup".into(),
+            });
+        };
+        let mut setup = GraphSetup {
+            graph,
+            seed: config.seed,
+            input: ctx.input.as_mut(),
+            model: ctx.model.clone(),
+        };
+        trainer.setup_graph(&mut setup)?
+    };
+    log::info!(target: "towerpack", "Built the training graph of {}", trainer.name());
+    ctx.info.towers = built.towers;
+    ctx.info.losses = built.losses;
+    ctx.info.gradients = built.gradients;
+    ctx.info.numeric_checks = built.numeric_checks;
+
+    let steps_per_epoch = match config.steps_per_epoch {
+        Some(s) => s,
+        None => ctx.input.size().map(|n| n as u64).ok_or_else(|| {
+            TrainError::Config(format!(
+                "steps_per_epoch is not set and the input ({}) has no known size",
+                ctx.input.name()
+            ))
+        })?,
+    };
+    ctx.counters = LoopCounters::new(steps_per_epoch, config.starting_epoch, config.max_epoch);
+    ctx.logdir = logdir;
+    ctx.is_chief = trainer.is_chief();
+    ctx.monitors = Monitors::new(config.monitors.take().unwrap_or_else(default_monitors));
+
+    let is_chief = ctx.is_chief;
+    let mut callbacks = CallbackList::default();
+    callbacks.register(Box::new(StartInput), is_chief);
+    for cb in ctx.input.callbacks() {
+        callbacks.register(cb, is_chief);
+    }
+    for cb in built.callbacks {
+        callbacks.register(cb, is_chief);
+    }
+    callbacks.register(Box::new(MaintainStepCounter::new()), is_chief);
+    for cb in std::mem::take(&mut config.callbacks) {
+        callbacks.register(cb, is_chief);
+    }
+    let extra = config
+        .extra_callbacks
+        .take()
+        .unwrap_or_else(default_callbacks);
+    for cb in extra {
+        callbacks.register(cb, is_chief);
+    }
+    callbacks.register(Box::new(MonitorDispatch), is_chief);
+    callbacks.setup_graph(&mut ctx)?;
+
+    let mut init: Box<dyn SessionInit> = config
+        .session_init
+        .take()
+        .unwrap_or_else(|| Box::new(JustCurrentSession));
+    init.setup_graph(ctx.graph_mut("session init")?)?;
+    let graph = std::mem::take(ctx.graph_mut("creating the session")?);
+    let mut session = config.backend.create_session(graph)?;
+    session.initialize_variables(config.seed)?;
+    let outcome = if is_chief {
+        init.run_init(session.as_mut())?
+    } else {
+        InitOutcome::default()
+    };
+    ctx.phase = Phase::Running(session);
+    ctx.counters.global_step = read_global_step(&mut ctx)?;
+
+    let mut start = ResumePoint::epoch_start(config.starting_epoch);
+    if let Some(found) = found {
+        start = apply_resume(&mut ctx, &mut callbacks, found, &outcome)?;
+    }
+    let engine = Engine {
+        ctx,
+        callbacks,
+        reads_input: HashMap::new(),
+    };
+    engine.run(trainer, start)
+}
+
+/// Restores the loop position, the input position and the callbacks' state of `found`.
+fn apply_resume(
+    ctx: &mut TrainContext,
+    callbacks: &mut CallbackList,
+    found: FoundResume,
+    outcome: &InitOutcome,
+) -> Result<ResumePoint, TrainError> {
+    let mut start = found.start;
+    start.next_local_step = start.next_local_step.min(ctx.counters.steps_per_epoch);
+    if outcome.checkpoint.is_none() && ctx.is_chief {
+        return Err(TrainError::Resume(format!(
+            "{} was not restored",
+            found.checkpoint.display()
+        )));
+    }
+    if let Some(state) = &found.state {
+        if state.seed != ctx.seed {
+            log::warn!(
+                target: "towerpack",
+                "Resume: the checkpoint was written with seed {}, this run has seed {}; the \
+                 continuation is not exact",
+                state.seed,
+                ctx.seed
+            );
+        }
+        if state.steps_per_epoch != ctx.counters.steps_per_epoch {
+            log::warn!(
+                target: "towerpack",
+                "Resume: steps_per_epoch was {}, is now {}",
+                state.steps_per_epoch,
+                ctx.counters.steps_per_epoch
+            );
+        }
+        if state.global_step != ctx.counters.global_step {
+            return Err(TrainError::Resume(format!(
+                "{}: the metadata says global_step {}, the variable holds {}",
+                found.checkpoint.display(),
+                state.global_step,
+                ctx.counters.global_step
+            )));
+        }
+        match &state.input {
+            Some(flow) => ctx.input.restore(flow)?,
+            None => log::warn!(target: "towerpack", "Resume: no data position was saved"),
+        }
+        callbacks.restore_states(&state.callbacks)?;
+    }
+    ctx.counters.starting_epoch = start.epoch;
+    ctx.counters.epoch_num = start.epoch.saturating_sub(1);
+    ctx.resumed = Some(ResumeInfo {
+        exact: found.state.is_some(),
+        checkpoint: found.checkpoint,
+        global_step: ctx.counters.global_step,
+        point: start,
+    });
+    Ok(start)
+}
+
+/// The value of the `global_step` variable (0 if the graph has none).
+fn read_global_step(ctx: &mut TrainContext) -> Result<u64, TrainError> {
+    let Some(id) = ctx.graph().find_variable(GLOBAL_STEP) else {
+        return Ok(0);
+    };
+    let value = ctx.session("reading global_step")?.read_variable(id)?;
+    let step = value.scalar_value().unwrap_or(0.0);
+    Ok(if step > 0.0 { step as u64 } else { 0 })
+}
+
+struct Engine {
+    ctx: TrainContext,
+    callbacks: CallbackList,
+    reads_input: HashMap<crate::backend::Step, bool>,
+}
+
+impl Engine {
+    fn run(
+        mut self,
+        trainer: &mut dyn Trainer,
+        start: ResumePoint,
+    ) -> Result<TrainReport, TrainError> {
+        let result = self.main_loop(trainer, start);
+        let after = self.callbacks.after_train(&mut self.ctx);
+        self.ctx.input.stop();
+        let stopped = match result {
+            Ok(()) => None,
+            Err(TrainError::Stop { reason }) => {
+                log::info!(target: "towerpack", "Training was stopped: {reason}");
+                Some(reason)
+            }
+            Err(e) => {
+                log::error!(
+                    target: "towerpack",
+                    "Training failed at global_step={}: {e}",
+                    self.ctx.counters.global_step
+                );
+                return Err(e);
+            }
+        };
+        let count = after.len();
+        if let Some(first) = after.into_iter().next() {
+            return Err(TrainError::AfterTrain {
+                count,
+                first: Box::new(first),
+            });
+        }
+        let callback_keys = self.callbacks.keys();
+        let Phase::Running(session) = self.ctx.phase else {
+            return Err(TrainError::NoSession {
+                what: "the training report".into(),
+            });
+        };
+        Ok(TrainReport {
+            stopped,
+            counters: self.ctx.counters,
+            monitors: self.ctx.monitors,
+            callbacks: self.callbacks.into_callbacks(),
+            callback_keys,
+            session,
+            resumed: self.ctx.resumed,
+        })
+    }
+
+    fn main_loop(
+        &mut self,
+        trainer: &mut dyn Trainer,
+        start: ResumePoint,
+    ) -> Result<(), TrainError> {
+        let ctx = &mut self.ctx;
+        ctx.counters.epoch_num = start.epoch.saturating_sub(1);
+        ctx.counters.local_step = -1;
+        self.callbacks.before_train(ctx, start)?;
+        ctx.counters.global_step = read_global_step(ctx)?;
+        let spe = ctx.counters.steps_per_epoch;
+        for epoch in start.epoch..=ctx.counters.max_epoch {
+            ctx.counters.epoch_num = epoch;
+            let first = if epoch == start.epoch {
+                start.next_local_step.min(spe)
+            } else {
+                0
+            };
+            self.callbacks.before_epoch(ctx)?;
+            let began = Instant::now();
+            for local_step in first..spe {
+                ctx.counters.local_step = local_step as i64;
+                let mut runner = StepRunner {
+                    ctx,
+                    callbacks: &mut self.callbacks,
+                    reads_input: &mut self.reads_input,
+                };
+                trainer.run_step(&mut runner)?;
+                self.callbacks.trigger_step(ctx)?;
+            }
+            if spe > 0 {
+                ctx.counters.local_step = spe as i64 - 1;
+            }
+            self.callbacks.after_epoch(ctx)?;
+            log::info!(
+                target: "towerpack",
+                "Epoch {epoch} (global_step {}) finished, time: {:.3} sec.",
+                ctx.counters.global_step,
+                began.elapsed().as_secs_f64()
+            );
+            self.callbacks.trigger_epoch(ctx)?;
+        }
+        Ok(())
+    }
+}

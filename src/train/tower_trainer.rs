@@ -1,0 +1,260 @@
+//! Tower trainers: a [`TowerTrainer`] builds its graph with a [`TowerStrategy`] (how many
+//! training towers, how they share variables, how their gradients combine into one train op)
+//! and runs that train op once per step. [`SingleTower`] gives `SimpleTrainer` (one tower, no
+//! name scope); data-parallel strategies plug in the same way. Also [`NoOpTrainer`].
+//!
+//! The helpers [`build_training_towers_on`], [`tower_gradients`] and [`apply_optimizer`] are the
+//! pieces every strategy shares.
+
+use crate::autodiff::gradients;
+use crate::data::DataFlow;
+use crate::dsl::{Strategy, TowerHandle, build_training_towers};
+use crate::ir::{Graph, NodeId, Value, VarId};
+use crate::optim::{ProcessedGradients, TrainOp, process_gradients};
+use crate::tower::REGULARIZATION_LOSSES;
+
+use super::error::TrainError;
+use super::input::{FeedInput, InputSource, QueueInput};
+use super::model::ModelDesc;
+use super::trainer::{BuiltGraph, GraphSetup, StepRunner, Trainer};
+
+/// How a [`TowerTrainer`] builds its training graph.
+pub trait TowerStrategy {
+    /// The name used in logs.
+    fn name(&self) -> String;
+
+    /// Builds the training towers (registering each one's inputs with `setup.input`), their
+    /// gradients and the train op.
+    fn build(&self, setup: &mut GraphSetup<'_>) -> Result<TowerGraph, TrainError>;
+
+    /// The input source for a data flow (default: [`QueueInput`]).
+    fn default_input(&self, flow: Box<dyn DataFlow>) -> Box<dyn InputSource> {
+        Box::new(QueueInput::from_boxed(flow))
+    }
+}
+
+/// What a strategy built: the op one step runs, and what callbacks should know.
+pub struct TowerGraph {
+    pub train_op: NodeId,
+    pub built: BuiltGraph,
+}
+
+/// A trainer whose graph comes from a [`TowerStrategy`] and whose step runs its train op.
+pub struct TowerTrainer<S> {
+    strategy: S,
+    train_op: Option<NodeId>,
+}
+
+impl<S: TowerStrategy> TowerTrainer<S> {
+    /// A trainer building its graph with `strategy`.
+    pub fn with_strategy(strategy: S) -> TowerTrainer<S> {
+        TowerTrainer {
+            strategy,
+            train_op: None,
+        }
+    }
+
+    /// The strategy.
+    pub fn strategy(&self) -> &S {
+        &self.strategy
+    }
+
+    /// The train op, once the graph is built.
+    pub fn train_op(&self) -> Option<NodeId> {
+        self.train_op
+    }
+}
+
+impl<S: TowerStrategy> Trainer for TowerTrainer<S> {
+    fn name(&self) -> String {
+        self.strategy.name()
+    }
+
+    fn setup_graph(&mut self, setup: &mut GraphSetup<'_>) -> Result<BuiltGraph, TrainError> {
+        if self.train_op.is_some() {
+            return Err(TrainError::Config(format!(
+                "{}: setup_graph was already called",
+                self.strategy.name()
+            )));
+        }
+        let built = self.strategy.build(setup)?;
+        self.train_op = Some(built.train_op);
+        Ok(built.built)
+    }
+
+    fn run_step(&mut self, runner: &mut StepRunner<'_>) -> Result<(), TrainError> {
+        let op = self.train_op.ok_or_else(|| {
+            TrainError::Config("run_step before setup_graph: the trainer has no train op".into())
+        })?;
+        runner.hooked_run(&[], &[op])?;
+        Ok(())
+    }
+
+    fn default_input(&self, flow: Box<dyn DataFlow>) -> Box<dyn InputSource> {
+        self.strategy.default_input(flow)
+    }
+}
+
+/// One training tower with no name scope: tensorpack's `SimpleTrainer`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SingleTower;
+
+/// tensorpack's `SimpleTrainer`: one tower (name scope `""`), fed by a `FeedInput` when given a
+/// data flow (tensorpack's choice; a `QueueInput` can be passed as `TrainConfig::data`).
+pub type SimpleTrainer = TowerTrainer<SingleTower>;
+
+impl TowerTrainer<SingleTower> {
+    /// A `SimpleTrainer`.
+    pub fn new() -> SimpleTrainer {
+        TowerTrainer::with_strategy(SingleTower)
+    }
+}
+
+impl Default for TowerTrainer<SingleTower> {
+    fn default() -> Self {
+        TowerTrainer::new()
+    }
+}
+
+impl TowerStrategy for SingleTower {
+    fn name(&self) -> String {
+        "SimpleTrainer".into()
+    }
+
+    fn build(&self, setup: &mut GraphSetup<'_>) -> Result<TowerGraph, TrainError> {
+        let model = setup.model()?;
+        let towers = build_training_towers_on(setup, 1, Strategy::Single)?;
+        let tower = &towers[0];
+        let grads = tower_gradients(setup.graph, tower, "gradients")?;
+        let (train, processed) = apply_optimizer(setup.graph, model.as_ref(), &grads, "train_op")?;
+        let cost = tower
+            .cost
+            .ok_or_else(|| TrainError::Config("the training tower has no cost".into()))?;
+        Ok(TowerGraph {
+            train_op: train.train_op,
+            built: BuiltGraph {
+                losses: vec![(setup.graph.value_name(cost), cost)],
+                gradients: processed.grads,
+                numeric_checks: processed.checks,
+                towers,
+                callbacks: Vec::new(),
+            },
+        })
+    }
+
+    fn default_input(&self, flow: Box<dyn DataFlow>) -> Box<dyn InputSource> {
+        Box::new(FeedInput::from_boxed(flow))
+    }
+}
+
+/// Builds `count` training towers of the model with `strategy` and registers each one's inputs
+/// with the input source, in tower order.
+pub fn build_training_towers_on(
+    setup: &mut GraphSetup<'_>,
+    count: usize,
+    strategy: Strategy,
+) -> Result<Vec<TowerHandle>, TrainError> {
+    let model = setup.model()?;
+    let signature = model.inputs();
+    let towers = setup.with_builder(|b| {
+        build_training_towers(b, &signature, count, strategy, &|x| model.build_graph(x))
+    })??;
+    for t in &towers {
+        setup.register_tower(t)?;
+    }
+    warn_unused_regularization(setup.graph);
+    Ok(towers)
+}
+
+/// The gradients of `tower`'s cost with respect to its gradient variables (its own trainables,
+/// or all trainables when it shares them), named under `prefix`. Variables the cost does not
+/// reach are dropped with tensorpack's warning.
+pub fn tower_gradients(
+    graph: &mut Graph,
+    tower: &TowerHandle,
+    prefix: &str,
+) -> Result<Vec<(VarId, Value)>, TrainError> {
+    let cost = tower.cost.ok_or_else(|| {
+        TrainError::Config(format!("tower `{}` is not a training tower", tower.ns_name))
+    })?;
+    let vars = tower.gradient_variables(graph);
+    let set = gradients(graph, cost, &vars, prefix)?;
+    if !set.unreached.is_empty() {
+        let names: Vec<&str> = set
+            .unreached
+            .iter()
+            .map(|&v| graph.variable(v).name.as_str())
+            .collect();
+        log::warn!(
+            target: "towerpack",
+            "No gradient w.r.t {} trainable variables: {}",
+            names.len(),
+            names.join(", ")
+        );
+    }
+    Ok(set.grads)
+}
+
+/// Runs the model's gradient processors on `grads`, then its optimizer; the train op is a group
+/// named `train_op_name`. Processor warnings are logged.
+pub fn apply_optimizer(
+    graph: &mut Graph,
+    model: &dyn ModelDesc,
+    grads: &[(VarId, Value)],
+    train_op_name: &str,
+) -> Result<(TrainOp, ProcessedGradients), TrainError> {
+    let processed = process_gradients(graph, grads, &model.gradient_processors())?;
+    for w in &processed.warnings {
+        log::warn!(target: "towerpack", "{w}");
+    }
+    let train = model
+        .optimizer()
+        .apply_gradients(graph, &processed.grads, train_op_name)?;
+    Ok((train, processed))
+}
+
+/// tensorpack's warning: REGULARIZATION_LOSSES entries nothing consumes were probably meant to be
+/// added to the cost.
+fn warn_unused_regularization(graph: &Graph) {
+    let unused: Vec<String> = graph
+        .collection(REGULARIZATION_LOSSES)
+        .iter()
+        .filter(|v| graph.uses(**v).is_empty())
+        .map(|v| graph.value_name(*v))
+        .collect();
+    if !unused.is_empty() {
+        log::warn!(
+            target: "towerpack",
+            "Regularization losses {} are not used by the cost; did you forget \
+             regularize_cost_from_collection()?",
+            unused.join(", ")
+        );
+    }
+}
+
+/// A trainer that only runs hooks (tensorpack's `NoOpTrainer`): the model's tower is built if
+/// there is a model, and each step is an empty hooked run, which still counts as a global step.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoOpTrainer;
+
+impl Trainer for NoOpTrainer {
+    fn setup_graph(&mut self, setup: &mut GraphSetup<'_>) -> Result<BuiltGraph, TrainError> {
+        if setup.model.is_none() {
+            return Ok(BuiltGraph::default());
+        }
+        let towers = build_training_towers_on(setup, 1, Strategy::Single)?;
+        Ok(BuiltGraph {
+            towers,
+            ..BuiltGraph::default()
+        })
+    }
+
+    fn run_step(&mut self, runner: &mut StepRunner<'_>) -> Result<(), TrainError> {
+        runner.hooked_run(&[], &[])?;
+        Ok(())
+    }
+
+    fn default_input(&self, flow: Box<dyn DataFlow>) -> Box<dyn InputSource> {
+        Box::new(FeedInput::from_boxed(flow))
+    }
+}
