@@ -183,17 +183,16 @@ impl FusedProgram {
         inputs: &[RawBuf],
         outputs: &[RawBuf],
     ) {
-        let (mut regs, mut idx) = (regs, idx);
         // SAFETY: forwarded from the caller's contract.
-        let hoisted = unsafe { self.hoist(&mut regs, &mut idx, start, end, inputs, None) };
+        let hoisted = unsafe { self.hoist(regs, idx, start, end, inputs, None) };
         let mut s = start;
         while s < end {
             let n = (end - s).min(CHUNK);
             // SAFETY: forwarded from the caller's contract.
-            unsafe { self.chunk(&mut regs, &mut idx[..n], s, n, inputs, None, hoisted) };
+            unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, None, hoisted) };
             for (o, &v) in self.expr.outputs.iter().enumerate() {
                 // SAFETY: outputs hold `end` elements; this range is this call's own.
-                unsafe { self.store(&regs, v, &outputs[o], s, n) };
+                unsafe { self.store(regs, v, &outputs[o], s, n) };
             }
             s += n;
         }
@@ -227,15 +226,14 @@ impl FusedProgram {
         inputs: &[RawBuf],
         sink: &mut impl FnMut(usize, &[&[f32]]),
     ) {
-        let (mut regs, mut idx) = (regs, idx);
         let mut converted: Vec<Vec<f32>> = vec![Vec::new(); self.expr.outputs.len()];
         // SAFETY: forwarded from the caller's contract.
-        let hoisted = unsafe { self.hoist(&mut regs, &mut idx, start, end, inputs, None) };
+        let hoisted = unsafe { self.hoist(regs, idx, start, end, inputs, None) };
         let mut s = start;
         while s < end {
             let n = (end - s).min(CHUNK);
             // SAFETY: forwarded from the caller's contract.
-            unsafe { self.chunk(&mut regs, &mut idx[..n], s, n, inputs, None, hoisted) };
+            unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, None, hoisted) };
             for (o, &v) in self.expr.outputs.iter().enumerate() {
                 let lanes = self.slots[v as usize] * CHUNK;
                 let c = &mut converted[o];
@@ -298,18 +296,17 @@ impl FusedProgram {
         inputs: &[RawBuf],
         outputs: &[RawBuf],
     ) {
-        let (mut regs, mut idx) = (regs, idx);
         // Operand 0 (the rows) is contiguous, so never invariant: hoisting does not read it.
         // SAFETY: forwarded from the caller's contract.
         let hoisted =
-            unsafe { self.hoist(&mut regs, &mut idx, first, first + rows.len(), inputs, None) };
+            unsafe { self.hoist(regs, idx, first, first + rows.len(), inputs, None) };
         let mut done = 0;
         while done < rows.len() {
             let n = (rows.len() - done).min(CHUNK);
             let s = first + done;
             let local = &rows[done..done + n];
             // SAFETY: forwarded from the caller's contract.
-            unsafe { self.chunk(&mut regs, &mut idx[..n], s, n, inputs, Some(local), hoisted) };
+            unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, Some(local), hoisted) };
             for (o, &v) in self.expr.outputs.iter().enumerate() {
                 if o == 0 {
                     let lanes = self.slots[v as usize] * CHUNK;
@@ -329,7 +326,7 @@ impl FusedProgram {
                     }
                 } else {
                     // SAFETY: forwarded from the caller's contract.
-                    unsafe { self.store(&regs, v, &outputs[o], s, n) };
+                    unsafe { self.store(regs, v, &outputs[o], s, n) };
                 }
             }
             done += n;
