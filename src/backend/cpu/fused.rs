@@ -298,8 +298,7 @@ impl FusedProgram {
     ) {
         // Operand 0 (the rows) is contiguous, so never invariant: hoisting does not read it.
         // SAFETY: forwarded from the caller's contract.
-        let hoisted =
-            unsafe { self.hoist(regs, idx, first, first + rows.len(), inputs, None) };
+        let hoisted = unsafe { self.hoist(regs, idx, first, first + rows.len(), inputs, None) };
         let mut done = 0;
         while done < rows.len() {
             let n = (rows.len() - done).min(CHUNK);
