@@ -191,3 +191,24 @@ fn explicit_batch_shapes_survive_layout_gradients() {
         worst.see(c.check(&[y], &[x]));
     }
 }
+
+#[test]
+fn all_reduce_passes_the_reduced_adjoint_through() {
+    // In one process the collective has one participant: sum and mean are the identity, and
+    // so is their gradient (an all-reduce of the adjoint).
+    let mut worst = Worst("all_reduce", 0.0);
+    for i in 0..CASES {
+        let mut c = Case::new(2600 + i);
+        let batched = c.coin();
+        let d = dims(&mut c, 1 + usize::from(batched), 3);
+        let x = c.random_input("x", &d, batched, -1.0, 1.0);
+        let op = if c.coin() {
+            towerpack::ir::ReduceOp::Sum
+        } else {
+            towerpack::ir::ReduceOp::Mean
+        };
+        let y = c.node("y", Op::AllReduce { op }, &[x]);
+        let y = squash(&mut c, y);
+        worst.see(c.check(&[y], &[x]));
+    }
+}

@@ -63,6 +63,17 @@ pub enum BackendError {
     Unavailable { backend: String, reason: String },
 }
 
+/// A collective-communication engine: the participants of a distributed job (MPI ranks,
+/// NCCL communicators). Backends call it to carry out `Op::AllReduce`.
+pub trait Collective: Send + Sync {
+    /// This participant's index.
+    fn rank(&self) -> usize;
+    /// Number of participants.
+    fn size(&self) -> usize;
+    /// Replaces `data` by its elementwise reduction over every participant's `data`.
+    fn all_reduce(&self, data: &mut [f32], op: crate::ir::ReduceOp) -> Result<(), BackendError>;
+}
+
 /// A graph bound to variable storage on some device(s): the executor interface of trainers.
 pub trait Session: Send {
     /// The graph this session runs.

@@ -638,6 +638,11 @@ pub fn infer_types(
                 Shape::from_dims([p.shape.dim(0)]),
             ))
         }
+        Op::AllReduce { .. } => {
+            arity(inputs, 1)?;
+            float(inputs[0], "input")?;
+            one(inputs[0].clone())
+        }
         Op::RandomUniform { .. } => {
             arity(inputs, 2)?;
             let counter = inputs[1];

@@ -418,6 +418,13 @@ pub enum Op {
     /// the value at flat index `i` is a pure function of `(seed, counter, i)`, where `counter`
     /// (second input, an integer scalar) is explicit RNG state such as the global step.
     /// The exact function is [`crate::ir::rng`]: every backend reproduces its bits.
+    /// Reduces its input elementwise across every participant of a collective (the processes
+    /// of a distributed job): each one receives the sum (or mean, max, min) of everyone's
+    /// input. With a single participant it is the identity. Data-parallel trainers put it on
+    /// (bucketed) gradients; the backend's collective engine (MPI, NCCL) carries it out.
+    AllReduce {
+        op: ReduceOp,
+    },
     RandomUniform {
         seed: u64,
     },
@@ -462,6 +469,7 @@ impl Op {
             Op::OneHot { .. } => "one_hot",
             Op::InTopK { .. } => "in_top_k",
             Op::RandomUniform { .. } => "random_uniform",
+            Op::AllReduce { .. } => "all_reduce",
         }
     }
 

@@ -509,6 +509,10 @@ impl Former<'_> {
                     inner,
                 }
             }
+            Op::AllReduce { op } => KernelKind::AllReduce {
+                op: *op,
+                len: oshape.iter().product(),
+            },
             Op::Pad { pads } => KernelKind::Pad {
                 shape: ishape(0),
                 pads: pads.clone(),

@@ -212,6 +212,9 @@ pub enum KernelKind {
         sizes: Vec<usize>,
         inner: usize,
     },
+    /// Copies its input to its output, which the session's collective engine (if any) then
+    /// reduces across the participants of a distributed job (`len` elements).
+    AllReduce { op: ReduceOp, len: usize },
     /// Zero padding of a `shape` input by `(before, after)` per axis.
     Pad {
         shape: Vec<usize>,
@@ -242,6 +245,7 @@ impl KernelKind {
             KernelKind::InTopK { .. } => "in_top_k",
             KernelKind::Concat { .. } => "concat",
             KernelKind::Pad { .. } => "pad",
+            KernelKind::AllReduce { .. } => "all_reduce",
         }
     }
 

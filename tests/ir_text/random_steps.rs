@@ -205,7 +205,10 @@ impl Builder {
                 let op = match kind {
                     17 => Op::ArgMax { axis },
                     26 => Op::Softmax { axis },
-                    _ => Op::LogSoftmax { axis },
+                    _ if self.rng.random_bool(0.5) => Op::LogSoftmax { axis },
+                    _ => Op::AllReduce {
+                        op: ReduceOp::ALL[self.rng.random_range(0..ReduceOp::ALL.len())],
+                    },
                 };
                 self.add(op.kind_name(), op, &[x]);
             }

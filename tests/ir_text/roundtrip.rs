@@ -88,6 +88,7 @@ fn all_kind_names() -> BTreeSet<&'static str> {
         "one_hot",
         "in_top_k",
         "random_uniform",
+        "all_reduce",
     ]
     .into();
     names.extend(UnaryOp::ALL.map(UnaryOp::name));

@@ -9,7 +9,7 @@ mod reduce;
 
 use super::AutodiffError;
 use super::emit::Emitter;
-use crate::ir::{Graph, NodeId, Op, Value};
+use crate::ir::{Graph, NodeId, Op, ReduceOp, Value};
 
 /// The forward node being differentiated.
 pub(crate) struct Forward {
@@ -57,6 +57,19 @@ pub(crate) fn gradient(
         Op::Input { .. } | Op::Constant { .. } | Op::Variable { .. } => none(),
         Op::Assign { .. } | Op::Group => none(),
         Op::Identity => Ok(vec![Some(g)]),
+        // Sum and mean across participants are linear: each participant's input receives the
+        // same reduction of every participant's adjoint.
+        Op::AllReduce {
+            op: op @ (ReduceOp::Sum | ReduceOp::Mean),
+        } => Ok(vec![Some(e.node(
+            "all_reduce",
+            Op::AllReduce { op: *op },
+            &[g],
+        )?)]),
+        Op::AllReduce { .. } => Err(e.not_differentiable(
+            0,
+            "an all-reduce max or min has no gradient rule (use sum or mean)",
+        )),
         Op::Unary(u) => elementwise::unary(e, fwd, *u, g),
         Op::Binary(b) => elementwise::binary(e, fwd, *b, g, needs),
         Op::Select => elementwise::select(e, fwd, g, needs),

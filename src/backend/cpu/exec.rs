@@ -10,7 +10,7 @@ use super::fused_reduce::ReduceProgram;
 use super::kernels::pool::Pool2dGeometry;
 use super::kernels::{self, Conv2dGeometry, Epilogue, KernelError, MatRef, Padding2d};
 use super::memory::{Arena, RawBuf};
-use crate::backend::BackendError;
+use crate::backend::{BackendError, Collective};
 use crate::ir::PoolKind;
 use crate::lower::{ConvGeom, Kernel, KernelKind, PoolGeom, Program, Storage, View};
 use crate::tensor::DType;
@@ -266,13 +266,23 @@ impl Prepared {
     }
 
     /// Runs every kernel in order.
-    pub fn run_kernels(&mut self, state: &mut [Arena], threads: usize) -> Result<(), BackendError> {
+    pub fn run_kernels(
+        &mut self,
+        state: &mut [Arena],
+        threads: usize,
+        collective: Option<&dyn Collective>,
+    ) -> Result<(), BackendError> {
         self.bind(state)?;
         for i in 0..self.program.kernels.len() {
             let (ins, outs) = &self.bound[i];
             let k = &self.program.kernels[i];
             let start = self.timings.is_some().then(std::time::Instant::now);
-            run_kernel(k, &self.steps[i], ins, outs, threads).map_err(|e| kernel_error(k, e))?;
+            if let KernelKind::AllReduce { op, len } = &k.kind {
+                all_reduce(k, &ins[0], &outs[0], *op, *len, collective)?;
+            } else {
+                run_kernel(k, &self.steps[i], ins, outs, threads)
+                    .map_err(|e| kernel_error(k, e))?;
+            }
             if let (Some(t), Some(start)) = (self.timings.as_mut(), start) {
                 t[i].0 += start.elapsed();
                 t[i].1 += 1;
@@ -280,6 +290,36 @@ impl Prepared {
         }
         Ok(())
     }
+}
+
+/// `y = all_reduce(x)`: a copy, reduced across the participants when a collective is set.
+fn all_reduce(
+    k: &Kernel,
+    x: &RawBuf,
+    y: &RawBuf,
+    op: crate::ir::ReduceOp,
+    len: usize,
+    collective: Option<&dyn Collective>,
+) -> Result<(), BackendError> {
+    let offset = k.inputs[0].offset;
+    if x.dtype != DType::F32 || y.dtype != DType::F32 || offset + len > x.len || len > y.len {
+        return Err(kernel_error(
+            k,
+            format!(
+                "all-reduce of {len} f32 elements from {} and {}",
+                x.dtype, y.dtype
+            ),
+        ));
+    }
+    // SAFETY: bounds checked above; the output is this kernel's own buffer (the planner never
+    // overlaps a fixed-function kernel's input and output).
+    let out = unsafe { y.f32_slice_mut(0, len) };
+    // SAFETY: as above.
+    out.copy_from_slice(unsafe { x.f32_slice(offset, len) });
+    if let Some(c) = collective.filter(|c| c.size() > 1) {
+        c.all_reduce(out, op)?;
+    }
+    Ok(())
 }
 
 /// Element offset of a view as a contiguous slice of `len` elements of `raw`.

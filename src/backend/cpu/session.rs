@@ -7,7 +7,7 @@
 
 use super::exec::Prepared;
 use super::memory::{Arena, RawBuf};
-use crate::backend::{BackendError, Feed, Session, Step};
+use crate::backend::{BackendError, Collective, Feed, Session, Step};
 use crate::ir::{Dim, Graph, Op, VarId, verify};
 use crate::lower::{LowerOptions, StateLayout, lower};
 use crate::tensor::HostTensor;
@@ -34,6 +34,8 @@ pub struct CpuSession {
     pool: rayon::ThreadPool,
     threads: usize,
     options: CpuOptions,
+    /// The distributed job this session takes part in, if any (carries out all-reduces).
+    collective: Option<std::sync::Arc<dyn Collective>>,
 }
 
 impl CpuSession {
@@ -62,6 +64,7 @@ impl CpuSession {
             pool,
             threads,
             options,
+            collective: None,
         })
     }
 
@@ -95,6 +98,11 @@ impl CpuSession {
             let _ = writeln!(out, "  {per:9.3} ms x{n:<6} {kind:<24} {name}");
         }
         out
+    }
+
+    /// Joins a distributed job: `Op::AllReduce` kernels reduce across its participants.
+    pub fn set_collective(&mut self, collective: std::sync::Arc<dyn Collective>) {
+        self.collective = Some(collective);
     }
 
     /// The number of worker threads.
@@ -251,10 +259,11 @@ impl Session for CpuSession {
             // that many elements for this batch size.
             unsafe { raw.write_host(0, value) };
         }
+        let collective = self.collective.as_deref();
         if prepared.is_small() {
-            prepared.run_kernels(state, 1)?;
+            prepared.run_kernels(state, 1, collective)?;
         } else {
-            pool.install(|| prepared.run_kernels(state, threads))?;
+            pool.install(|| prepared.run_kernels(state, threads, collective))?;
         }
         // Fetches first: a fetched variable read must see the value the step began with, and
         // write-backs overwrite it.

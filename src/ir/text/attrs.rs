@@ -175,6 +175,18 @@ pub(crate) fn as_string(v: &Spanned<'_>) -> Result<String, At> {
     }
 }
 
+/// The reduction of an `all_reduce`: `sum`, `mean`, `max` or `min`.
+pub(crate) fn as_reduce_op(v: &Spanned<'_>) -> Result<crate::ir::ReduceOp, At> {
+    use crate::ir::ReduceOp;
+    match v.value {
+        AttrValue::Word("sum") => Ok(ReduceOp::Sum),
+        AttrValue::Word("mean") => Ok(ReduceOp::Mean),
+        AttrValue::Word("max") => Ok(ReduceOp::Max),
+        AttrValue::Word("min") => Ok(ReduceOp::Min),
+        _ => Err(expected(v, "`sum`, `mean`, `max` or `min`")),
+    }
+}
+
 /// `same`, `valid` or explicit `[[top,bottom],[left,right]]`.
 pub(crate) fn as_padding(v: &Spanned<'_>) -> Result<Padding, At> {
     match v.value {

@@ -4,8 +4,8 @@
 //! them in step.
 
 use super::attrs::{
-    AttrMap, as_bool, as_choice, as_dtype, as_f64, as_list, as_padding, as_pairs, as_shape,
-    as_tensor, as_u64, as_usize, as_usize_list, as_usize_pair,
+    AttrMap, as_bool, as_choice, as_dtype, as_f64, as_list, as_padding, as_pairs, as_reduce_op,
+    as_shape, as_tensor, as_u64, as_usize, as_usize_list, as_usize_pair,
 };
 use super::error::{At, at};
 use super::literal::{MAX_DIM, MAX_STEP, fmt_f64, fmt_string, fmt_tensor};
@@ -127,6 +127,7 @@ pub(crate) fn op_attrs(op: &Op) -> Vec<(&'static str, String)> {
         Op::OneHot { depth } => vec![("depth", depth.to_string())],
         Op::InTopK { k } => vec![("k", k.to_string())],
         Op::RandomUniform { seed } => vec![("seed", seed.to_string())],
+        Op::AllReduce { op } => vec![("op", op.name().trim_start_matches("reduce_").to_string())],
     }
 }
 
@@ -249,6 +250,9 @@ pub(crate) fn build_op(kind: &str, m: &mut AttrMap<'_>) -> Result<Option<Op>, At
         },
         "in_top_k" => Op::InTopK {
             k: as_usize(m.get("k")?, u64::MAX)?,
+        },
+        "all_reduce" => Op::AllReduce {
+            op: as_reduce_op(m.get("op")?)?,
         },
         "random_uniform" => Op::RandomUniform {
             seed: as_u64(m.get("seed")?, u64::MAX)?,

@@ -308,3 +308,61 @@ fn fetching_an_assigned_variable_returns_its_old_value() {
         }
     }
 }
+
+/// `AllReduce` lowers to a kernel that copies and hands the data to the session's collective:
+/// the identity without one (as the reference executor), the participants' reduction with one.
+#[test]
+fn all_reduce_goes_through_the_collective() {
+    use crate::backend::cpu::{CpuOptions, CpuSession};
+    use crate::backend::{BackendError, Collective, Session};
+    struct TwoEqualRanks;
+    impl Collective for TwoEqualRanks {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn size(&self) -> usize {
+            2
+        }
+        fn all_reduce(&self, data: &mut [f32], op: ReduceOp) -> Result<(), BackendError> {
+            // Two participants holding the same data: sum doubles, mean keeps it.
+            if op == ReduceOp::Sum {
+                data.iter_mut().for_each(|x| *x *= 2.0);
+            }
+            Ok(())
+        }
+    }
+    let mut g = Graph::new();
+    let x = node(
+        &mut g,
+        "x",
+        Op::Input {
+            name: "x".into(),
+            ty: TensorType::f32(Shape::batched(&[3])),
+        },
+        &[],
+    );
+    let y = node(&mut g, "y", Op::Unary(UnaryOp::Exp), &[x]);
+    let s = node(&mut g, "s", Op::AllReduce { op: ReduceOp::Sum }, &[y]);
+    let text = crate::ir::text::print(&g);
+    assert!(text.contains("all_reduce(%y) {op=sum}"), "{text}");
+    assert_eq!(
+        crate::ir::text::print(&crate::ir::text::parse(&text, "t").expect("parse")),
+        text
+    );
+    let feed = vec![(
+        x.node,
+        HostTensor::from_f32(&[2, 3], vec![0.0; 6]).expect("6"),
+    )];
+    let step = Step::fetch(vec![s]);
+    let mut alone = CpuSession::new(g.clone(), CpuOptions::default()).expect("cpu");
+    assert_eq!(
+        alone.run(&step, &feed).expect("run")[0].to_f64_vec(),
+        vec![1.0; 6]
+    );
+    let mut joined = CpuSession::new(g, CpuOptions::default()).expect("cpu");
+    joined.set_collective(std::sync::Arc::new(TwoEqualRanks));
+    assert_eq!(
+        joined.run(&step, &feed).expect("run")[0].to_f64_vec(),
+        vec![2.0; 6]
+    );
+}
