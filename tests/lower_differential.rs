@@ -517,7 +517,20 @@ fn close(a: &HostTensor, b: &HostTensor) -> Result<(), String> {
 }
 
 fn check(seed: u64, opts: LowerOptions, threads: usize) -> Result<(), String> {
-    let (g, step, feeds) = random_case(seed);
+    check_on(seed, opts, threads, 1)
+}
+
+/// [`check`] with every node placed on one of `devices` logical devices at random: the CPU
+/// backend then runs one thread per device, synchronised only where the program says.
+fn check_on(seed: u64, opts: LowerOptions, threads: usize, devices: u16) -> Result<(), String> {
+    let (mut g, step, feeds) = random_case(seed);
+    if devices > 1 {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xD3);
+        let ids: Vec<NodeId> = g.node_ids().collect();
+        for id in ids {
+            g.set_device(id, Some(rng.random_range(0..devices)));
+        }
+    }
     let text = towerpack::ir::text::print(&g);
     let mut reference = ReferenceSession::new(g.clone()).expect("reference");
     reference.initialize_variables(seed).expect("init");
@@ -606,4 +619,12 @@ fn results_do_not_depend_on_parallel_splitting_beyond_tolerance() {
         .filter_map(|seed| check(seed, LowerOptions::default(), 2).err())
         .collect();
     report(failures, 60);
+}
+
+#[test]
+fn programs_spread_over_devices_match_the_reference() {
+    let failures = (400..600)
+        .filter_map(|seed| check_on(seed, LowerOptions::default(), 2, 2).err())
+        .collect();
+    report(failures, 200);
 }

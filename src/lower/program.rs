@@ -323,6 +323,11 @@ pub struct Program {
     pub arena_bytes: Vec<usize>,
     /// Where the graph's variables live (the same for every program of a graph).
     pub state: StateLayout,
+    /// Cross-device ordering: kernel `i` starts only after kernels `waits[i]` (on other
+    /// devices) have finished. Each device runs its own kernels in order, so these are the only
+    /// synchronisation points: true data dependencies and reuse of memory another device still
+    /// reads. Empty when the program uses one device.
+    pub waits: Vec<Vec<u32>>,
 }
 
 impl Program {
@@ -335,6 +340,15 @@ impl Program {
     /// buffer at once).
     pub fn peak_bytes(&self) -> usize {
         self.arena_bytes.iter().sum()
+    }
+
+    /// The logical devices the program's kernels run on (at least device 0).
+    pub fn devices(&self) -> usize {
+        self.kernels
+            .iter()
+            .map(|k| usize::from(k.device) + 1)
+            .max()
+            .unwrap_or(1)
     }
 
     /// Number of kernels of each kind, sorted by kind name.
@@ -467,6 +481,10 @@ impl fmt::Display for Program {
         writeln!(f, "kernels:")?;
         for (i, k) in self.kernels.iter().enumerate() {
             writeln!(f, "  k{i} {k}")?;
+            if let Some(w) = self.waits.get(i).filter(|w| !w.is_empty()) {
+                let w: Vec<String> = w.iter().map(|j| format!("k{j}")).collect();
+                writeln!(f, "      waits for {}", w.join(", "))?;
+            }
         }
         let feeds: Vec<String> = self.feeds.iter().map(|(_, b)| b.to_string()).collect();
         let fetches: Vec<String> = self.fetches.iter().map(|r| r.to_string()).collect();

@@ -265,6 +265,99 @@ impl Prepared {
         Ok(())
     }
 
+    /// Runs a program spread over several logical devices: one thread per device runs that
+    /// device's kernels in order (on its own worker pool), waiting for other devices' kernels
+    /// only where the program says so. The first error stops every device.
+    pub fn run_kernels_on_devices(
+        &mut self,
+        state: &mut [Arena],
+        pools: &[rayon::ThreadPool],
+        collective: Option<&dyn Collective>,
+    ) -> Result<(), BackendError> {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        self.bind(state)?;
+        let n = self.program.kernels.len();
+        let done: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(false)).collect();
+        let failed = AtomicBool::new(false);
+        let devices = self.program.devices();
+        let this = &*self;
+        let results: Vec<Result<Vec<(usize, std::time::Duration)>, BackendError>> =
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..devices)
+                    .map(|d| {
+                        let (done, failed) = (&done, &failed);
+                        let pool = &pools[d % pools.len().max(1)];
+                        scope.spawn(move || {
+                            let mut times = Vec::new();
+                            let threads = pool.current_num_threads();
+                            let run = || -> Result<(), BackendError> {
+                                for i in (0..n)
+                                    .filter(|&i| usize::from(this.program.kernels[i].device) == d)
+                                {
+                                    for &w in
+                                        this.program.waits.get(i).map_or(&[][..], |w| w.as_slice())
+                                    {
+                                        let mut spins = 0u32;
+                                        while !done[w as usize].load(Ordering::Acquire) {
+                                            if failed.load(Ordering::Relaxed) {
+                                                return Ok(());
+                                            }
+                                            spins += 1;
+                                            if spins < 64 {
+                                                std::hint::spin_loop();
+                                            } else {
+                                                std::thread::yield_now();
+                                            }
+                                        }
+                                    }
+                                    let k = &this.program.kernels[i];
+                                    let (ins, outs) = &this.bound[i];
+                                    let start =
+                                        this.timings.is_some().then(std::time::Instant::now);
+                                    let r = if let KernelKind::AllReduce { op, len } = &k.kind {
+                                        all_reduce(k, &ins[0], &outs[0], *op, *len, collective)
+                                    } else {
+                                        run_kernel(k, &this.steps[i], ins, outs, threads)
+                                            .map_err(|e| kernel_error(k, e))
+                                    };
+                                    if let Err(e) = r {
+                                        failed.store(true, Ordering::Relaxed);
+                                        return Err(e);
+                                    }
+                                    if let Some(start) = start {
+                                        times.push((i, start.elapsed()));
+                                    }
+                                    done[i].store(true, Ordering::Release);
+                                }
+                                Ok(())
+                            };
+                            pool.install(run).map(|()| times)
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join().unwrap_or_else(|_| {
+                            Err(BackendError::Unavailable {
+                                backend: "cpu".into(),
+                                reason: "a device thread panicked".into(),
+                            })
+                        })
+                    })
+                    .collect()
+            });
+        for r in results {
+            for (i, d) in r? {
+                if let Some(t) = self.timings.as_mut() {
+                    t[i].0 += d;
+                    t[i].1 += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Runs every kernel in order.
     pub fn run_kernels(
         &mut self,

@@ -36,6 +36,9 @@ pub struct CpuSession {
     options: CpuOptions,
     /// The distributed job this session takes part in, if any (carries out all-reduces).
     collective: Option<std::sync::Arc<dyn Collective>>,
+    /// One worker pool per logical device, made when a program first spans several devices
+    /// (the cores are split between them).
+    device_pools: Vec<rayon::ThreadPool>,
 }
 
 impl CpuSession {
@@ -65,6 +68,7 @@ impl CpuSession {
             threads,
             options,
             collective: None,
+            device_pools: Vec::new(),
         })
     }
 
@@ -260,7 +264,25 @@ impl Session for CpuSession {
             unsafe { raw.write_host(0, value) };
         }
         let collective = self.collective.as_deref();
-        if prepared.is_small() {
+        let devices = prepared.program.devices();
+        if devices > 1 {
+            if self.device_pools.len() < devices {
+                let per = (threads / devices).max(1);
+                self.device_pools = (0..devices)
+                    .map(|d| {
+                        rayon::ThreadPoolBuilder::new()
+                            .num_threads(per)
+                            .thread_name(move |i| format!("towerpack-dev{d}-{i}"))
+                            .build()
+                    })
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| BackendError::Unavailable {
+                        backend: "cpu".into(),
+                        reason: format!("cannot start device worker threads: {e}"),
+                    })?;
+            }
+            prepared.run_kernels_on_devices(state, &self.device_pools, collective)?;
+        } else if prepared.is_small() {
             prepared.run_kernels(state, 1, collective)?;
         } else {
             pool.install(|| prepared.run_kernels(state, threads, collective))?;
