@@ -4,8 +4,10 @@
 //! TensorBoard as images at the end of every epoch (`tensorboard --logdir train_log/gan`).
 //!
 //! ```text
-//! cargo run --release --example gan -- --max-epoch 5
+//! cargo run --release --example gan      # 20 epochs, about 2.5 minutes on 2 cores
 //! ```
+//!
+//! Digit-like strokes appear after about 10 epochs (1,250 steps of batch 64).
 
 use std::error::Error;
 use std::path::PathBuf;
@@ -34,7 +36,7 @@ struct Args {
     #[arg(long, default_value = "train_log/gan")]
     logdir: PathBuf,
     /// Last epoch.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 20)]
     max_epoch: u64,
     /// Steps per epoch (default: one pass over the 8,000 training digits).
     #[arg(long)]

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo run --release --example mnist                      # MLP 784-256-10
-//! cargo run --release --example mnist -- --model convnet   # two conv stages, ≥ 98%
+//! cargo run --release --example mnist -- --model convnet   # two conv stages
 //! ```
 
 use std::error::Error;
