@@ -125,7 +125,9 @@ impl Trainer for GanTrainer {
         setup.register_tower(&tower)?;
         let graph = &mut *setup.graph;
         let missing = |what: &str| TrainError::Config(format!("the GAN tower has no `{what}`"));
-        let d_loss = graph.find_value("d_loss").ok_or_else(|| missing("d_loss"))?;
+        let d_loss = graph
+            .find_value("d_loss")
+            .ok_or_else(|| missing("d_loss"))?;
         let g_loss = tower.cost.ok_or_else(|| missing("g_loss"))?;
         let variables_under = |graph: &towerpack::ir::Graph, scope: &str| {
             tower
@@ -193,14 +195,21 @@ impl Callback for GanSamples {
         }
     }
 
-    fn after_run(&mut self, ctx: &mut TrainContext, values: &[HostTensor]) -> Result<(), TrainError> {
+    fn after_run(
+        &mut self,
+        ctx: &mut TrainContext,
+        values: &[HostTensor],
+    ) -> Result<(), TrainError> {
         if !self.fetching {
             return Ok(());
         }
         let [samples, d_loss, g_loss] = values else {
-            return Err(TrainError::Config("GanSamples: expected three fetched values".into()));
+            return Err(TrainError::Config(
+                "GanSamples: expected three fetched values".into(),
+            ));
         };
-        let bad = |e: towerpack::tensor::TensorError| TrainError::Config(format!("GanSamples: {e}"));
+        let bad =
+            |e: towerpack::tensor::TensorError| TrainError::Config(format!("GanSamples: {e}"));
         let shown = samples.shape()[0].min(16);
         let pixels = samples.as_f32().map_err(bad)?;
         let first = HostTensor::from_f32(&[shown, 28, 28, 1], pixels[..shown * 28 * 28].to_vec())

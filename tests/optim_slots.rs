@@ -140,7 +140,12 @@ fn applying_twice_is_a_typed_error() {
         .expect("first");
     adam.apply_gradients(&mut g, &[(b, gb)], "train_b")
         .expect("second");
-    for name in ["beta1_power", "beta2_power", "beta1_power_1", "beta2_power_1"] {
+    for name in [
+        "beta1_power",
+        "beta2_power",
+        "beta1_power_1",
+        "beta2_power_1",
+    ] {
         let v = g.find_variable(name).unwrap_or_else(|| panic!("{name}"));
         let assigns = g
             .node_ids()
