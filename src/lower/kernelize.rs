@@ -156,11 +156,13 @@ impl Former<'_> {
 
     /// Builds the fused expression computing `outputs` over group `g`'s space: members of `g`
     /// and absorbed (recomputed) members of other groups are computed inline, everything else
-    /// is loaded through its view.
-    fn group_expr(&self, g: usize, outputs: &[Value]) -> (FusedExpr, Vec<Operand>) {
+    /// is loaded through its view. For the group's own kernel (`own`) every member is inline;
+    /// another kernel (a reduction absorbing members) loads the members `g` writes out.
+    fn group_expr(&self, g: usize, outputs: &[Value], own: bool) -> (FusedExpr, Vec<Operand>) {
         let mut b = ExprBuilder {
             former: self,
             g,
+            own,
             shape: self.grouping.groups[g].shape.clone(),
             expr: FusedExpr::default(),
             operands: Vec::new(),
@@ -188,7 +190,7 @@ impl Former<'_> {
             if outputs.is_empty() {
                 continue;
             }
-            let (expr, inputs) = self.group_expr(g, &outputs);
+            let (expr, inputs) = self.group_expr(g, &outputs, true);
             let grp = &self.grouping.groups[g];
             let last = outputs
                 .iter()
@@ -359,7 +361,7 @@ impl Former<'_> {
         }
         for ((g, axes), rs) in buckets {
             let targets: Vec<Value> = rs.iter().map(|&r| self.graph.inputs(r)[0]).collect();
-            let (prologue, inputs) = self.group_expr(g, &targets);
+            let (prologue, inputs) = self.group_expr(g, &targets, false);
             let ops = rs
                 .iter()
                 .filter_map(|&r| match self.graph.node(r).op {
@@ -843,6 +845,8 @@ fn dedupe(e: &FusedExpr) -> FusedExpr {
 struct ExprBuilder<'f, 'g> {
     former: &'f Former<'g>,
     g: usize,
+    /// Building group `g`'s own kernel (else: a reduction prologue recomputing members).
+    own: bool,
     shape: Vec<usize>,
     expr: FusedExpr,
     operands: Vec<Operand>,
@@ -880,7 +884,7 @@ impl ExprBuilder<'_, '_> {
         }
         let grouping = &self.former.grouping;
         let inline = match grouping.group_of.get(&w.node) {
-            Some(&gw) => gw == self.g || grouping.recomputed(w),
+            Some(&gw) => (gw == self.g && self.own) || grouping.recomputed(w),
             None => false,
         };
         let e = if inline {
