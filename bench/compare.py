@@ -105,9 +105,9 @@ def main():
                 theirs[v].append(results[("pt", v)][1])
                 line += f"  torch[{v}] {results[('pt', v)][1]:>10.1f}/s"
             print(line, flush=True)
-        lowering.append(run([exe, "lower", "--machine", "--rounds", "3"])["resnet50"][0])
-        print(f"round {r + 1} lowering ResNet-50 training step {lowering[-1] * 1e3:.1f} ms",
-              flush=True)
+        lowering.append(run([exe, "lower", "--machine", "--rounds", "3"])["resnet50"])
+        print(f"round {r + 1} lowering ResNet-50 training step {lowering[-1][0] * 1e3:.1f} ms "
+              f"({lowering[-1][1] * 1e3:.1f} ms CPU)", flush=True)
 
     print("\nmodel       towerpack ex/s   PyTorch ex/s (variant)       ratio median [min..max]")
     for m in models:
@@ -124,8 +124,11 @@ def main():
         print(f"linear     towerpack {us:.1f} µs/step")
         if torch_ok:
             print(f"linear     PyTorch   {8 / statistics.median(theirs['linear']) * 1e6:.1f} µs/step")
-    print(f"lowering   ResNet-50 training step: median {statistics.median(lowering) * 1e3:.1f} ms "
-          f"[{min(lowering) * 1e3:.1f}..{max(lowering) * 1e3:.1f}] (target < 200 ms)")
+    wall = [w for w, _ in lowering]
+    cpu = statistics.median(c for _, c in lowering)
+    print(f"lowering   ResNet-50 training step: median {statistics.median(wall) * 1e3:.1f} ms "
+          f"[{min(wall) * 1e3:.1f}..{max(wall) * 1e3:.1f}], {cpu * 1e3:.1f} ms CPU "
+          f"(target < 200 ms)")
 
 
 if __name__ == "__main__":
