@@ -71,7 +71,12 @@ fn parse_args() -> Args {
 
 /// Deterministic pseudo-random batches: `f32` inputs uniform in `[-scale, scale)`, `i32`
 /// labels in `0..classes`.
-fn batches(signature: &[InputSpec], batch: usize, scale: f32, classes: i32) -> Vec<Vec<HostTensor>> {
+fn batches(
+    signature: &[InputSpec],
+    batch: usize,
+    scale: f32,
+    classes: i32,
+) -> Vec<Vec<HostTensor>> {
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
         state = towerpack::ir::rng::mix64(state.wrapping_add(1));
@@ -94,9 +99,7 @@ fn batches(signature: &[InputSpec], batch: usize, scale: f32, classes: i32) -> V
                         _ => HostTensor::from_f64_values(
                             spec.dtype,
                             &shape,
-                            (0..n)
-                                .map(|_| (next() % classes as u64) as f64)
-                                .collect(),
+                            (0..n).map(|_| (next() % classes as u64) as f64).collect(),
                         ),
                     }
                     .expect("batch tensor")
@@ -188,8 +191,13 @@ fn profile(
     tower: impl Fn(&[Tensor]) -> Tensor,
     data: &[Vec<HostTensor>],
 ) {
-    let tg = TrainingGraph::build(signature, tower, &Optimizer::momentum(0.01, 0.9), &options(args))
-        .expect("build the training graph");
+    let tg = TrainingGraph::build(
+        signature,
+        tower,
+        &Optimizer::momentum(0.01, 0.9),
+        &options(args),
+    )
+    .expect("build the training graph");
     let mut session = CpuSession::new(
         tg.graph,
         CpuOptions {
@@ -214,7 +222,10 @@ fn profile(
         session.run(&tg.step, &feeds(n)).expect("step");
         n += 1;
     }
-    println!("{name}: {n} steps in {:.3} s", start.elapsed().as_secs_f64());
+    println!(
+        "{name}: {n} steps in {:.3} s",
+        start.elapsed().as_secs_f64()
+    );
     println!("{}", session.profile_report());
 }
 
@@ -242,7 +253,10 @@ fn bench_lowering(args: &Args) {
         .map(|_| {
             let (start, cpu_start) = (Instant::now(), thread_cpu_seconds());
             let p = lower(graph, step, batch, &LowerOptions::default()).expect("lower");
-            let secs = (start.elapsed().as_secs_f64(), thread_cpu_seconds() - cpu_start);
+            let secs = (
+                start.elapsed().as_secs_f64(),
+                thread_cpu_seconds() - cpu_start,
+            );
             kernels = p.kernels.len();
             secs
         })

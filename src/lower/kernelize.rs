@@ -272,7 +272,8 @@ impl Former<'_> {
     /// kernel, so one pass over the data serves them all (batch-norm's backward needs three
     /// or four sums over the same activations).
     fn merge_reductions(&mut self) {
-        let contains = |set: &[u64], i: usize| set.get(i / 64).is_some_and(|w| w >> (i % 64) & 1 == 1);
+        let contains =
+            |set: &[u64], i: usize| set.get(i / 64).is_some_and(|w| w >> (i % 64) & 1 == 1);
         let mut ancestors = self.draft_ancestors();
         let mut order: Vec<usize> = (0..self.drafts.len())
             .filter(|&i| {
@@ -291,9 +292,9 @@ impl Former<'_> {
             let target = open.iter().position(|(s, members)| {
                 key(&self.drafts[*s].kind) == dkey
                     && self.drafts[*s].device == self.drafts[d].device
-                    && members.iter().all(|&m| {
-                        !contains(&ancestors[d], m) && !contains(&ancestors[m], d)
-                    })
+                    && members
+                        .iter()
+                        .all(|&m| !contains(&ancestors[d], m) && !contains(&ancestors[m], d))
             });
             match target {
                 None => open.push((d, vec![d])),
