@@ -9,7 +9,10 @@ towerpack) with its spread (min..max over rounds). The machine is shared: only t
 same-run ratios mean anything, and the spread says how much to trust them.
 
     python3 bench/compare.py [--repeats 5] [--threads 2] [--rounds 3] [--secs 1.0]
-        [--models resnet20,mlp,linear]
+        [--models resnet20,mlp,linear] [--cpu-time]
+
+On a busy machine, --cpu-time compares CPU seconds per thread (both runtimes' idle threads
+sleeping) instead of wall time, which mostly measures how each copes with being preempted.
 
 Needs `pip install torch`; without it, only towerpack's figures are printed. Also reports
 the ResNet-50 lowering time (target: under 200 ms).
@@ -76,6 +79,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="timing rounds per measurement")
     ap.add_argument("--secs", type=float, default=1.0, help="seconds per timing round")
     ap.add_argument("--models", default="resnet20,mlp,linear")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="compare CPU seconds per thread instead of wall time (busy machines)")
     a = ap.parse_args()
     models = [m for m in a.models.split(",") if m]
     exe = bench_binary()
@@ -83,6 +88,8 @@ def main():
     if not torch_ok:
         print("PyTorch is not installed (pip install torch): towerpack figures only")
     common = ["--threads", str(a.threads), "--rounds", str(a.rounds), "--secs", str(a.secs)]
+    if a.cpu_time:
+        common.append("--cpu-time")
     ours = {m: [] for m in models}
     theirs = {v: [] for m in models for v in PAIRS[m]}
     lowering = []

@@ -4,13 +4,14 @@
 //! `CpuSession`, the cost copied out), and the lowering time of a ResNet-50 training graph.
 //!
 //! `cargo bench --bench train_step [-- SECTION...] [--threads N] [--rounds R] [--secs S]
-//! [--machine] [--profile]` with sections `resnet20` (batch 128, 32×32×3), `mlp` (784-512-512-10, batch
+//! [--machine] [--profile] [--cpu-time]` with sections `resnet20` (batch 128, 32×32×3), `mlp` (784-512-512-10, batch
 //! 256), `linear` (Linear(10, 10), batch 8: framework overhead) and `lower` (ResNet-50 at
 //! 224×224); all by default. Threads default to 2 (what `bench/compare.py` gives PyTorch).
 //! Each round runs steps for at least `S` seconds after two warm-up steps (the first compiles);
 //! the median over rounds is reported. `--machine` prints `train NAME SECONDS EXAMPLES/S` and
 //! `lower resnet50 WALL_SECONDS CPU_SECONDS` lines for `bench/compare.py`; `--profile` runs the steps on a profiling session instead and
-//! prints the time per kernel. The machine is shared: only ratios measured in one run mean much.
+//! prints the time per kernel. The machine is shared: only ratios measured in one run mean much;
+//! `--cpu-time` measures CPU seconds per thread, which a busy machine disturbs less.
 
 use std::time::Instant;
 
@@ -31,6 +32,8 @@ struct Args {
     secs: f64,
     machine: bool,
     profile: bool,
+    /// Measure CPU seconds of the process divided by the thread count instead of wall time.
+    cpu_time: bool,
 }
 
 fn parse_args() -> Args {
@@ -41,6 +44,7 @@ fn parse_args() -> Args {
         secs: 1.0,
         machine: false,
         profile: false,
+        cpu_time: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -56,6 +60,7 @@ fn parse_args() -> Args {
             "--secs" => a.secs = value("--secs"),
             "--machine" => a.machine = true,
             "--profile" => a.profile = true,
+            "--cpu-time" => a.cpu_time = true,
             "--bench" => {}
             s if s.starts_with("--") => panic!("unknown flag {s}"),
             s => a.sections.push(s.to_string()),
@@ -109,23 +114,47 @@ fn batches(
         .collect()
 }
 
-/// Median and best of `rounds` measurements of seconds per step.
+/// Median and best of `rounds` measurements of seconds per step (wall time, or with
+/// `--cpu-time` the process's CPU time divided by the thread count).
 fn time_steps(args: &Args, mut step: impl FnMut(usize)) -> (f64, f64) {
     step(0);
     step(1);
+    let clock = || {
+        if args.cpu_time {
+            process_cpu_seconds() / args.threads.max(1) as f64
+        } else {
+            0.0
+        }
+    };
     let mut rounds: Vec<f64> = (0..args.rounds)
         .map(|_| {
-            let start = Instant::now();
+            let (start, cpu_start) = (Instant::now(), clock());
             let mut n = 0;
             while n == 0 || start.elapsed().as_secs_f64() < args.secs {
                 step(n);
                 n += 1;
             }
-            start.elapsed().as_secs_f64() / n as f64
+            let secs = if args.cpu_time {
+                clock() - cpu_start
+            } else {
+                start.elapsed().as_secs_f64()
+            };
+            secs / n as f64
         })
         .collect();
     rounds.sort_by(f64::total_cmp);
     (rounds[rounds.len() / 2], rounds[0])
+}
+
+/// CPU seconds all threads of this process have run (`/proc/self/task/*/schedstat`).
+fn process_cpu_seconds() -> f64 {
+    let tasks = std::fs::read_dir("/proc/self/task").into_iter().flatten();
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split(' ').next().and_then(|v| v.parse::<u64>().ok()))
+        .sum::<u64>() as f64
+        * 1e-9
 }
 
 fn report(args: &Args, name: &str, batch: usize, (median, best): (f64, f64)) {

@@ -126,6 +126,28 @@ impl ReduceProgram {
                             }
                             continue;
                         }
+                        if period >= n {
+                            // Each column sees at most one element of the chunk: fold straight
+                            // into the f64 accumulators (what the partials would yield).
+                            let (mut at, mut phase) = (0, s % period);
+                            while at < n {
+                                let m = (period - phase).min(n - at);
+                                let seg = &lanes[j][at..at + m];
+                                let cols = &mut acc[j][phase..phase + m];
+                                if sums {
+                                    cols.iter_mut().zip(seg).for_each(|(a, &x)| {
+                                        *a += f64::from(x);
+                                    });
+                                } else {
+                                    cols.iter_mut().zip(seg).for_each(|(a, &x)| {
+                                        *a = combine(op, *a, f64::from(x));
+                                    });
+                                }
+                                at += m;
+                                phase = 0;
+                            }
+                            continue;
+                        }
                         let (mut at, mut phase) = (0, s % period);
                         while at < n {
                             let m = (period - phase).min(n - at);
@@ -150,6 +172,32 @@ impl ReduceProgram {
                             let c = (first + t) % period;
                             acc[j][c] = combine(op, acc[j][c], f64::from(part[c]));
                             part[c] = identity(op) as f32;
+                        }
+                    }
+                    return;
+                }
+                // Runs of positions folding into one output element, found arithmetically.
+                let run_len = match out_access {
+                    Access::Scalar { .. } => Some(usize::MAX),
+                    Access::Repeat { inner, .. } if *inner > 0 => Some(*inner),
+                    _ => None,
+                };
+                if let (Some(len), Access::Scalar { offset } | Access::Repeat { offset, .. }) =
+                    (run_len, out_access)
+                {
+                    for (j, &op) in ops.iter().enumerate() {
+                        let x = lanes[j];
+                        let mut k = 0;
+                        while k < n {
+                            let f = s + k;
+                            let (target, e) = if len == usize::MAX {
+                                (*offset, n)
+                            } else {
+                                (offset + f / len, (k + len - f % len).min(n))
+                            };
+                            let run = fold_run(op, &x[k..e]);
+                            acc[j][target] = combine(op, acc[j][target], f64::from(run));
+                            k = e;
                         }
                     }
                     return;
