@@ -133,8 +133,16 @@ fn resnet20_fusion_guards() {
     assert_eq!(count(&p, "conv2d_backprop_filter"), 19);
     assert_eq!(count(&p, "conv2d_backprop_input"), 18);
     assert!(count(&p, "reduce") <= 67, "{:?}", p.kernel_histogram());
-    assert!(count(&p, "elementwise") <= 123, "{:?}", p.kernel_histogram());
-    assert_eq!(update_kernels(&p), 2, "one variable update, one moving-average update");
+    assert!(
+        count(&p, "elementwise") <= 123,
+        "{:?}",
+        p.kernel_histogram()
+    );
+    assert_eq!(
+        update_kernels(&p),
+        2,
+        "one variable update, one moving-average update"
+    );
     assert_eq!(lone_elementwise(&p), Vec::<String>::new());
     for k in &p.kernels {
         if let KernelKind::Conv2dBackpropInput(_, e) = &k.kind {
@@ -147,7 +155,10 @@ fn resnet20_fusion_guards() {
         .iter()
         .filter(|k| k.name.ends_with("/Relu") && matches!(k.kind, KernelKind::Elementwise { .. }))
         .count();
-    assert_eq!(relus, 18, "conv0 and the 17 pre-activations apply their BN and ReLU in one kernel");
+    assert_eq!(
+        relus, 18,
+        "conv0 and the 17 pre-activations apply their BN and ReLU in one kernel"
+    );
 }
 
 /// ResNet-20's planned scratch at batch 128: the activations kept for the backward pass
@@ -157,6 +168,10 @@ fn resnet20_fusion_guards() {
 fn resnet20_peak_memory() {
     let p = resnet20_program(128);
     let one_activation = 128 * 32 * 32 * 16 * 4;
-    assert!(p.peak_bytes() >= 10 * one_activation, "{} bytes", p.peak_bytes());
+    assert!(
+        p.peak_bytes() >= 10 * one_activation,
+        "{} bytes",
+        p.peak_bytes()
+    );
     assert!(p.peak_bytes() <= 280 << 20, "{} bytes", p.peak_bytes());
 }

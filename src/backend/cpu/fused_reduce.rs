@@ -114,7 +114,7 @@ impl ReduceProgram {
                     for (j, &op) in ops.iter().enumerate() {
                         let part = &mut parts[j];
                         let sums = matches!(op, ReduceOp::Sum | ReduceOp::Mean);
-                        if sums && s % period == 0 && n % period == 0 {
+                        if sums && s.is_multiple_of(period) && n.is_multiple_of(period) {
                             // Whole rows (the common case): the same additions in the same
                             // order as below, without per-column index arithmetic.
                             for seg in lanes[j].chunks_exact(period) {
