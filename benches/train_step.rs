@@ -4,14 +4,17 @@
 //! `CpuSession`, the cost copied out), and the lowering time of a ResNet-50 training graph.
 //!
 //! `cargo bench --bench train_step [-- SECTION...] [--threads N] [--rounds R] [--secs S]
-//! [--machine] [--profile] [--cpu-time]` with sections `resnet20` (batch 128, 32×32×3), `mlp` (784-512-512-10, batch
-//! 256), `linear` (Linear(10, 10), batch 8: framework overhead) and `lower` (ResNet-50 at
-//! 224×224); all by default. Threads default to 2 (what `bench/compare.py` gives PyTorch).
-//! Each round runs steps for at least `S` seconds after two warm-up steps (the first compiles);
-//! the median over rounds is reported. `--machine` prints `train NAME SECONDS EXAMPLES/S` and
-//! `lower resnet50 WALL_SECONDS CPU_SECONDS` lines for `bench/compare.py`; `--profile` runs the steps on a profiling session instead and
-//! prints the time per kernel. The machine is shared: only ratios measured in one run mean much;
-//! `--cpu-time` measures CPU seconds per thread, which a busy machine disturbs less.
+//! [--machine] [--profile] [--cpu-time]` with sections `resnet20` (batch 128, 32×32×3), `mlp`
+//! (784-512-512-10, batch 256), `linear` (Linear(10, 10), batch 8: framework overhead) and
+//! `lower` (ResNet-50 at 224×224); all by default. Threads default to 2 (what
+//! `bench/compare.py` gives PyTorch). Each round runs steps for at least `S` seconds after two
+//! warm-up steps (the first compiles); the median over rounds is reported.
+//!
+//! `--machine` prints `train NAME SECONDS EXAMPLES/S` and `lower resnet50 WALL_SECONDS
+//! CPU_SECONDS` lines for `bench/compare.py`; `--profile` runs the steps on a profiling
+//! session instead and prints the time per kernel; `--cpu-time` measures the process's CPU
+//! seconds per thread, which a busy machine disturbs less than wall time. The machine is
+//! shared: only ratios measured in one run mean much.
 
 use std::time::Instant;
 
