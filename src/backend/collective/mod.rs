@@ -201,3 +201,37 @@ impl CollectiveEngine for SingleProcess {
             .store(wire as u8, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_bootstrap_id_made_on_the_root_reaches_every_participant() {
+        let members = LocalGroup::new(3, Duration::from_secs(10));
+        let threads: Vec<_> = members
+            .into_iter()
+            .map(|m| {
+                std::thread::spawn(move || {
+                    let m: Arc<dyn CollectiveEngine> = m;
+                    share_bootstrap_id(m.as_ref(), 1, || [7u8; 128]).expect("bootstrap")
+                })
+            })
+            .collect();
+        for t in threads {
+            assert_eq!(t.join().expect("member"), [7u8; 128]);
+        }
+    }
+
+    #[test]
+    fn a_single_process_reduces_nothing_and_refuses_other_roots() {
+        let one = SingleProcess::default();
+        let mut x = [1.5f32, -2.0];
+        one.all_reduce_as(&mut x, ReduceOp::Mean, WireFormat::Bf16)
+            .expect("identity");
+        assert_eq!(x, [1.5, -2.0]);
+        assert!(one.broadcast(&mut [0u8; 4], 1).is_err());
+    }
+}

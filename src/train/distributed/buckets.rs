@@ -161,3 +161,146 @@ fn reshape(n: usize) -> Op {
         shape: Shape::fixed(&[n]),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::{CpuOptions, CpuSession};
+    use crate::backend::reference::ReferenceSession;
+    use crate::backend::{BackendError, Collective, Session};
+    use crate::ir::{Initializer, Step, TensorType, VarFlags, VariableDef};
+    use crate::tensor::HostTensor;
+
+    /// Variables `a [3,4]`, `b [5]`, `c [2,2,2]` with constant "gradients" 0, 1, 2, … per
+    /// element, offset by 100 per variable.
+    fn graph() -> (Graph, Vec<(VarId, Value)>) {
+        let mut g = Graph::new();
+        let mut grads = Vec::new();
+        for (k, (name, dims)) in [("a", vec![3, 4]), ("b", vec![5]), ("c", vec![2, 2, 2])]
+            .into_iter()
+            .enumerate()
+        {
+            let var = g
+                .declare_variable(VariableDef {
+                    name: name.into(),
+                    ty: TensorType::f32(Shape::fixed(&dims)),
+                    init: Initializer::Zeros,
+                    flags: VarFlags {
+                        trainable: true,
+                        ..VarFlags::default()
+                    },
+                })
+                .expect("variable");
+            let n: usize = dims.iter().product();
+            let values = (0..n).map(|i| (100 * k + i) as f32).collect();
+            let value = HostTensor::from_f32(&dims, values).expect("tensor");
+            let c = g
+                .add_node(&format!("grad_{name}"), Op::Constant { value }, &[])
+                .expect("constant");
+            grads.push((var, Value::first(c)));
+        }
+        (g, grads)
+    }
+
+    #[test]
+    fn buckets_follow_the_state_layout_and_the_byte_limit() {
+        let (mut g, grads) = graph();
+        // a (48 bytes) fills a 60-byte bucket; b (20) and c (32) share the next.
+        let out = all_reduce_in_buckets(&mut g, &grads, 60, "ar").expect("buckets");
+        let vars: Vec<Vec<VarId>> = out.buckets.iter().map(|b| b.variables.clone()).collect();
+        assert_eq!(vars, vec![vec![grads[0].0], vec![grads[1].0, grads[2].0]]);
+        assert_eq!(
+            out.buckets.iter().map(|b| b.elements).collect::<Vec<_>>(),
+            vec![12, 13]
+        );
+        let text = crate::ir::text::print(&g);
+        assert_eq!(text.matches("all_reduce(").count(), 2, "{text}");
+        assert_eq!(text.matches("concat(").count(), 1, "{text}");
+        // With one participant the averaged gradients are the gradients (reference oracle).
+        let fetches: Vec<Value> = out.gradients.iter().map(|(_, v)| *v).collect();
+        let mut session = ReferenceSession::new(g.clone()).expect("session");
+        let got = session.run(&Step::fetch(fetches), &[]).expect("run");
+        for ((_, original), value) in grads.iter().zip(&got) {
+            let mut s = ReferenceSession::new(g.clone()).expect("session");
+            let want = s.run(&Step::fetch(vec![*original]), &[]).expect("run");
+            assert_eq!(value, &want[0]);
+        }
+    }
+
+    /// A "reduction" that adds 1000 × the flat index within the bucket: shows which bucket
+    /// position each variable's elements come back from.
+    struct Positional;
+
+    impl Collective for Positional {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn size(&self) -> usize {
+            2
+        }
+        fn all_reduce(&self, data: &mut [f32], op: ReduceOp) -> Result<(), BackendError> {
+            assert_eq!(op, ReduceOp::Mean);
+            for (i, x) in data.iter_mut().enumerate() {
+                *x += 1000.0 * i as f32;
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_cpu_backend_slices_every_variable_back_from_its_bucket_offset() {
+        let (mut g, grads) = graph();
+        let out = all_reduce_in_buckets(&mut g, &grads, 60, "ar").expect("buckets");
+        let fetches: Vec<Value> = out.gradients.iter().map(|(_, v)| *v).collect();
+        let mut session = CpuSession::new(g, CpuOptions::default()).expect("session");
+        session.set_collective(std::sync::Arc::new(Positional));
+        let got = session.run(&Step::fetch(fetches), &[]).expect("run");
+        // a: bucket 0 from 0; b: bucket 1 from 0; c: bucket 1 from 5.
+        for (k, (value, start)) in got.iter().zip([0usize, 0, 5]).enumerate() {
+            let v = value.to_f32_vec();
+            for (i, x) in v.iter().enumerate() {
+                let want = (100 * k + i) as f32 + 1000.0 * (start + i) as f32;
+                assert_eq!(*x, want, "variable {k} element {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_step_issues_the_bucket_all_reduces_in_one_order() {
+        let (mut g, grads) = graph();
+        let out = all_reduce_in_buckets(&mut g, &grads, 60, "ar").expect("buckets");
+        let mut orders = Vec::new();
+        // Steps fetching the averaged gradients in opposite orders, one also a gradient: the
+        // collectives must come in the same order (whichever it is) in both programs.
+        let forward: Vec<Value> = out.gradients.iter().map(|(_, v)| *v).collect();
+        let mut backward = forward.clone();
+        backward.reverse();
+        backward.push(grads[2].1);
+        for fetches in [forward, backward] {
+            let program = crate::lower::lower(
+                &g,
+                &Step::fetch(fetches),
+                1,
+                &crate::lower::LowerOptions::default(),
+            )
+            .expect("lower");
+            let names: Vec<String> = program
+                .kernels
+                .iter()
+                .filter(|k| matches!(k.kind, crate::lower::KernelKind::AllReduce { .. }))
+                .map(|k| k.name.clone())
+                .collect();
+            orders.push(names);
+        }
+        assert_eq!(orders[0].len(), 2, "{:?}", orders[0]);
+        assert_eq!(orders[0], orders[1]);
+    }
+
+    #[test]
+    fn a_gradient_given_twice_is_refused() {
+        let (mut g, grads) = graph();
+        let twice = vec![grads[0], grads[0]];
+        let e = all_reduce_in_buckets(&mut g, &twice, 60, "ar").expect_err("twice");
+        assert!(e.to_string().contains("`a` has two gradients"), "{e}");
+    }
+}

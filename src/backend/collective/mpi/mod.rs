@@ -282,13 +282,16 @@ impl MpiEngine {
                     lagging: self.watch.lagging(started),
                 });
             }
+            // Nonblocking collectives advance only inside MPI calls: poll without sleeping
+            // while the operation may be moving, and back off once the wait is long (a peer
+            // busy elsewhere, e.g. the chief validating).
             polls = polls.saturating_add(1);
-            if polls < 2000 {
+            if polls % 64 != 0 {
                 std::hint::spin_loop();
-            } else if began.elapsed() < Duration::from_millis(5) {
+            } else if began.elapsed() < Duration::from_secs(1) {
                 std::thread::yield_now();
             } else {
-                std::thread::sleep(Duration::from_micros(50));
+                std::thread::sleep(Duration::from_micros(200));
             }
         }
     }
@@ -353,10 +356,16 @@ impl MpiEngine {
         self.wait(req, started, &during)?;
         if bf16 {
             from_bf16_bits(&s.recv_u16[..n], data);
+            finish_mean(data, op, self.size);
+        } else if op == ReduceOp::Mean {
+            // The mean's scaling joins the copy out of the staging buffer: one pass.
+            let inv = 1.0 / self.size as f32;
+            for (d, r) in data.iter_mut().zip(&s.recv_f32[..n]) {
+                *d = r * inv;
+            }
         } else {
             data.copy_from_slice(&s.recv_f32[..n]);
         }
-        finish_mean(data, op, self.size);
         Ok(())
     }
 }
