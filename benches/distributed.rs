@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
-use mpi::topology::Communicator;
 use towerpack::backend::Collective;
 use towerpack::backend::collective::mpi::MpiEngine;
 use towerpack::backend::collective::{CollectiveEngine, WireFormat};
@@ -47,21 +46,45 @@ fn main() {
         print!("{}", mpirun(2, "allreduce"));
     }
     if run("train") {
-        println!("== training throughput, images/s (steps 3..13 of each run)");
         println!(
-            "{:<10} {:>22} {:>22} {:>22}",
-            "model", "1 rank, 1 thread, B", "1 rank, 2 threads, 2B", "2 ranks, 1 thread, B"
+            "== training throughput, images/s (steps 3..13 of a run; median of 3 runs, the \
+             three setups interleaved)"
+        );
+        println!(
+            "{:<10} {:>22} {:>22} {:>22} {:>12}",
+            "model",
+            "1 rank, 1 thread, B",
+            "1 rank, 2 threads, 2B",
+            "2 ranks, 1 thread, B",
+            "2 ranks/1"
         );
         for model in ["resnet20", "mlp"] {
             let batch = if model == "mlp" { 128 } else { 32 };
-            let a = mpirun(1, &format!("train {model} {batch} 1"));
-            let b = mpirun(1, &format!("train {model} {} 2", 2 * batch));
-            let c = mpirun(2, &format!("train {model} {batch} 1"));
+            let setups = [
+                (1, format!("train {model} {batch} 1")),
+                (1, format!("train {model} {} 2", 2 * batch)),
+                (2, format!("train {model} {batch} 1")),
+            ];
+            let mut runs: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
+            for _ in 0..3 {
+                for (i, (ranks, role)) in setups.iter().enumerate() {
+                    let out = mpirun(*ranks, role);
+                    runs[i].push(out.trim().parse().expect("images/s"));
+                }
+            }
+            let median: Vec<f64> = runs
+                .iter_mut()
+                .map(|r| {
+                    r.sort_by(f64::total_cmp);
+                    r[r.len() / 2]
+                })
+                .collect();
             println!(
-                "{model:<10} {:>22} {:>22} {:>22}",
-                a.trim(),
-                b.trim(),
-                c.trim()
+                "{model:<10} {:>22.1} {:>22.1} {:>22.1} {:>12.2}",
+                median[0],
+                median[1],
+                median[2],
+                median[2] / median[1]
             );
         }
     }

@@ -286,7 +286,7 @@ impl MpiEngine {
             // while the operation may be moving, and back off once the wait is long (a peer
             // busy elsewhere, e.g. the chief validating).
             polls = polls.saturating_add(1);
-            if polls % 64 != 0 {
+            if !polls.is_multiple_of(64) || began.elapsed() < Duration::from_millis(20) {
                 std::hint::spin_loop();
             } else if began.elapsed() < Duration::from_secs(1) {
                 std::thread::yield_now();

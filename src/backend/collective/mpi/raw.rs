@@ -46,7 +46,12 @@ fn error_string(code: c_int) -> String {
     if rc != 0 {
         return format!("MPI error code {code}");
     }
-    let bytes: Vec<u8> = buf[..len.max(0) as usize]
+    c_text(&buf, len)
+}
+
+/// The first `len` C characters of `buf` as text.
+fn c_text(buf: &[c_char], len: c_int) -> String {
+    let bytes: Vec<u8> = buf[..(len.max(0) as usize).min(buf.len())]
         .iter()
         .map(|&c| c as u8)
         .collect();
@@ -162,11 +167,7 @@ pub(crate) fn processor_name() -> String {
     if rc != 0 {
         return "an unknown host".into();
     }
-    let bytes: Vec<u8> = buf[..len.max(0) as usize]
-        .iter()
-        .map(|&c| c as u8)
-        .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+    c_text(&buf, len)
 }
 
 impl Request {
