@@ -16,7 +16,7 @@ use towerpack::backend::{BackendError, Collective};
 use towerpack::ir::ReduceOp;
 use towerpack::tensor::HostTensor;
 use towerpack::train::callbacks::ModelSaver;
-use towerpack::train::distributed::DistributedOptions;
+use towerpack::train::distributed::{DistributedOptions, RankLogging};
 use towerpack::train::*;
 
 /// What a rank's run left, extracted in its thread.
@@ -381,6 +381,43 @@ fn the_chiefs_checkpoint_resumes_the_job_with_the_same_or_another_number_of_rank
         }
         for o in &resumed[1..] {
             assert!(identical(&o.variables, &resumed[0].variables));
+        }
+    }
+}
+
+#[test]
+fn only_the_chief_logs_unless_ranks_log_to_their_own_directories() {
+    for logging in [RankLogging::ChiefOnly, RankLogging::PerRank] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let logdir = dir.path().to_path_buf();
+        let mode = logging.clone();
+        run_ranks(2, move |rank, engine| {
+            let data = shard(2, rank, B, 4);
+            let mut c = config(&data, B, 4, 1)
+                .callback(ModelSaver::new())
+                .logdir(&logdir);
+            c.monitors = None; // the default monitors: stats.json, events, printer
+            let options = DistributedOptions {
+                logging: mode.clone(),
+                ..DistributedOptions::default()
+            };
+            let mut trainer = DistributedTrainer::new(engine, options);
+            trainer
+                .launch(c)
+                .map(|r| outcome(&trainer, r))
+                .expect("rank")
+        });
+        let root = dir.path();
+        assert!(root.join("stats.json").exists(), "{logging:?}");
+        assert!(root.join("model-4.safetensors").exists(), "{logging:?}");
+        let rank1 = root.join("rank1");
+        match logging {
+            RankLogging::ChiefOnly => assert!(!rank1.exists()),
+            RankLogging::PerRank => {
+                assert!(rank1.join("stats.json").exists());
+                // Checkpoints stay with the chief.
+                assert!(!rank1.join("model-4.safetensors").exists());
+            }
         }
     }
 }

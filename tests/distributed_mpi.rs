@@ -141,7 +141,7 @@ fn mpirun(ranks: usize, extra: &[&str], mode: &str, dir: &Path) -> Child {
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         .env("TOWERPACK_MPI_HEARTBEAT_SECS", "0.25")
-        .env("TOWERPACK_MPI_PEER_TIMEOUT_SECS", "5")
+        .env("TOWERPACK_MPI_PEER_TIMEOUT_SECS", "10")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

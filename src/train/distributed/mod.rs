@@ -32,7 +32,7 @@ use crate::lower::DEFAULT_BUCKET_BYTES;
 pub use buckets::{BucketedGradients, GradientBucket, all_reduce_in_buckets};
 
 use self::sync::{Agreement, EpochBroadcast, Point};
-use super::config::{BackendChoice, TrainConfig};
+use super::config::{BackendChoice, Resume, TrainConfig};
 use super::engine::{TrainReport, launch_train_with_config};
 use super::error::TrainError;
 use super::input::InputSource;
@@ -180,9 +180,10 @@ impl DistributedTrainer {
 
     /// `config` adapted to this rank: a CPU backend left at "one thread per core" gets the
     /// host's cores shared among the ranks on it (as tensorpack's Horovod trainer sets
-    /// `inter_op_parallelism_threads`); then the chief's config is kept, and other ranks follow
-    /// [`RankLogging`]: no monitors and no logdir (`ChiefOnly`) or the logdir's `rank<r>`
-    /// subdirectory (`PerRank`, falling back to the logger dir).
+    /// `inter_op_parallelism_threads`); then the chief's config is kept, and other ranks drop
+    /// their resume setting (they follow the chief's) and follow [`RankLogging`]: no monitors
+    /// and no logdir (`ChiefOnly`) or the logdir's `rank<r>` subdirectory (`PerRank`, falling
+    /// back to the logger dir).
     pub fn configure(&self, mut config: TrainConfig) -> TrainConfig {
         if config.backend == (BackendChoice::Cpu { threads: 0 }) && self.engine.local_size() > 1 {
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -193,6 +194,9 @@ impl DistributedTrainer {
         if self.is_chief() {
             return config;
         }
+        // The chief alone decides where the job resumes (and sends it): the others need
+        // neither its logdir nor its checkpoint files.
+        config.resume = Resume::No;
         match self.options.logging {
             RankLogging::ChiefOnly => {
                 config.logdir = None;
