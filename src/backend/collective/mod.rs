@@ -1,9 +1,9 @@
 //! Collective engines: the participants ("ranks") of a distributed job and the reductions and
 //! broadcasts between them. [`CollectiveEngine`] extends the backend-facing
-//! [`Collective`](super::Collective) (which carries out `Op::AllReduce` kernels) with what a
+//! [`Collective`] (which carries out `Op::AllReduce` kernels) with what a
 //! distributed trainer needs besides: broadcasts, explicit wire formats, the local rank.
 //!
-//! Engines: [`mpi`] (Open MPI through rsmpi, feature `mpi`; one process per rank, with a
+//! Engines: `mpi` (Open MPI through rsmpi, feature `mpi`; one process per rank, with a
 //! heartbeat watchdog so a lost rank ends the job with an error naming it instead of a hang) and
 //! [`local`] (ranks as threads of one process: tests and single-machine experiments). The NCCL
 //! engine for GPU ranks plugs in here: see [`share_bootstrap_id`].

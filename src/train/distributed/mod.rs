@@ -11,7 +11,7 @@
 //!   `N·K·B` examples and averages (not sums) the gradients — the same update as one process
 //!   at batch `N·K·B` on a model without batch statistics;
 //! - a resume follows the chief's checkpoint, whatever the number of ranks;
-//! - the ranks agree before every step ([`sync`]): one rank that ends its loop (a stop, an
+//! - the ranks agree before every step (`sync`): one rank that ends its loop (a stop, an
 //!   error, shorter data) ends everyone's, and ranks out of step fail with an error naming
 //!   where each is. A rank that dies is the engine's business: see
 //!   [`crate::backend::collective`].
@@ -123,10 +123,8 @@ impl DistributedTrainer {
     }
 
     /// The trainer of this process's place in its job: an MPI rank when started by an MPI
-    /// launcher (feature `mpi`; timeouts from [`MpiOptions::from_env`]), else a job of one
+    /// launcher (feature `mpi`; timeouts from `MpiOptions::from_env`), else a job of one
     /// process. Errors when started by a launcher in a build without the `mpi` feature.
-    ///
-    /// [`MpiOptions::from_env`]: crate::backend::collective::mpi::MpiOptions::from_env
     pub fn from_environment(options: DistributedOptions) -> Result<DistributedTrainer, TrainError> {
         if !launched_by_mpi() {
             return Ok(DistributedTrainer::new(
