@@ -15,13 +15,13 @@
 use std::hint::black_box;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
-use towerpack::backend::Collective;
 use towerpack::backend::collective::mpi::MpiEngine;
-use towerpack::backend::collective::{CollectiveEngine, WireFormat};
+use towerpack::backend::collective::{CollectiveEngine, CollectiveError, WireFormat};
+use towerpack::backend::{BackendError, Collective};
 use towerpack::ir::ReduceOp;
 use towerpack::models::{CifarResNet, Mlp};
 use towerpack::optim::Optimizer;
@@ -52,12 +52,12 @@ fn main() {
              three setups interleaved)"
         );
         println!(
-            "{:<10} {:>22} {:>22} {:>22} {:>12}",
+            "{:<10} {:>22} {:>22} {:>24} {:>18}",
             "model",
             "1 rank, 1 thread, B",
             "1 rank, 2 threads, 2B",
             "2 ranks, 1 thread, B",
-            "2 ranks/1"
+            "2 ranks/2 threads"
         );
         for model in ["resnet20", "mlp"] {
             let batch = if model == "mlp" { 128 } else { 32 };
@@ -66,26 +66,29 @@ fn main() {
                 (1, format!("train {model} {} 2", 2 * batch)),
                 (2, format!("train {model} {batch} 1")),
             ];
-            let mut runs: Vec<Vec<f64>> = vec![Vec::new(); setups.len()];
+            let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new(); setups.len()];
             for _ in 0..3 {
                 for (i, (ranks, role)) in setups.iter().enumerate() {
                     let out = mpirun(*ranks, role);
-                    runs[i].push(out.trim().parse().expect("images/s"));
+                    let mut fields = out.split_whitespace().map(|f| f.parse::<f64>());
+                    let images = fields.next().and_then(Result::ok).expect("images/s");
+                    let reduce = fields.next().and_then(Result::ok).expect("all-reduce %");
+                    runs[i].push((images, reduce));
                 }
             }
-            let median: Vec<f64> = runs
+            let median: Vec<(f64, f64)> = runs
                 .iter_mut()
                 .map(|r| {
-                    r.sort_by(f64::total_cmp);
+                    r.sort_by(|a, b| a.0.total_cmp(&b.0));
                     r[r.len() / 2]
                 })
                 .collect();
             println!(
-                "{model:<10} {:>22.1} {:>22.1} {:>22.1} {:>12.2}",
-                median[0],
-                median[1],
-                median[2],
-                median[2] / median[1]
+                "{model:<10} {:>22.1} {:>22.1} {:>24} {:>18.2}",
+                median[0].0,
+                median[1].0,
+                format!("{:.1} ({:.0}% all-reduce)", median[2].0, median[2].1),
+                median[2].0 / median[1].0
             );
         }
     }
@@ -199,12 +202,67 @@ fn allreduce(engine: &Arc<MpiEngine>) {
     }
 }
 
-/// Records the wall time between global steps `from` and `to`.
+/// Records the wall time between global steps `from` and `to`, and flags that span.
 struct StepClock {
     from: u64,
     to: u64,
     started: Option<Instant>,
     elapsed_ns: Arc<AtomicU64>,
+    measuring: Arc<AtomicBool>,
+}
+
+/// The MPI engine, timing the gradient all-reduces made while `measuring`.
+struct Timed {
+    inner: Arc<MpiEngine>,
+    measuring: Arc<AtomicBool>,
+    reduce_ns: AtomicU64,
+}
+
+impl Collective for Timed {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn all_reduce(&self, data: &mut [f32], op: ReduceOp) -> Result<(), BackendError> {
+        let start = Instant::now();
+        let out = self.inner.all_reduce(data, op);
+        if self.measuring.load(Ordering::Relaxed) {
+            self.reduce_ns
+                .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        out
+    }
+}
+
+impl CollectiveEngine for Timed {
+    fn local_rank(&self) -> usize {
+        self.inner.local_rank()
+    }
+    fn local_size(&self) -> usize {
+        self.inner.local_size()
+    }
+    fn host(&self) -> String {
+        self.inner.host()
+    }
+    fn all_reduce_as(
+        &self,
+        data: &mut [f32],
+        op: ReduceOp,
+        wire: WireFormat,
+    ) -> Result<(), CollectiveError> {
+        self.inner.all_reduce_as(data, op, wire)
+    }
+    fn broadcast(&self, data: &mut [u8], root: usize) -> Result<(), CollectiveError> {
+        self.inner.broadcast(data, root)
+    }
+    fn gradient_wire(&self) -> WireFormat {
+        self.inner.gradient_wire()
+    }
+    fn set_gradient_wire(&self, wire: WireFormat) {
+        self.inner.set_gradient_wire(wire)
+    }
 }
 
 impl Callback for StepClock {
@@ -214,12 +272,14 @@ impl Callback for StepClock {
     fn trigger_step(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
         if ctx.global_step() == self.from {
             self.started = Some(Instant::now());
+            self.measuring.store(true, Ordering::Relaxed);
         }
         if ctx.global_step() == self.to
             && let Some(t) = self.started
         {
             self.elapsed_ns
                 .store(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            self.measuring.store(false, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -250,6 +310,12 @@ fn train(engine: Arc<MpiEngine>, model: &str, batch: usize, threads: usize) {
         other => panic!("unknown model {other}"),
     };
     let size = engine.size();
+    let measuring = Arc::new(AtomicBool::new(false));
+    let timed = Arc::new(Timed {
+        inner: engine,
+        measuring: measuring.clone(),
+        reduce_ns: AtomicU64::new(0),
+    });
     let config = TrainConfig::new(model_fn)
         .data(DummyConstantInput::new(shapes))
         .backend(BackendChoice::Cpu { threads })
@@ -262,12 +328,14 @@ fn train(engine: Arc<MpiEngine>, model: &str, batch: usize, threads: usize) {
             to,
             started: None,
             elapsed_ns: elapsed.clone(),
+            measuring,
         });
-    let mut trainer = DistributedTrainer::new(engine, DistributedOptions::default());
+    let mut trainer = DistributedTrainer::new(timed.clone(), DistributedOptions::default());
     trainer.launch(config).expect("training");
     if trainer.rank() == 0 {
         let secs = Duration::from_nanos(elapsed.load(Ordering::Relaxed)).as_secs_f64();
         let images = (to - from) as usize * batch * size;
-        println!("{:.1}", images as f64 / secs);
+        let reduce = Duration::from_nanos(timed.reduce_ns.load(Ordering::Relaxed)).as_secs_f64();
+        println!("{:.1} {:.1}", images as f64 / secs, 100.0 * reduce / secs);
     }
 }
