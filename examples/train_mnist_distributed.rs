@@ -39,10 +39,10 @@ fn main() -> Result<(), Box<dyn Error>> {
     };
 
     let data = mnist10k_split()?;
-    let per_rank = data.train.len() / ranks;
+    let range = trainer.shard(data.train.len());
     let shard = data
         .train
-        .slice(rank * per_rank, per_rank)?
+        .slice(range.start, range.len())?
         .to_f32(1.0 / 255.0);
     let validation = data.validation.to_f32(1.0 / 255.0);
     let mlp = Mlp {

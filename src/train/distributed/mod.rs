@@ -161,6 +161,22 @@ impl DistributedTrainer {
         self.engine.local_rank()
     }
 
+    /// This rank's share of `len` examples: equal contiguous shards (the last `len % size`
+    /// examples are left out, so every rank has as many steps per epoch).
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use towerpack::backend::collective::LocalGroup;
+    /// # use towerpack::train::{DistributedOptions, DistributedTrainer};
+    /// let ranks = LocalGroup::new(3, std::time::Duration::from_secs(1));
+    /// let second = DistributedTrainer::new(ranks[1].clone(), DistributedOptions::default());
+    /// assert_eq!(second.shard(10), 3..6);
+    /// ```
+    pub fn shard(&self, len: usize) -> std::ops::Range<usize> {
+        let per_rank = len / self.size();
+        self.rank() * per_rank..(self.rank() + 1) * per_rank
+    }
+
     /// The collective engine.
     pub fn engine(&self) -> &Arc<dyn CollectiveEngine> {
         &self.engine

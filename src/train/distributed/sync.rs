@@ -127,6 +127,12 @@ impl Agreement {
         if self.ended.load(Ordering::Relaxed) {
             return;
         }
+        if let Err(TrainError::Backend(e)) = outcome
+            && matches!(**e, BackendError::Collective(_))
+        {
+            // The engine itself failed (a lost rank): it cannot carry a goodbye round.
+            return;
+        }
         let point = match outcome {
             Ok(()) | Err(TrainError::Stop { .. }) => Point::Done,
             Err(_) => Point::Failed,
