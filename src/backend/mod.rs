@@ -9,6 +9,7 @@
 //! began, and every `Assign` of the step takes effect when it ends. A step may assign a variable
 //! at most once.
 
+pub mod collective;
 pub mod cpu;
 pub mod reference;
 
@@ -61,6 +62,9 @@ pub enum BackendError {
     },
     #[error("backend `{backend}` is unavailable: {reason}")]
     Unavailable { backend: String, reason: String },
+    /// A collective operation of a distributed job failed (a lost rank, a timeout, ...).
+    #[error(transparent)]
+    Collective(collective::CollectiveError),
 }
 
 /// A collective-communication engine: the participants of a distributed job (MPI ranks,
@@ -87,6 +91,21 @@ pub trait Session: Send {
 
     /// Overwrites a variable; errors when dtype or shape differ from its declaration.
     fn write_variable(&mut self, var: VarId, value: &HostTensor) -> Result<(), BackendError>;
+
+    /// Joins a distributed job: the step's `Op::AllReduce` kernels reduce across `collective`'s
+    /// participants. Backends that cannot take part say so (the default).
+    fn join_collective(
+        &mut self,
+        collective: std::sync::Arc<dyn Collective>,
+    ) -> Result<(), BackendError> {
+        Err(BackendError::Unavailable {
+            backend: "this backend".into(),
+            reason: format!(
+                "it cannot take part in a distributed job ({} participants)",
+                collective.size()
+            ),
+        })
+    }
 
     /// Sets every variable to its initializer's value for the run seeded with `seed`.
     fn initialize_variables(&mut self, seed: u64) -> Result<(), BackendError> {

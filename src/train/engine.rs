@@ -176,6 +176,7 @@ pub fn launch_train_with_config(
 ) -> Result<TrainReport, TrainError> {
     let logdir = config.logdir.clone().or_else(super::logdir::logger_dir);
     let found = resolve_resume(&mut config, logdir.as_deref())?;
+    let found = trainer.agree_on_resume(found)?;
     let input = match (config.dataflow.take(), config.data.take()) {
         (Some(flow), None) => trainer.default_input(flow),
         (None, Some(input)) => input,
@@ -264,6 +265,7 @@ pub fn launch_train_with_config(
     } else {
         InitOutcome::default()
     };
+    trainer.initialize_session(session.as_mut())?;
     ctx.phase = Phase::Running(session);
     ctx.counters.global_step = read_global_step(&mut ctx)?;
 
@@ -403,6 +405,7 @@ impl Engine {
         start: ResumePoint,
     ) -> Result<TrainReport, TrainError> {
         let result = self.main_loop(trainer, start);
+        trainer.loop_ended(&result);
         let after = self.callbacks.after_train(&mut self.ctx);
         self.ctx.input.stop();
         let stopped = match result {
