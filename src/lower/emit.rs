@@ -350,10 +350,21 @@ pub fn emit(
         }
     }
     if schedule.len() != n {
+        let stuck: Vec<String> = (0..n)
+            .filter(|&i| indeg[i] > 0)
+            .take(6)
+            .map(|i| match items[i] {
+                Item::Draft(d) => format!("`{}`", d.name),
+                Item::Arena(a) => format!("`{}`", a.name),
+            })
+            .collect();
         return Err(LowerError::Unsupported {
             node: String::new(),
             op: "schedule".into(),
-            reason: "kernel dependencies form a cycle (a fusion bug)".into(),
+            reason: format!(
+                "kernel dependencies form a cycle (a fusion bug) through {}",
+                stuck.join(", ")
+            ),
         });
     }
 
@@ -371,14 +382,19 @@ pub fn emit(
         scratch_index: HashMap::new(),
         in_place,
     };
-    let mut groups: Vec<(Vec<usize>, BufferId)> = Vec::new();
+    let mut arenas_planned = ArenaGroups::default();
     let mut kernels = Vec::with_capacity(n);
     for (t, &i) in schedule.iter().enumerate() {
         kernels.push(match items[i] {
             Item::Draft(d) => emit_draft(&mut bufs, d, t),
-            Item::Arena(a) => emit_arena(&mut bufs, a, t, &mut groups),
+            Item::Arena(a) => {
+                let (kernel, bucket) = emit_arena(&mut bufs, a, t, &mut arenas_planned);
+                bufs.prog.buckets.push(bucket);
+                kernel
+            }
         });
     }
+    let groups = arenas_planned.groups;
     bufs.prog.fetches = fetches.iter().map(|o| bufs.region(o)).collect();
     bufs.prog.writebacks = writebacks
         .iter()
@@ -517,14 +533,23 @@ fn emit_draft(bufs: &mut Buffers<'_>, d: &Draft, t: usize) -> Kernel {
     }
 }
 
+/// The gradient arenas planned so far: each a group of scratch buffers placed back to back,
+/// and the buffer spanning it. Kernels reading the same gradients share the arena.
+#[derive(Default)]
+struct ArenaGroups {
+    groups: Vec<(Vec<usize>, BufferId)>,
+    by_values: HashMap<Vec<Value>, BufferId>,
+}
+
 fn emit_arena(
     bufs: &mut Buffers<'_>,
     a: &ArenaKernel,
     t: usize,
-    groups: &mut Vec<(Vec<usize>, BufferId)>,
-) -> Kernel {
+    arenas: &mut ArenaGroups,
+) -> (Kernel, super::program::Bucket) {
     let n = a.len();
     let mut inputs = Vec::with_capacity(a.operands.len());
+    let mut arena_buffers = Vec::new();
     for o in &a.operands {
         inputs.push(match o {
             ArenaOperand::State { vars } => View {
@@ -543,16 +568,24 @@ fn emit_arena(
                         device = bufs.scratch[s].1.device;
                     }
                 }
-                let first = bufs.sg.graph.value_name(values[0]);
-                let last = bufs.sg.graph.value_name(values[values.len() - 1]);
-                let dtype = bufs.sg.graph.value_type(values[0]).dtype;
-                let arena = bufs.push(Buffer {
-                    name: format!("arena[{first}..{last}]"),
-                    dtype,
-                    shape: vec![n],
-                    storage: Storage::Scratch { device, offset: 0 },
-                });
-                groups.push((members, arena));
+                let arena = match arenas.by_values.get(values) {
+                    Some(&b) => b,
+                    None => {
+                        let first = bufs.sg.graph.value_name(values[0]);
+                        let last = bufs.sg.graph.value_name(values[values.len() - 1]);
+                        let dtype = bufs.sg.graph.value_type(values[0]).dtype;
+                        let b = bufs.push(Buffer {
+                            name: format!("arena[{first}..{last}]"),
+                            dtype,
+                            shape: vec![n],
+                            storage: Storage::Scratch { device, offset: 0 },
+                        });
+                        arenas.groups.push((members, b));
+                        arenas.by_values.insert(values.clone(), b);
+                        b
+                    }
+                };
+                arena_buffers.push(arena);
                 View {
                     buffer: arena,
                     offset: 0,
@@ -575,7 +608,7 @@ fn emit_arena(
         .iter()
         .map(|vars| bufs.state_range(vars))
         .collect();
-    Kernel {
+    let kernel = Kernel {
         name: a.name.clone(),
         device: a.device,
         kind: KernelKind::Elementwise {
@@ -584,5 +617,22 @@ fn emit_arena(
         },
         inputs,
         outputs,
-    }
+    };
+    let offsets = a
+        .sizes
+        .iter()
+        .scan(0, |at, &size| {
+            let offset = *at;
+            *at += size;
+            Some(offset)
+        })
+        .collect();
+    let bucket = super::program::Bucket {
+        kernel: t as u32,
+        arenas: arena_buffers,
+        vars: a.outputs.first().cloned().unwrap_or_default(),
+        offsets,
+        len: n,
+    };
+    (kernel, bucket)
 }

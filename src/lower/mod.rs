@@ -33,8 +33,8 @@ pub use error::LowerError;
 pub use expr::{ExprId, ExprOp, FusedExpr};
 pub use layout::{StateLayout, StateSlot};
 pub use program::{
-    Buffer, BufferId, ConvGeom, Epilogue, Kernel, KernelKind, MatMulGeom, PoolGeom, Program,
-    Region, Storage, View,
+    Bucket, Buffer, BufferId, ConvGeom, Epilogue, Kernel, KernelKind, MatMulGeom, PoolGeom,
+    Program, Region, Storage, View,
 };
 
 use crate::ir::{Graph, Step};
