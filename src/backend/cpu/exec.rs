@@ -266,14 +266,25 @@ impl Prepared {
     }
 
     /// Runs a program spread over several logical devices: one thread per device runs that
-    /// device's kernels in order (on its own worker pool), waiting for other devices' kernels
-    /// only where the program says so. The first error stops every device.
+    /// device's kernels in order (on `pools[device]`, which devices may share), waiting for
+    /// other devices' kernels only where the program says so. The first error stops every
+    /// device.
     pub fn run_kernels_on_devices(
         &mut self,
         state: &mut [Arena],
-        pools: &[rayon::ThreadPool],
+        pools: &[&rayon::ThreadPool],
         collective: Option<&dyn Collective>,
     ) -> Result<(), BackendError> {
+        if pools.len() < self.program.devices() {
+            return Err(BackendError::Unavailable {
+                backend: "cpu".into(),
+                reason: format!(
+                    "the program runs on {} devices, {} worker pools were given",
+                    self.program.devices(),
+                    pools.len()
+                ),
+            });
+        }
         use std::sync::atomic::{AtomicBool, Ordering};
         self.bind(state)?;
         let n = self.program.kernels.len();
@@ -286,7 +297,7 @@ impl Prepared {
                 let handles: Vec<_> = (0..devices)
                     .map(|d| {
                         let (done, failed) = (&done, &failed);
-                        let pool = &pools[d % pools.len().max(1)];
+                        let pool = pools[d];
                         scope.spawn(move || {
                             let mut times = Vec::new();
                             let threads = pool.current_num_threads();
