@@ -630,7 +630,7 @@ fn emit_arena(
     let bucket = super::program::Bucket {
         kernel: t as u32,
         arenas: arena_buffers,
-        vars: a.outputs.first().cloned().unwrap_or_default(),
+        outputs: a.outputs.clone(),
         offsets,
         len: n,
     };

@@ -317,9 +317,10 @@ pub struct Bucket {
     pub kernel: u32,
     /// The gradient arenas the kernel reads (scratch buffers of `len` elements).
     pub arenas: Vec<BufferId>,
-    /// The variables the kernel updates (its first output's), in arena order.
-    pub vars: Vec<VarId>,
-    /// Element offset of each member in the arenas and in the state range.
+    /// The variables the kernel writes: `outputs[j][i]` is member `i` of its output `j` (a
+    /// variable and, say, its momentum slot), in arena order.
+    pub outputs: Vec<Vec<VarId>>,
+    /// Element offset of each member in the arenas and in the state ranges.
     pub offsets: Vec<usize>,
     /// Elements per bucket.
     pub len: usize,

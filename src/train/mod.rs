@@ -74,9 +74,9 @@ pub use config::{BackendChoice, Resume, TrainConfig};
 pub use context::{PREDICT_TOWER, ResumeInfo, TrainContext};
 pub use counters::{LoopCounters, ResumePoint};
 pub use data_parallel::{
-    AsyncMultiGPUTrainer, AsyncTrainer, BroadcastReplicas, Device, ParameterDevice,
-    ParameterServerTrainer, ReplicatedTrainer, SyncMultiGPUTrainerParameterServer,
-    SyncMultiGPUTrainerReplicated, TowerDevices,
+    AsyncMultiGPUTrainer, AsyncTowers, AsyncTrainer, BroadcastReplicas, Device, ParameterDevice,
+    ParameterServerTowers, ParameterServerTrainer, ReplicatedTowers, ReplicatedTrainer,
+    SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated, TowerDevices,
 };
 pub use engine::{TrainReport, launch_train_with_config};
 pub use error::TrainError;
