@@ -5,6 +5,7 @@
 //! operand's reach checked against its buffer once, so running a step does no bounds work and
 //! no allocation beyond the kernels' own scratch.
 
+use super::bucket::BucketProgram;
 use super::fused::{CHUNK, FusedProgram};
 use super::fused_reduce::ReduceProgram;
 use super::kernels::pool::Pool2dGeometry;
@@ -52,6 +53,8 @@ fn kernel_work(k: &Kernel, p: &Program) -> usize {
 /// One kernel ready to run.
 enum Step {
     Fused(FusedProgram, usize),
+    /// A fused update kernel of [`Program::buckets`], on the streaming engine.
+    Bucket(BucketProgram, usize),
     Reduce(ReduceProgram),
     /// A fixed-function kernel, with its epilogue compiled if it has one.
     Fixed(Option<FusedProgram>),
@@ -103,12 +106,30 @@ impl Prepared {
             constants.bytes_mut()[off..off + bytes.len()].copy_from_slice(&bytes);
         }
         let scratch = program.arena_bytes.iter().map(|&b| Arena::new(b)).collect();
+        let buckets: std::collections::HashSet<usize> =
+            program.buckets.iter().map(|b| b.kernel as usize).collect();
         let mut steps = Vec::with_capacity(program.kernels.len());
-        for k in &program.kernels {
+        for (i, k) in program.kernels.iter().enumerate() {
             let step = match &k.kind {
                 KernelKind::Elementwise { shape, expr } => {
-                    let f = FusedProgram::new(expr, shape, &views_of(k, 0));
-                    Step::Fused(f, shape.iter().product())
+                    let views = views_of(k, 0);
+                    // Operand and output buffers: the streaming engine takes f32 only.
+                    let dtypes: Vec<DType> = k
+                        .inputs
+                        .iter()
+                        .map(|v| v.buffer)
+                        .chain(k.outputs.iter().copied())
+                        .map(|b| program.buffer(b).dtype)
+                        .collect();
+                    let points = shape.iter().product();
+                    match buckets
+                        .contains(&i)
+                        .then(|| BucketProgram::new(expr, shape, &views, &dtypes))
+                        .flatten()
+                    {
+                        Some(b) => Step::Bucket(b, points),
+                        None => Step::Fused(FusedProgram::new(expr, shape, &views), points),
+                    }
                 }
                 KernelKind::Reduce {
                     shape,
@@ -157,6 +178,10 @@ impl Prepared {
     /// Checks that every elementwise operand stays inside its buffer.
     fn check_bounds(&self) -> Result<(), BackendError> {
         for (k, step) in self.program.kernels.iter().zip(&self.steps) {
+            if let Step::Bucket(b, points) = step {
+                self.check_bucket(k, b, *points)?;
+                continue;
+            }
             let (prog, points) = match step {
                 Step::Fused(f, n) => (f, *n),
                 Step::Reduce(r) => {
@@ -166,7 +191,7 @@ impl Prepared {
                     (r.prologue(), shape.iter().product())
                 }
                 Step::Fixed(Some(f)) => (f, self.program.buffers[k.outputs[0].0 as usize].len()),
-                Step::Fixed(None) => continue,
+                Step::Fixed(None) | Step::Bucket(..) => continue,
             };
             for i in 0..prog.operands() {
                 // Map operand i of the fused program to the kernel input it reads.
@@ -187,6 +212,39 @@ impl Prepared {
                     ));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Checks that every operand of a fused update kernel stays inside its buffer and every
+    /// output holds the kernel's points.
+    fn check_bucket(
+        &self,
+        k: &Kernel,
+        b: &BucketProgram,
+        points: usize,
+    ) -> Result<(), BackendError> {
+        for (i, v) in k.inputs.iter().enumerate().take(b.operands()) {
+            let len = self.program.buffer(v.buffer).len();
+            if b.extent(i, points) > len {
+                return Err(kernel_error(
+                    k,
+                    format!(
+                        "operand {i} reads past the end of buffer {} ({len} elements)",
+                        v.buffer
+                    ),
+                ));
+            }
+        }
+        if let Some(o) = k
+            .outputs
+            .iter()
+            .find(|o| self.program.buffer(**o).len() < points)
+        {
+            return Err(kernel_error(
+                k,
+                format!("output {o} is shorter than {points}"),
+            ));
         }
         Ok(())
     }
@@ -562,6 +620,21 @@ fn run_kernel(
                     let (s, e) = ((b * per).min(points), ((b + 1) * per).min(points));
                     // SAFETY: as above; blocks write disjoint output ranges.
                     unsafe { f.run(s, e, ins, outs) };
+                });
+            }
+            Ok(())
+        }
+        (KernelKind::Elementwise { .. }, Step::Bucket(b, points)) => {
+            let points = *points;
+            if points < PARALLEL_POINTS || threads <= 1 {
+                // SAFETY: extents checked at preparation; one thread owns the outputs.
+                unsafe { b.run(0, points, ins, outs) };
+            } else {
+                let per = points.div_ceil(threads * 4).div_ceil(CHUNK) * CHUNK;
+                (0..points.div_ceil(per)).into_par_iter().for_each(|i| {
+                    let (s, e) = (i * per, ((i + 1) * per).min(points));
+                    // SAFETY: as above; blocks write disjoint output ranges.
+                    unsafe { b.run(s, e, ins, outs) };
                 });
             }
             Ok(())
