@@ -5,8 +5,9 @@
 //!   state, in one pass) against a plain copy of the same number of bytes (read half, write
 //!   half), both on the same number of threads. Target: the kernel moves bytes at ≥ 0.8× the
 //!   copy's rate.
-//! - `resnet`: ResNet-20 (CIFAR) training throughput, images per second, with 1 tower at batch
-//!   2B against 2 towers at batch B (parameter server and replicated), on all cores.
+//! - `resnet`: ResNet-20 (CIFAR) training throughput, images per second (and CPU seconds per
+//!   1000 images, which the machine's other load disturbs less), with 1 tower at batch 2B
+//!   against 2 towers at batch B (parameter server and replicated), on all cores.
 //!
 //! `cargo bench --bench data_parallel [-- averaging|resnet]`. Timings are the best of several
 //! repetitions; the machine is shared, so compare only figures of one run.
@@ -142,9 +143,11 @@ fn bucket_kernel(program: &Program, streaming: bool) -> (Prepared, Vec<Arena>, u
 
 fn bench_averaging() {
     let ps = ParameterServerTowers {
-        devices: TowerDevices::Count(2),
+        towers: TowerPlacement {
+            devices: TowerDevices::Count(2),
+            bucket_bytes: None,
+        },
         parameter_device: Some(ParameterDevice::Tower(0)),
-        bucket_bytes: None,
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("fused averaging kernel of 2 towers over 3.16M parameters vs a copy of its bytes");
@@ -216,10 +219,10 @@ fn bench_averaging() {
     }
 }
 
-/// Wall seconds of every epoch, recorded by a callback.
+/// `(wall, cpu)` seconds of every epoch, recorded by a callback.
 struct EpochTimes {
-    start: Option<Instant>,
-    seconds: Arc<Mutex<Vec<f64>>>,
+    start: Option<(Instant, f64)>,
+    seconds: Arc<Mutex<Vec<(f64, f64)>>>,
 }
 
 impl Callback for EpochTimes {
@@ -227,23 +230,27 @@ impl Callback for EpochTimes {
         false
     }
     fn before_epoch(&mut self, _: &mut TrainContext) -> Result<(), TrainError> {
-        self.start = Some(Instant::now());
+        self.start = Some((Instant::now(), cpu_seconds()));
         Ok(())
     }
     fn after_epoch(&mut self, _: &mut TrainContext) -> Result<(), TrainError> {
-        if let Some(start) = self.start.take() {
-            self.seconds
-                .lock()
-                .expect("times")
-                .push(start.elapsed().as_secs_f64());
+        if let Some((wall, cpu)) = self.start.take() {
+            let times = (wall.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+            self.seconds.lock().expect("times").push(times);
         }
         Ok(())
     }
 }
 
-/// Images per second of ResNet-20 training with `trainer`, `towers` towers at `batch` each:
-/// the best of 3 epochs of `steps` steps after one warm-up epoch.
-fn resnet_throughput(trainer: &mut dyn Trainer, towers: usize, batch: usize, steps: u64) -> f64 {
+/// ResNet-20 training with `trainer`, `towers` towers at `batch` each, over 3 epochs of
+/// `steps` steps after one warm-up epoch: images per second (best epoch) and CPU seconds per
+/// 1000 images (all threads, spinning included; best epoch).
+fn resnet_throughput(
+    trainer: &mut dyn Trainer,
+    towers: usize,
+    batch: usize,
+    steps: u64,
+) -> (f64, f64) {
     let net = CifarResNet::new(3);
     let signature = net.inputs();
     let model = ModelFn::new(
@@ -267,8 +274,10 @@ fn resnet_throughput(trainer: &mut dyn Trainer, towers: usize, batch: usize, ste
         .max_epoch(4);
     launch_train_with_config(config, trainer).expect("train");
     let times = seconds.lock().expect("times").clone();
-    let best = times[1..].iter().copied().fold(f64::MAX, f64::min);
-    (towers * batch) as f64 * steps as f64 / best
+    let images = (towers * batch) as f64 * steps as f64;
+    let wall = times[1..].iter().map(|t| t.0).fold(f64::MAX, f64::min);
+    let cpu = times[1..].iter().map(|t| t.1).fold(f64::MAX, f64::min);
+    (images / wall, cpu / images * 1000.0)
 }
 
 fn bench_resnet() {
@@ -276,7 +285,10 @@ fn bench_resnet() {
         "ResNet-20 training, all cores ({} threads)",
         rayon::current_num_threads()
     );
-    println!("{:<44} {:>12}", "trainer", "images/s");
+    println!(
+        "{:<44} {:>12} {:>16}",
+        "trainer", "images/s", "CPU s/1000 img"
+    );
     for total in [64, 128] {
         let rows: Vec<(String, Box<dyn Trainer>, usize)> = vec![
             (
@@ -296,8 +308,8 @@ fn bench_resnet() {
             ),
         ];
         for (name, mut trainer, towers) in rows {
-            let ips = resnet_throughput(trainer.as_mut(), towers, total / towers, 5);
-            println!("{name:<44} {ips:>12.1}");
+            let (ips, cpu) = resnet_throughput(trainer.as_mut(), towers, total / towers, 5);
+            println!("{name:<44} {ips:>12.1} {cpu:>16.2}");
         }
     }
 }

@@ -1,9 +1,11 @@
 //! Trains an MLP on the embedded MNIST digits the tensorpack way: a logdir with `log.log`,
 //! `stats.json`, a TensorBoard events file and checkpoints; validation every epoch; a learning
 //! rate schedule. Run it again with the same logdir to resume where it stopped (exactly).
+//! With `towers` > 1 it trains data-parallel (`ReplicatedTrainer`), each tower on its own batch
+//! of 64 (the gradients are averaged).
 //!
 //! ```text
-//! cargo run --release --example train_mnist_mlp -- [logdir] [max_epoch]
+//! cargo run --release --example train_mnist_mlp -- [logdir] [max_epoch] [towers]
 //! ```
 
 use std::error::Error;
@@ -17,7 +19,9 @@ use towerpack::train::callbacks::{
     ScheduledHyperParamSetter,
 };
 use towerpack::train::logdir::{LogDirAction, set_logger_dir};
-use towerpack::train::{ModelFn, SimpleTrainer, TrainConfig, launch_train_with_config};
+use towerpack::train::{
+    ModelFn, ReplicatedTrainer, SimpleTrainer, TrainConfig, Trainer, launch_train_with_config,
+};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
@@ -25,6 +29,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         .next()
         .map_or_else(|| PathBuf::from("train_log/mnist_mlp"), PathBuf::from);
     let max_epoch: u64 = args.next().map_or(Ok(5), |s| s.parse())?;
+    let towers: usize = args.next().map_or(Ok(1), |s| s.parse())?;
     // Keep an existing logdir: that is what lets a second run resume.
     let logdir = set_logger_dir(&logdir, LogDirAction::Keep)?;
 
@@ -60,7 +65,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         .logdir(&logdir)
         .max_epoch(max_epoch)
         .auto_resume(true);
-    let report = launch_train_with_config(config, &mut SimpleTrainer::new())?;
+    let mut trainer: Box<dyn Trainer> = match towers {
+        1 => Box::new(SimpleTrainer::new()),
+        n => Box::new(ReplicatedTrainer::new(n)),
+    };
+    let report = launch_train_with_config(config, trainer.as_mut())?;
     if let Some(&(_, error)) = report.history("validation_error").last() {
         println!(
             "validation error after epoch {}: {error:.4}",

@@ -60,19 +60,21 @@ fn build(strategy: &dyn TowerStrategy) -> Built {
     }
 }
 
-fn replicated(bucket_bytes: Option<usize>) -> ReplicatedTowers {
-    ReplicatedTowers {
+fn two_towers(bucket_bytes: Option<usize>) -> TowerPlacement {
+    TowerPlacement {
         devices: TowerDevices::Count(2),
-        broadcast_every_epoch: true,
         bucket_bytes,
     }
 }
 
+fn replicated(bucket_bytes: Option<usize>) -> ReplicatedTowers {
+    ReplicatedTowers::over(two_towers(bucket_bytes))
+}
+
 fn parameter_server(device: ParameterDevice) -> ParameterServerTowers {
     ParameterServerTowers {
-        devices: TowerDevices::Count(2),
+        towers: two_towers(None),
         parameter_device: Some(device),
-        bucket_bytes: None,
     }
 }
 
@@ -207,12 +209,7 @@ fn compiled_data_parallel_steps_match_the_reference() {
     let strategies: Vec<Box<dyn TowerStrategy>> = vec![
         Box::new(replicated(Some(600))),
         Box::new(parameter_server(ParameterDevice::Host)),
-        Box::new(AsyncTowers {
-            devices: TowerDevices::Count(2),
-            scale_gradient: true,
-            parameter_device: None,
-            bucket_bytes: None,
-        }),
+        Box::new(AsyncTowers::over(two_towers(None))),
     ];
     for strategy in strategies {
         let b = build(strategy.as_ref());

@@ -19,19 +19,6 @@ use towerpack::tensor::HostTensor;
 use towerpack::train::*;
 use train_common::*;
 
-/// Every global variable of a finished run as f64 values, by name.
-fn weights(session: &dyn Session) -> BTreeMap<String, Vec<f64>> {
-    let graph = session.graph();
-    towerpack::tower::VarCollection::Global
-        .variables(graph)
-        .into_iter()
-        .map(|id| {
-            let value = session.read_variable(id).expect("read");
-            (graph.variable(id).name.clone(), value.to_f64_vec())
-        })
-        .collect()
-}
-
 /// `max |a - b| / max |b|` of every variable is at most `tol`; the same variables on both sides.
 fn assert_same_weights(
     what: &str,
@@ -67,7 +54,7 @@ fn one_tower_double_batch() -> BTreeMap<String, Vec<f64>> {
     let c = bare(config(model(), train_flow(256, 64, 4), None)).max_epoch(2);
     let report = launch_train_with_config(c, &mut SimpleTrainer::new()).expect("one tower");
     assert_eq!(report.counters.global_step, 8);
-    weights(report.session.as_ref())
+    global_variable_values(report.session.as_ref())
 }
 
 /// `trainer` at batch 32 per tower for 2 epochs of 4 steps.
@@ -104,7 +91,7 @@ fn two_towers_at_batch_b_match_one_tower_at_batch_2b() {
     ];
     for (what, mut trainer) in trainers {
         let report = two_towers(trainer.as_mut());
-        let got = weights(report.session.as_ref());
+        let got = global_variable_values(report.session.as_ref());
         assert!(
             !got.keys().any(|k| k.starts_with("tower")),
             "{what}: replicas are not global variables"
@@ -292,7 +279,7 @@ fn async_towers_apply_their_gradients_one_after_another() {
             .max_epoch(1);
         let mut trainer = AsyncTrainer::new(2).scale_gradient(scale);
         let report = launch_train_with_config(c, &mut trainer).expect("async");
-        let got = weights(report.session.as_ref());
+        let got = global_variable_values(report.session.as_ref());
         let k = if scale { 0.5 } else { 1.0 };
         for name in ["fc0/W", "fc0/b", "linear/W", "linear/b"] {
             let def = report
@@ -325,7 +312,7 @@ fn async_sgd_with_scaled_gradients_is_the_synchronous_average() {
         let c = bare(config(sgd(), train_flow(256, 32, 4), None))
             .steps_per_epoch(4)
             .max_epoch(2);
-        weights(
+        global_variable_values(
             launch_train_with_config(c, trainer)
                 .expect("train")
                 .session

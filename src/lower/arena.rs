@@ -1,14 +1,22 @@
 //! Arena fusion: one kernel updates many variables.
 //!
-//! Optimizers build the same update expression for every variable (`w ← w − lr·(μ·m + g)`,
-//! with data-parallel towers `g = (g⁰ + … + gᴺ⁻¹)/N`). After elementwise fusion each variable has
-//! its own update kernel. When several such kernels compute the same expression with the same
-//! shared scalars, and the variables they read and write sit back to back in the state layout,
-//! they merge into one kernel over the whole range: the variables' bytes are already
-//! contiguous ([`StateLayout`](super::StateLayout)), and the memory planner is asked to place
-//! their gradients contiguously in the same order — the *gradient arena*, one per tower.
-//! Ranges are cut into buckets of at most `bucket_bytes`, so a bucket's kernel can run as soon
-//! as its own gradients exist.
+//! Optimizers build the same update expression for every variable (`w ← w − lr·(μ·m + g)`).
+//! With data-parallel towers `g = (g⁰ + … + gᴺ⁻¹)·(1/N)`: the average reads every tower's
+//! gradient across devices, so fusion gives it its own group and then moves it into the update
+//! ([`super::groups`]); each tower's gradient stays materialised where its tower computed it.
+//! After elementwise fusion each variable has its own update kernel. When several such kernels
+//! compute the same expression with the same shared scalars, and the variables they read and
+//! write sit back to back in the state layout, they merge into one kernel over the whole range:
+//! the variables' bytes are already contiguous ([`StateLayout`](super::StateLayout)), and the
+//! memory planner is asked to place their gradients contiguously in the same order — the
+//! *gradient arena*, one per tower (and per bucket), each on its tower's device, all with the
+//! same layout. Ranges are cut into buckets of at most `bucket_bytes`, so a bucket's kernel can
+//! run as soon as its own gradients exist. Replicas of replicated training update their own
+//! variables with their own kernels, which read the same arenas.
+//!
+//! [`Program::buckets`](super::Program::buckets) lists every merged kernel with its arenas and
+//! member offsets: what a backend needs to render it (the CUDA backend) and what a collective
+//! engine needs to reduce a bucket's arenas across processes in one call before its kernel runs.
 
 use super::expr::ExprOp;
 use super::kernelize::{Draft, Kernelized, Operand};

@@ -74,9 +74,10 @@ pub use config::{BackendChoice, Resume, TrainConfig};
 pub use context::{PREDICT_TOWER, ResumeInfo, TrainContext};
 pub use counters::{LoopCounters, ResumePoint};
 pub use data_parallel::{
-    AsyncMultiGPUTrainer, AsyncTowers, AsyncTrainer, BroadcastReplicas, Device, ParameterDevice,
-    ParameterServerTowers, ParameterServerTrainer, ReplicatedTowers, ReplicatedTrainer,
-    SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated, TowerDevices,
+    AsyncMultiGPUTrainer, AsyncTowers, AsyncTrainer, BroadcastReplicas, DataParallelStrategy,
+    Device, ParameterDevice, ParameterServerTowers, ParameterServerTrainer, ReplicatedTowers,
+    ReplicatedTrainer, SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated,
+    TowerDevices, TowerPlacement,
 };
 pub use engine::{TrainReport, launch_train_with_config};
 pub use error::TrainError;

@@ -19,19 +19,19 @@ use crate::train::tower_trainer::{
 };
 use crate::train::trainer::{BuiltGraph, GraphSetup};
 
-use super::{Device, ParameterDevice, TowerDevices, main_loss, process, tower_gradient_rows};
+use super::{
+    DataParallelStrategy, ParameterDevice, TowerPlacement, main_loss, process, tower_gradient_rows,
+};
 
 /// Towers sharing variables, each applying its own update (see [`AsyncTrainer`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AsyncTowers {
-    pub devices: TowerDevices,
+    pub towers: TowerPlacement,
     /// Multiply each tower's gradient by 1/N before applying it (tensorpack's default).
     pub scale_gradient: bool,
     /// Where the shared variables live and are updated (default:
     /// [`ParameterDevice::default_for`] the tower count).
     pub parameter_device: Option<ParameterDevice>,
-    /// Bucket size of the fused update kernels (default: lowering's).
-    pub bucket_bytes: Option<usize>,
 }
 
 /// tensorpack's `AsyncMultiGPUTrainer`: every tower takes its own batch and applies its own
@@ -52,25 +52,6 @@ pub type AsyncTrainer = TowerTrainer<AsyncTowers>;
 pub type AsyncMultiGPUTrainer = AsyncTrainer;
 
 impl TowerTrainer<AsyncTowers> {
-    /// `towers` towers on the backend's first devices.
-    pub fn new(towers: usize) -> AsyncTrainer {
-        AsyncTrainer::with_devices(TowerDevices::Count(towers))
-    }
-
-    /// One tower per device of `devices`, in order.
-    pub fn on(devices: impl IntoIterator<Item = Device>) -> AsyncTrainer {
-        AsyncTrainer::with_devices(TowerDevices::On(devices.into_iter().collect()))
-    }
-
-    fn with_devices(devices: TowerDevices) -> AsyncTrainer {
-        TowerTrainer::with_strategy(AsyncTowers {
-            devices,
-            scale_gradient: true,
-            parameter_device: None,
-            bucket_bytes: None,
-        })
-    }
-
     /// Whether each tower's gradient is multiplied by 1/N (default: yes).
     pub fn scale_gradient(mut self, scale: bool) -> AsyncTrainer {
         self.strategy_mut().scale_gradient = scale;
@@ -82,11 +63,19 @@ impl TowerTrainer<AsyncTowers> {
         self.strategy_mut().parameter_device = Some(device);
         self
     }
+}
 
-    /// Cuts the fused update kernels into buckets of at most `bytes`.
-    pub fn bucket_bytes(mut self, bytes: usize) -> AsyncTrainer {
-        self.strategy_mut().bucket_bytes = Some(bytes);
-        self
+impl DataParallelStrategy for AsyncTowers {
+    fn over(towers: TowerPlacement) -> AsyncTowers {
+        AsyncTowers {
+            towers,
+            scale_gradient: true,
+            parameter_device: None,
+        }
+    }
+
+    fn towers_mut(&mut self) -> &mut TowerPlacement {
+        &mut self.towers
     }
 }
 
@@ -96,7 +85,7 @@ impl TowerStrategy for AsyncTowers {
     }
 
     fn build(&self, setup: &mut GraphSetup<'_>) -> Result<TowerGraph, TrainError> {
-        let n = self.devices.check(&self.name())?;
+        let n = self.towers.devices.check(&self.name())?;
         let parameter_device = self
             .parameter_device
             .unwrap_or_else(|| ParameterDevice::default_for(n));
@@ -147,8 +136,8 @@ impl TowerStrategy for AsyncTowers {
                 gradients: main.grads,
                 numeric_checks: main.checks,
                 towers,
-                placement: self.devices.placement(extra),
-                bucket_bytes: self.bucket_bytes,
+                placement: self.towers.devices.placement(extra),
+                bucket_bytes: self.towers.bucket_bytes,
                 ..BuiltGraph::default()
             },
         })

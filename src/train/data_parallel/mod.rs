@@ -51,7 +51,52 @@ use crate::tensor::HostTensor;
 
 use super::error::TrainError;
 use super::model::ModelDesc;
-use super::tower_trainer::tower_gradients;
+use super::tower_trainer::{TowerStrategy, TowerTrainer, tower_gradients};
+
+/// The towers of a data-parallel strategy: where they run, and the bucket size of their fused
+/// averaging-and-update kernels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TowerPlacement {
+    pub devices: TowerDevices,
+    /// Largest range of variables (bytes) one fused kernel updates (default: lowering's).
+    pub bucket_bytes: Option<usize>,
+}
+
+/// A data-parallel [`TowerStrategy`]: made from its towers' placement, with defaults for the
+/// rest. Gives its trainer the constructors `new(towers)` and `on(devices)`.
+pub trait DataParallelStrategy: TowerStrategy + Sized {
+    /// The strategy over `towers`, otherwise as tensorpack's defaults.
+    fn over(towers: TowerPlacement) -> Self;
+
+    /// Its towers' placement.
+    fn towers_mut(&mut self) -> &mut TowerPlacement;
+}
+
+impl<S: DataParallelStrategy> TowerTrainer<S> {
+    /// `towers` towers on the backend's first devices (`Cpu(0..towers)` on the CPU backend).
+    pub fn new(towers: usize) -> TowerTrainer<S> {
+        TowerTrainer::with_devices(TowerDevices::Count(towers))
+    }
+
+    /// One tower per device of `devices`, in order.
+    pub fn on(devices: impl IntoIterator<Item = Device>) -> TowerTrainer<S> {
+        TowerTrainer::with_devices(TowerDevices::On(devices.into_iter().collect()))
+    }
+
+    fn with_devices(devices: TowerDevices) -> TowerTrainer<S> {
+        TowerTrainer::with_strategy(S::over(TowerPlacement {
+            devices,
+            bucket_bytes: None,
+        }))
+    }
+
+    /// Cuts the fused averaging-and-update kernels into buckets of at most `bytes` of
+    /// variables (Horovod's tensor-fusion threshold).
+    pub fn bucket_bytes(mut self, bytes: usize) -> TowerTrainer<S> {
+        self.strategy_mut().towers_mut().bucket_bytes = Some(bytes);
+        self
+    }
+}
 
 /// Which devices the training towers run on: tower `i` is logical device `i`.
 #[derive(Clone, Debug, PartialEq, Eq)]

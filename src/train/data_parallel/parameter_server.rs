@@ -9,16 +9,16 @@ use crate::train::tower_trainer::{
 };
 use crate::train::trainer::{BuiltGraph, GraphSetup};
 
-use super::{Device, ParameterDevice, TowerDevices, average, main_loss, tower_gradient_rows};
+use super::{
+    DataParallelStrategy, ParameterDevice, TowerPlacement, average, main_loss, tower_gradient_rows,
+};
 
 /// Towers sharing one set of variables on a parameter device (see [`ParameterServerTrainer`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParameterServerTowers {
-    pub devices: TowerDevices,
+    pub towers: TowerPlacement,
     /// Default: [`ParameterDevice::default_for`] the tower count.
     pub parameter_device: Option<ParameterDevice>,
-    /// Bucket size of the fused averaging-and-update kernels (default: lowering's).
-    pub bucket_bytes: Option<usize>,
 }
 
 /// tensorpack's `SyncMultiGPUTrainerParameterServer`: every tower takes its own batch and
@@ -40,34 +40,23 @@ pub type ParameterServerTrainer = TowerTrainer<ParameterServerTowers>;
 pub type SyncMultiGPUTrainerParameterServer = ParameterServerTrainer;
 
 impl TowerTrainer<ParameterServerTowers> {
-    /// `towers` towers on the backend's first devices.
-    pub fn new(towers: usize) -> ParameterServerTrainer {
-        ParameterServerTrainer::with_devices(TowerDevices::Count(towers))
-    }
-
-    /// One tower per device of `devices`, in order.
-    pub fn on(devices: impl IntoIterator<Item = Device>) -> ParameterServerTrainer {
-        ParameterServerTrainer::with_devices(TowerDevices::On(devices.into_iter().collect()))
-    }
-
-    fn with_devices(devices: TowerDevices) -> ParameterServerTrainer {
-        TowerTrainer::with_strategy(ParameterServerTowers {
-            devices,
-            parameter_device: None,
-            bucket_bytes: None,
-        })
-    }
-
     /// Keeps the variables on `device`.
     pub fn parameter_device(mut self, device: ParameterDevice) -> ParameterServerTrainer {
         self.strategy_mut().parameter_device = Some(device);
         self
     }
+}
 
-    /// Cuts the fused averaging-and-update kernels into buckets of at most `bytes`.
-    pub fn bucket_bytes(mut self, bytes: usize) -> ParameterServerTrainer {
-        self.strategy_mut().bucket_bytes = Some(bytes);
-        self
+impl DataParallelStrategy for ParameterServerTowers {
+    fn over(towers: TowerPlacement) -> ParameterServerTowers {
+        ParameterServerTowers {
+            towers,
+            parameter_device: None,
+        }
+    }
+
+    fn towers_mut(&mut self) -> &mut TowerPlacement {
+        &mut self.towers
     }
 }
 
@@ -77,7 +66,7 @@ impl TowerStrategy for ParameterServerTowers {
     }
 
     fn build(&self, setup: &mut GraphSetup<'_>) -> Result<TowerGraph, TrainError> {
-        let n = self.devices.check(&self.name())?;
+        let n = self.towers.devices.check(&self.name())?;
         let parameter_device = self
             .parameter_device
             .unwrap_or_else(|| ParameterDevice::default_for(n));
@@ -100,8 +89,8 @@ impl TowerStrategy for ParameterServerTowers {
                 gradients: processed.grads,
                 numeric_checks: processed.checks,
                 towers,
-                placement: self.devices.placement(extra),
-                bucket_bytes: self.bucket_bytes,
+                placement: self.towers.devices.placement(extra),
+                bucket_bytes: self.towers.bucket_bytes,
                 ..BuiltGraph::default()
             },
         })

@@ -16,18 +16,17 @@ use crate::train::tower_trainer::{
 use crate::train::trainer::{BuiltGraph, GraphSetup};
 
 use super::{
-    Device, TowerDevices, average, logical_device, main_loss, process, tower_gradient_rows,
+    DataParallelStrategy, TowerPlacement, average, logical_device, main_loss, process,
+    tower_gradient_rows,
 };
 
 /// One replica of the variables per tower (see [`ReplicatedTrainer`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplicatedTowers {
-    pub devices: TowerDevices,
+    pub towers: TowerPlacement,
     /// Also broadcast replica 0 at the end of every epoch (tensorpack's default), not only
     /// before training.
     pub broadcast_every_epoch: bool,
-    /// Bucket size of the fused averaging-and-update kernels (default: lowering's).
-    pub bucket_bytes: Option<usize>,
 }
 
 /// tensorpack's `SyncMultiGPUTrainerReplicated`: tower `i` keeps its own replica of the
@@ -54,34 +53,23 @@ pub type ReplicatedTrainer = TowerTrainer<ReplicatedTowers>;
 pub type SyncMultiGPUTrainerReplicated = ReplicatedTrainer;
 
 impl TowerTrainer<ReplicatedTowers> {
-    /// `towers` towers on the backend's first devices.
-    pub fn new(towers: usize) -> ReplicatedTrainer {
-        ReplicatedTrainer::with_devices(TowerDevices::Count(towers))
-    }
-
-    /// One tower per device of `devices`, in order.
-    pub fn on(devices: impl IntoIterator<Item = Device>) -> ReplicatedTrainer {
-        ReplicatedTrainer::with_devices(TowerDevices::On(devices.into_iter().collect()))
-    }
-
-    fn with_devices(devices: TowerDevices) -> ReplicatedTrainer {
-        TowerTrainer::with_strategy(ReplicatedTowers {
-            devices,
-            broadcast_every_epoch: true,
-            bucket_bytes: None,
-        })
-    }
-
     /// Whether replica 0 is also broadcast at the end of every epoch (default: yes).
     pub fn broadcast_every_epoch(mut self, every_epoch: bool) -> ReplicatedTrainer {
         self.strategy_mut().broadcast_every_epoch = every_epoch;
         self
     }
+}
 
-    /// Cuts the fused averaging-and-update kernels into buckets of at most `bytes`.
-    pub fn bucket_bytes(mut self, bytes: usize) -> ReplicatedTrainer {
-        self.strategy_mut().bucket_bytes = Some(bytes);
-        self
+impl DataParallelStrategy for ReplicatedTowers {
+    fn over(towers: TowerPlacement) -> ReplicatedTowers {
+        ReplicatedTowers {
+            towers,
+            broadcast_every_epoch: true,
+        }
+    }
+
+    fn towers_mut(&mut self) -> &mut TowerPlacement {
+        &mut self.towers
     }
 }
 
@@ -91,7 +79,7 @@ impl TowerStrategy for ReplicatedTowers {
     }
 
     fn build(&self, setup: &mut GraphSetup<'_>) -> Result<TowerGraph, TrainError> {
-        let n = self.devices.check(&self.name())?;
+        let n = self.towers.devices.check(&self.name())?;
         let model = setup.model()?;
         let towers = build_training_towers_on(setup, n, Strategy::Replicated)?;
         let rows = tower_gradient_rows(setup.graph, &towers)?;
@@ -133,8 +121,8 @@ impl TowerStrategy for ReplicatedTowers {
                 numeric_checks: main.checks,
                 towers,
                 callbacks,
-                placement: self.devices.placement(None),
-                bucket_bytes: self.bucket_bytes,
+                placement: self.towers.devices.placement(None),
+                bucket_bytes: self.towers.bucket_bytes,
             },
         })
     }
