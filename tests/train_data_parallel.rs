@@ -100,6 +100,37 @@ fn two_towers_at_batch_b_match_one_tower_at_batch_2b() {
     }
 }
 
+#[test]
+fn the_equivalence_holds_with_adam_and_gradient_processors() {
+    // Global-norm clipping needs every gradient before any update (no fused averaging kernel
+    // then), and Adam's beta powers are state shared by all variables (and replicas).
+    let adam = || {
+        let m = model();
+        ModelFn::new(m.inputs(), move |x| m.build_graph(x), Optimizer::adam(0.01)).with_processors(
+            vec![towerpack::optim::GradientProcessor::global_norm_clip(0.5).expect("clip")],
+        )
+    };
+    let c = bare(config(adam(), train_flow(256, 64, 4), None)).max_epoch(1);
+    let one = launch_train_with_config(c, &mut SimpleTrainer::new()).expect("one tower");
+    let one = global_variable_values(one.session.as_ref());
+    let trainers: Vec<(&str, Box<dyn Trainer>)> = vec![
+        ("ps", Box::new(ParameterServerTrainer::new(2))),
+        ("replicated", Box::new(ReplicatedTrainer::new(2))),
+    ];
+    for (what, mut trainer) in trainers {
+        let c = bare(config(adam(), train_flow(256, 32, 4), None))
+            .steps_per_epoch(4)
+            .max_epoch(1);
+        let two = launch_train_with_config(c, trainer.as_mut()).expect("two towers");
+        assert_same_weights(
+            what,
+            &global_variable_values(two.session.as_ref()),
+            &one,
+            1e-5,
+        );
+    }
+}
+
 /// The values of replica 0's variable `name` and of its copy in tower 1.
 fn replica_pair(session: &dyn Session, name: &str) -> (HostTensor, HostTensor) {
     let graph = session.graph();
