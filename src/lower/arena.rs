@@ -7,7 +7,7 @@
 //! After elementwise fusion each variable has its own update kernel. When several such kernels
 //! compute the same expression with the same shared scalars, and the variables they read and
 //! write sit back to back in the state layout, they merge into one kernel over the whole range:
-//! the variables' bytes are already contiguous ([`StateLayout`](super::StateLayout)), and the
+//! the variables' bytes are already contiguous ([`StateLayout`]), and the
 //! memory planner is asked to place their gradients contiguously in the same order — the
 //! *gradient arena*, one per tower (and per bucket), each on its tower's device, all with the
 //! same layout. Ranges are cut into buckets of at most `bucket_bytes`, so a bucket's kernel can
