@@ -22,10 +22,12 @@
 //! variables in state order). For each bucket of at most `bucket_bytes` of variables ONE kernel
 //! reads the N arenas, averages them and applies the optimizer in the same pass (per replica's
 //! device for the replicated trainer): lowering fuses the average into the update, and the arena
-//! pass ([`crate::lower::arena`]) merges the per-variable updates over the bucket.
-//! [`Program::buckets`](crate::lower::Program::buckets) lists every such kernel with its arenas
-//! and member offsets: a collective engine (MPI, NCCL) all-reduces the arenas of a bucket across
-//! processes right before that bucket's kernel runs — one collective call per bucket.
+//! pass ([`crate::lower::arena`]) merges the per-variable updates over the bucket. Where the
+//! update needs every gradient first (global-norm clipping) it stays per variable, still
+//! averaged. [`Program::buckets`](crate::lower::Program::buckets) lists every fused kernel with
+//! its arenas and member offsets: the place for a collective engine (MPI, NCCL) to all-reduce
+//! (mean) each arena of a bucket across processes right before the bucket's kernel runs, one
+//! call per bucket and local tower (the CPU executor does not do this yet).
 
 mod async_update;
 mod parameter_server;
