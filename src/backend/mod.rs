@@ -4,6 +4,7 @@
 //! - [`cpu`]: the fast CPU backend (its compute kernels live in [`cpu::kernels`]).
 //! - [`reference`]: the oracle. An op-by-op interpreter of the IR, written for clarity. Every
 //!   compiled backend is tested against it.
+//! - [`device`]: the [`Device`]s logical devices run on, and their [`Placement`].
 //!
 //! A step is *functional*: every `Variable` read sees the value the variable held when the step
 //! began, and every `Assign` of the step takes effect when it ends. A step may assign a variable
@@ -11,9 +12,11 @@
 
 pub mod collective;
 pub mod cpu;
+pub mod device;
 pub mod reference;
 
 pub use crate::ir::Step;
+pub use device::{Device, Placement};
 
 use crate::ir::{Graph, IrError, NodeId, VarId};
 use crate::tensor::HostTensor;

@@ -1,14 +1,22 @@
 //! Arena fusion: one kernel updates many variables.
 //!
-//! Optimizers build the same update expression for every variable (`w ← w − lr·(μ·m + g)`,
-//! with data-parallel towers `g = (g⁰ + … + gᴺ⁻¹)/N`). After elementwise fusion each variable has
-//! its own update kernel. When several such kernels compute the same expression with the same
-//! shared scalars, and the variables they read and write sit back to back in the state layout,
-//! they merge into one kernel over the whole range: the variables' bytes are already
-//! contiguous ([`StateLayout`](super::StateLayout)), and the memory planner is asked to place
-//! their gradients contiguously in the same order — the *gradient arena*, one per tower.
-//! Ranges are cut into buckets of at most `bucket_bytes`, so a bucket's kernel can run as soon
-//! as its own gradients exist.
+//! Optimizers build the same update expression for every variable (`w ← w − lr·(μ·m + g)`).
+//! With data-parallel towers `g = (g⁰ + … + gᴺ⁻¹)·(1/N)`: the average reads every tower's
+//! gradient across devices, so fusion gives it its own group and then moves it into the update
+//! ([`super::groups`]); each tower's gradient stays materialised where its tower computed it.
+//! After elementwise fusion each variable has its own update kernel. When several such kernels
+//! compute the same expression with the same shared scalars, and the variables they read and
+//! write sit back to back in the state layout, they merge into one kernel over the whole range:
+//! the variables' bytes are already contiguous ([`StateLayout`]), and the
+//! memory planner is asked to place their gradients contiguously in the same order — the
+//! *gradient arena*, one per tower (and per bucket), each on its tower's device, all with the
+//! same layout. Ranges are cut into buckets of at most `bucket_bytes`, so a bucket's kernel can
+//! run as soon as its own gradients exist. Replicas of replicated training update their own
+//! variables with their own kernels, which read the same arenas.
+//!
+//! [`Program::buckets`](super::Program::buckets) lists every merged kernel with its arenas and
+//! member offsets: what a backend needs to render it (the CUDA backend) and what a collective
+//! engine needs to reduce a bucket's arenas across processes in one call before its kernel runs.
 
 use super::expr::ExprOp;
 use super::kernelize::{Draft, Kernelized, Operand};
@@ -114,7 +122,9 @@ pub fn fuse_updates(
     for (o, _) in &k.assigns {
         *assign_count.entry(o.base).or_default() += 1;
     }
-    let mut used_grads: HashSet<Value> = HashSet::new();
+    // Within a family every member reads its own gradients; families may share them (every
+    // replica's update reads every tower's gradient arena).
+    let mut used_grads: HashMap<String, HashSet<Value>> = HashMap::new();
     let mut families: BTreeMap<String, Vec<Member>> = BTreeMap::new();
     for (i, d) in k.drafts.iter().enumerate() {
         if !d.alive {
@@ -151,7 +161,7 @@ pub fn fuse_updates(
             let full = o.view.is_identity() && &o.view.shape == shape;
             if let (true, Some(var)) = (full, read_of(graph, o.base)) {
                 roles.push((Role::State, Some(var), None));
-            } else if full && k.producer.contains_key(&o.base) && !used_grads.contains(&o.base) {
+            } else if full && k.producer.contains_key(&o.base) {
                 roles.push((Role::Arena, None, Some(o.base)));
             } else if o.view.strides.iter().all(|&s| s == 0) {
                 // The same scalar whatever the rank of the view that broadcasts it.
@@ -165,7 +175,7 @@ pub fn fuse_updates(
                 break;
             }
         }
-        // A member's outputs must not feed another member, and gradients are used once.
+        // A member's outputs must not feed another member.
         let own_outputs: HashSet<Value> = d.outputs.iter().copied().collect();
         if !ok
             || roles
@@ -174,17 +184,19 @@ pub fn fuse_updates(
         {
             continue;
         }
-        for (_, _, v) in &roles {
-            if let Some(v) = v {
-                used_grads.insert(*v);
-            }
-        }
         let key = format!(
             "dev{} {} {:?}",
             d.device,
             expr,
             roles.iter().map(|r| &r.0).collect::<Vec<_>>()
         );
+        let used = used_grads.entry(key.clone()).or_default();
+        let grads: Vec<Value> = roles.iter().filter_map(|r| r.2).collect();
+        let distinct: HashSet<Value> = grads.iter().copied().collect();
+        if distinct.len() != grads.len() || grads.iter().any(|g| used.contains(g)) {
+            continue;
+        }
+        used.extend(grads);
         families.entry(key).or_default().push(Member {
             draft: i,
             roles,
@@ -193,13 +205,15 @@ pub fn fuse_updates(
         });
     }
     let mut kernels = Vec::new();
-    let mut merged_values: HashSet<Value> = HashSet::new();
+    let mut merged_drafts: Vec<Vec<usize>> = Vec::new();
     for (_, mut members) in families {
         if members.len() < 2 {
             continue;
         }
         members.sort_by_key(|m| (layout.slot(m.outs[0]).device, layout.slot(m.outs[0]).offset));
-        // Cut into runs where every variable family stays contiguous, then into buckets.
+        // Cut into runs where every variable family stays contiguous and every arena on one
+        // device, then into buckets.
+        let device_of = |v: Value| k.producer.get(&v).map(|&d| k.drafts[d].device);
         let contiguous = |a: &Member, b: &Member| {
             let next = |x: VarId, y: VarId| {
                 let (sx, sy) = (layout.slot(x), layout.slot(y));
@@ -209,8 +223,9 @@ pub fn fuse_updates(
                 && a.roles
                     .iter()
                     .zip(&b.roles)
-                    .all(|(ra, rb)| match (ra.1, rb.1) {
-                        (Some(x), Some(y)) => next(x, y),
+                    .all(|(ra, rb)| match (ra.1, rb.1, ra.2, rb.2) {
+                        (Some(x), Some(y), _, _) => next(x, y),
+                        (_, _, Some(x), Some(y)) => device_of(x) == device_of(y),
                         _ => true,
                     })
         };
@@ -262,14 +277,44 @@ pub fn fuse_updates(
                     .max()
                     .unwrap_or(0),
             };
-            for m in &run {
-                let d: &mut Draft = &mut k.drafts[m.draft];
-                d.alive = false;
-                merged_values.extend(d.outputs.iter().copied());
-            }
+            merged_drafts.push(run.iter().map(|m| m.draft).collect());
             kernels.push(kernel);
         }
     }
+    // A gradient lives in one arena: kernels sharing gradients must read the same arenas
+    // (replicas cut into the same buckets); a kernel that would split one is not fused.
+    let mut arena_of: HashMap<Value, Vec<Value>> = HashMap::new();
+    let mut merged_values: HashSet<Value> = HashSet::new();
+    let mut kept = Vec::with_capacity(kernels.len());
+    for (kernel, drafts) in kernels.into_iter().zip(merged_drafts) {
+        let arenas: Vec<&Vec<Value>> = kernel
+            .operands
+            .iter()
+            .filter_map(|o| match o {
+                ArenaOperand::Arena { values } => Some(values),
+                _ => None,
+            })
+            .collect();
+        let consistent = arenas.iter().all(|values| {
+            values
+                .iter()
+                .all(|v| arena_of.get(v).is_none_or(|a| a == *values))
+        });
+        if !consistent {
+            continue;
+        }
+        for values in arenas {
+            for v in values {
+                arena_of.insert(*v, values.clone());
+            }
+        }
+        for i in drafts {
+            let d: &mut Draft = &mut k.drafts[i];
+            d.alive = false;
+            merged_values.extend(d.outputs.iter().copied());
+        }
+        kept.push(kernel);
+    }
     k.assigns.retain(|(o, _)| !merged_values.contains(&o.base));
-    kernels
+    kept
 }

@@ -362,10 +362,21 @@ pub fn emit(
         }
     }
     if schedule.len() != n {
+        let stuck: Vec<String> = (0..n)
+            .filter(|&i| indeg[i] > 0)
+            .take(6)
+            .map(|i| match items[i] {
+                Item::Draft(d) => format!("`{}`", d.name),
+                Item::Arena(a) => format!("`{}`", a.name),
+            })
+            .collect();
         return Err(LowerError::Unsupported {
             node: String::new(),
             op: "schedule".into(),
-            reason: "kernel dependencies form a cycle (a fusion bug)".into(),
+            reason: format!(
+                "kernel dependencies form a cycle (a fusion bug) through {}",
+                stuck.join(", ")
+            ),
         });
     }
 
@@ -383,14 +394,19 @@ pub fn emit(
         scratch_index: HashMap::new(),
         in_place,
     };
-    let mut groups: Vec<(Vec<usize>, BufferId)> = Vec::new();
+    let mut arenas_planned = ArenaGroups::default();
     let mut kernels = Vec::with_capacity(n);
     for (t, &i) in schedule.iter().enumerate() {
         kernels.push(match items[i] {
             Item::Draft(d) => emit_draft(&mut bufs, d, t),
-            Item::Arena(a) => emit_arena(&mut bufs, a, t, &mut groups),
+            Item::Arena(a) => {
+                let (kernel, bucket) = emit_arena(&mut bufs, a, t, &mut arenas_planned);
+                bufs.prog.buckets.push(bucket);
+                kernel
+            }
         });
     }
+    let groups = arenas_planned.groups;
     bufs.prog.fetches = fetches.iter().map(|o| bufs.region(o)).collect();
     bufs.prog.writebacks = writebacks
         .iter()
@@ -430,66 +446,8 @@ pub fn emit(
         .map(|d| by_dev.get(&d).copied().unwrap_or(0))
         .collect();
     bufs.prog.kernels = kernels;
-    bufs.prog.waits = cross_device_waits(&bufs.prog);
+    bufs.prog.waits = super::waits::cross_device_waits(&bufs.prog);
     Ok(bufs.prog)
-}
-
-/// Which arena a buffer's bytes are in, and where: `(space, device, start, end)` with space 0
-/// for scratch, 1 for state, 2 for constants (never written).
-fn extent(p: &Program, b: BufferId) -> (u8, u16, usize, usize) {
-    let buf = &p.buffers[b.0 as usize];
-    let bytes = buf.bytes();
-    match buf.storage {
-        Storage::Scratch { device, offset } => (0, device, offset, offset + bytes),
-        Storage::State { device, offset } => (1, device, offset, offset + bytes),
-        Storage::Constant(i) => (2, 0, i as usize, i as usize + 1),
-    }
-}
-
-fn overlaps(a: (u8, u16, usize, usize), b: (u8, u16, usize, usize)) -> bool {
-    a.0 == b.0 && a.1 == b.1 && a.2 < b.3 && b.2 < a.3
-}
-
-/// For each kernel, the latest kernel of every other device it must wait for: one that writes
-/// what it reads or writes, or reads what it writes (memory the planner reused in schedule
-/// order). Waiting for the latest such kernel of a device covers the earlier ones, since each
-/// device runs its kernels in order.
-fn cross_device_waits(p: &Program) -> Vec<Vec<u32>> {
-    if p.devices() <= 1 {
-        return Vec::new();
-    }
-    let access: Vec<(Vec<_>, Vec<_>)> = p
-        .kernels
-        .iter()
-        .map(|k| {
-            let reads = k.inputs.iter().map(|v| extent(p, v.buffer)).collect();
-            let writes = k.outputs.iter().map(|&b| extent(p, b)).collect();
-            (reads, writes)
-        })
-        .collect();
-    let mut waits = vec![Vec::new(); p.kernels.len()];
-    for t in 0..p.kernels.len() {
-        let (reads_t, writes_t) = &access[t];
-        let mut latest: BTreeMap<u16, u32> = BTreeMap::new();
-        for j in (0..t).rev() {
-            let d = p.kernels[j].device;
-            if d == p.kernels[t].device || latest.contains_key(&d) {
-                continue;
-            }
-            let (reads_j, writes_j) = &access[j];
-            let hazard = writes_j
-                .iter()
-                .any(|w| reads_t.iter().chain(writes_t).any(|x| overlaps(*w, *x)))
-                || reads_j
-                    .iter()
-                    .any(|r| writes_t.iter().any(|w| overlaps(*r, *w)));
-            if hazard {
-                latest.insert(d, j as u32);
-            }
-        }
-        waits[t] = latest.into_values().collect();
-    }
-    waits
 }
 
 fn emit_draft(bufs: &mut Buffers<'_>, d: &Draft, t: usize) -> Kernel {
@@ -529,14 +487,23 @@ fn emit_draft(bufs: &mut Buffers<'_>, d: &Draft, t: usize) -> Kernel {
     }
 }
 
+/// The gradient arenas planned so far: each a group of scratch buffers placed back to back,
+/// and the buffer spanning it. Kernels reading the same gradients share the arena.
+#[derive(Default)]
+struct ArenaGroups {
+    groups: Vec<(Vec<usize>, BufferId)>,
+    by_values: HashMap<Vec<Value>, BufferId>,
+}
+
 fn emit_arena(
     bufs: &mut Buffers<'_>,
     a: &ArenaKernel,
     t: usize,
-    groups: &mut Vec<(Vec<usize>, BufferId)>,
-) -> Kernel {
+    arenas: &mut ArenaGroups,
+) -> (Kernel, super::program::Bucket) {
     let n = a.len();
     let mut inputs = Vec::with_capacity(a.operands.len());
+    let mut arena_buffers = Vec::new();
     for o in &a.operands {
         inputs.push(match o {
             ArenaOperand::State { vars } => View {
@@ -555,16 +522,24 @@ fn emit_arena(
                         device = bufs.scratch[s].1.device;
                     }
                 }
-                let first = bufs.sg.graph.value_name(values[0]);
-                let last = bufs.sg.graph.value_name(values[values.len() - 1]);
-                let dtype = bufs.sg.graph.value_type(values[0]).dtype;
-                let arena = bufs.push(Buffer {
-                    name: format!("arena[{first}..{last}]"),
-                    dtype,
-                    shape: vec![n],
-                    storage: Storage::Scratch { device, offset: 0 },
-                });
-                groups.push((members, arena));
+                let arena = match arenas.by_values.get(values) {
+                    Some(&b) => b,
+                    None => {
+                        let first = bufs.sg.graph.value_name(values[0]);
+                        let last = bufs.sg.graph.value_name(values[values.len() - 1]);
+                        let dtype = bufs.sg.graph.value_type(values[0]).dtype;
+                        let b = bufs.push(Buffer {
+                            name: format!("arena[{first}..{last}]"),
+                            dtype,
+                            shape: vec![n],
+                            storage: Storage::Scratch { device, offset: 0 },
+                        });
+                        arenas.groups.push((members, b));
+                        arenas.by_values.insert(values.clone(), b);
+                        b
+                    }
+                };
+                arena_buffers.push(arena);
                 View {
                     buffer: arena,
                     offset: 0,
@@ -587,7 +562,7 @@ fn emit_arena(
         .iter()
         .map(|vars| bufs.state_range(vars))
         .collect();
-    Kernel {
+    let kernel = Kernel {
         name: a.name.clone(),
         device: a.device,
         kind: KernelKind::Elementwise {
@@ -596,5 +571,22 @@ fn emit_arena(
         },
         inputs,
         outputs,
-    }
+    };
+    let offsets = a
+        .sizes
+        .iter()
+        .scan(0, |at, &size| {
+            let offset = *at;
+            *at += size;
+            Some(offset)
+        })
+        .collect();
+    let bucket = super::program::Bucket {
+        kernel: t as u32,
+        arenas: arena_buffers,
+        outputs: a.outputs.clone(),
+        offsets,
+        len: n,
+    };
+    (kernel, bucket)
 }

@@ -5,6 +5,12 @@
 //! group through an outside node back to the joiner). A member's value leaves the group (is
 //! materialised) when something outside needs it — unless every consumer is a reduction over
 //! the group's space, which recomputes it in its prologue instead.
+//!
+//! Across devices: a node reading a value computed on another device (a *gather*, such as the
+//! average of every tower's gradient) starts a group of its own, so no kernel of one device
+//! waits for another device because of fusion; and a gather group whose one output feeds one
+//! kernel over the same space moves into that kernel (the average joins the optimizer update,
+//! which then reads every tower's gradient directly).
 
 use crate::ir::{Graph, NodeId, Op, Value};
 use std::collections::{HashMap, HashSet};
@@ -52,6 +58,8 @@ pub struct Group {
     pub device: u16,
     /// Topological position of the first member (bounds cycle searches).
     pub min_pos: usize,
+    /// True when its first member reads a value computed on another device.
+    pub gathers: bool,
 }
 
 /// The grouping of a step's elementwise nodes.
@@ -89,26 +97,38 @@ pub struct GroupInput<'a> {
     pub fuse: bool,
 }
 
-/// True when some member of `group` is an ancestor of `start` (through data edges).
-fn reaches(
-    input: &GroupInput<'_>,
-    group_of: &HashMap<NodeId, usize>,
-    g: usize,
-    min_pos: usize,
-    start: NodeId,
-) -> bool {
+/// True when some member of group `g` is an ancestor of `start` through data edges, with every
+/// other group contracted to one kernel: a node of group `h` depends on whatever any member of
+/// `h` reads (two groups reading each other's members would otherwise form a cycle of kernels,
+/// as the averaging ops of two data-parallel towers do).
+fn reaches(input: &GroupInput<'_>, gr: &Grouping, g: usize, min_pos: usize, start: NodeId) -> bool {
     let mut stack = vec![start];
     let mut seen = HashSet::new();
+    let mut expanded = HashSet::new();
     while let Some(id) = stack.pop() {
-        if !seen.insert(id) || input.pos.get(&id).copied().unwrap_or(0) < min_pos {
+        if !seen.insert(id) {
             continue;
         }
-        if group_of.get(&id) == Some(&g) {
-            return true;
+        match gr.group_of.get(&id) {
+            Some(&h) if h == g => return true,
+            Some(&h) if expanded.insert(h) => stack.extend(gr.groups[h].members.iter().copied()),
+            _ => {}
+        }
+        if input.pos.get(&id).copied().unwrap_or(0) < min_pos {
+            continue;
         }
         stack.extend(input.graph.inputs(id).iter().map(|v| v.node));
     }
     false
+}
+
+/// True when node `id` reads a computed value (not an input, constant or variable read) of
+/// another device.
+fn gathers(input: &GroupInput<'_>, id: NodeId) -> bool {
+    let device = (input.device_of)(id);
+    data_inputs(input.graph, id)
+        .iter()
+        .any(|u| !input.graph.node(u.node).op.is_source() && (input.device_of)(u.node) != device)
 }
 
 /// Largest cone (instructions of its own group) a consumer will recompute.
@@ -216,9 +236,25 @@ fn decide_materialisation(
             plan.written.insert(v);
             continue;
         }
+        // A gather group's only output, read by one other group: moving it there costs nothing
+        // (the average of every tower's gradient joins the optimizer update that reads it).
+        let consumer_groups: HashSet<Option<&usize>> =
+            external.iter().map(|c| gr.group_of.get(c)).collect();
+        let moves = grp.gathers
+            && consumer_groups.len() == 1
+            && !consumer_groups.contains(&None)
+            && grp.members.iter().all(|&m| {
+                let w = Value::first(m);
+                w == v
+                    || (!input.pinned.contains(&w)
+                        && consumers
+                            .get(&w)
+                            .is_none_or(|c| c.iter().all(|n| gr.group_of.get(n) == Some(&g))))
+            });
         // Two full-size inputs for elementwise consumers was measured (ResNet-20 training
         // step): it recomputes more than it saves.
-        match plan.leaves(input, gr, v, 1) {
+        let max_leaves = if moves { usize::MAX } else { 1 };
+        match plan.leaves(input, gr, v, max_leaves) {
             Some(leaves) => plan.absorb(gr, v, leaves),
             None => {
                 plan.written.insert(v);
@@ -277,7 +313,8 @@ pub fn group(input: &GroupInput<'_>, consumers: &HashMap<Value, Vec<NodeId>>) ->
         let device = (input.device_of)(id);
         let ins = data_inputs(graph, id);
         let mut chosen = None;
-        if input.fuse {
+        let gather = gathers(input, id);
+        if input.fuse && !gather {
             for u in &ins {
                 let Some(&g) = gr.group_of.get(&u.node) else {
                     continue;
@@ -288,8 +325,7 @@ pub fn group(input: &GroupInput<'_>, consumers: &HashMap<Value, Vec<NodeId>>) ->
                 }
                 let min_pos = grp.min_pos;
                 let cyclic = ins.iter().any(|w| {
-                    gr.group_of.get(&w.node) != Some(&g)
-                        && reaches(input, &gr.group_of, g, min_pos, w.node)
+                    gr.group_of.get(&w.node) != Some(&g) && reaches(input, &gr, g, min_pos, w.node)
                 });
                 if !cyclic {
                     chosen = Some(g);
@@ -303,6 +339,7 @@ pub fn group(input: &GroupInput<'_>, consumers: &HashMap<Value, Vec<NodeId>>) ->
                 shape: shape.clone(),
                 device,
                 min_pos: input.pos.get(&id).copied().unwrap_or(0),
+                gathers: gather,
             });
             gr.groups.len() - 1
         });

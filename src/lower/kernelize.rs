@@ -592,6 +592,29 @@ impl Former<'_> {
         false
     }
 
+    /// True when live draft `from` reads, directly or transitively, a value draft `target`
+    /// writes.
+    fn draft_reaches(&self, from: usize, target: usize) -> bool {
+        let mut stack = vec![from];
+        let mut seen = HashSet::new();
+        while let Some(d) = stack.pop() {
+            if d == target {
+                return true;
+            }
+            if !seen.insert(d) {
+                continue;
+            }
+            stack.extend(
+                self.drafts[d]
+                    .inputs
+                    .iter()
+                    .filter_map(|o| self.producer.get(&o.base).copied())
+                    .filter(|&p| self.drafts[p].alive || p == target),
+            );
+        }
+        false
+    }
+
     /// Merges elementwise drafts into the convolution or matmul producing one of their operands.
     /// `external` holds the bases read by fetches and assigns.
     fn fuse_epilogues(&mut self, external: &HashSet<Value>) {
@@ -633,10 +656,15 @@ impl Former<'_> {
                 .filter(|(i, _)| *i != s)
                 .map(|(_, o)| o.clone())
                 .collect();
-            if others
-                .iter()
-                .any(|o| o.base == v || self.depends(o.base.node, v.node))
-            {
+            // The extra operands must not depend on the kernel (in the graph, or through
+            // epilogues merged earlier), and must not make it wait for another device.
+            if others.iter().any(|o| {
+                o.base == v
+                    || self.depends(o.base.node, v.node)
+                    || self.producer.get(&o.base).is_some_and(|&p| {
+                        self.drafts[p].device != self.drafts[k].device || self.draft_reaches(p, k)
+                    })
+            }) {
                 continue;
             }
             let needs_raw = external.contains(&v)

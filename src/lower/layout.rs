@@ -3,9 +3,11 @@
 //! It is a pure function of the graph, so every program compiled for a session addresses the
 //! same bytes. The order makes optimizer updates fusable across variables: trainable variables
 //! first (declaration order), then, for each slot kind (`W/Momentum`, `W/Adam`, ...), the slots
-//! in the same order as their variables, then everything else. A variable read on exactly one
-//! logical device lives there (replicas of replicated training); a variable read on several, or
-//! on none, lives on device 0 (shared, parameter-server style).
+//! in the same order as their variables, then everything else. A variable lives where it is
+//! updated: on the one logical device whose `Assign`s write it (a replica of replicated
+//! training, or the parameter-server device of shared variables). One never assigned lives on
+//! the one device that reads it; one assigned or read on several devices, or on none, on
+//! device 0.
 
 use crate::ir::{Graph, Op, VarId};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -35,22 +37,23 @@ impl StateLayout {
     /// Computes the layout of `graph`'s variables.
     pub fn new(graph: &Graph) -> StateLayout {
         let vars = graph.variables();
-        let mut devices: HashMap<VarId, HashSet<u16>> = HashMap::new();
+        let mut readers: HashMap<VarId, HashSet<u16>> = HashMap::new();
+        let mut writers: HashMap<VarId, HashSet<u16>> = HashMap::new();
         for id in graph.node_ids() {
             let n = graph.node(id);
-            if let Op::Variable { var } = n.op {
-                devices
-                    .entry(var)
-                    .or_default()
-                    .insert(n.device.unwrap_or(0));
-            }
+            let devices = match n.op {
+                Op::Variable { var } => readers.entry(var).or_default(),
+                Op::Assign { var } => writers.entry(var).or_default(),
+                _ => continue,
+            };
+            devices.insert(n.device.unwrap_or(0));
         }
-        let device_of = |v: VarId| -> u16 {
-            match devices.get(&v) {
-                Some(d) if d.len() == 1 => d.iter().copied().next().unwrap_or(0),
-                _ => 0,
-            }
+        let only = |d: &HashSet<u16>| match d.len() {
+            1 => d.iter().copied().next().unwrap_or(0),
+            _ => 0,
         };
+        let device_of =
+            |v: VarId| -> u16 { writers.get(&v).or_else(|| readers.get(&v)).map_or(0, only) };
         // Order: trainables, then slot families in trainable order, then the rest.
         let by_name: HashMap<&str, VarId> = graph
             .variable_ids()

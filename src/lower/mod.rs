@@ -9,7 +9,8 @@
 //! 3. [`arena`]: identical per-variable update kernels over contiguous variables merge into one
 //!    kernel over the state range and a gradient arena (with data-parallel towers this is the
 //!    fused gradient-averaging kernel), cut into buckets;
-//! 4. [`emit`] with [`memplan`]: scheduling, in-place assigns, buffers and the arena plan.
+//! 4. [`emit`] with [`memplan`]: scheduling, in-place assigns, buffers and the arena plan;
+//!    then the cross-device waits of programs spread over several devices.
 //!
 //! The result is data ([`program`], [`expr`]): the CPU backend runs it, the CUDA backend renders
 //! it. Lowering never imports a backend.
@@ -25,6 +26,7 @@ pub mod memplan;
 pub mod passes;
 pub mod program;
 pub mod views;
+mod waits;
 
 #[cfg(test)]
 mod tests;
@@ -33,8 +35,8 @@ pub use error::LowerError;
 pub use expr::{ExprId, ExprOp, FusedExpr};
 pub use layout::{StateLayout, StateSlot};
 pub use program::{
-    Buffer, BufferId, ConvGeom, Epilogue, Kernel, KernelKind, MatMulGeom, PoolGeom, Program,
-    Region, Storage, View,
+    Bucket, Buffer, BufferId, ConvGeom, Epilogue, Kernel, KernelKind, MatMulGeom, PoolGeom,
+    Program, Region, Storage, View,
 };
 
 use crate::ir::{Graph, Step};

@@ -304,6 +304,28 @@ impl fmt::Display for Region {
     }
 }
 
+/// A fused update kernel over a bucket of contiguous variables (see [`super::arena`]): what a
+/// backend or a collective engine needs to find the gradient arenas of the bucket.
+///
+/// Each arena is one contiguous scratch buffer of `len` elements laid out like the bucket's
+/// state range: member `i`'s gradient at elements `offsets[i]..offsets[i] + sizes[i]`. With
+/// data-parallel towers there is one arena per tower, in the order the kernel reads them, all
+/// with this same layout; the kernel averages them and applies the update in one pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    /// The kernel, an index into [`Program::kernels`].
+    pub kernel: u32,
+    /// The gradient arenas the kernel reads (scratch buffers of `len` elements).
+    pub arenas: Vec<BufferId>,
+    /// The variables the kernel writes: `outputs[j][i]` is member `i` of its output `j` (a
+    /// variable and, say, its momentum slot), in arena order.
+    pub outputs: Vec<Vec<VarId>>,
+    /// Element offset of each member in the arenas and in the state ranges.
+    pub offsets: Vec<usize>,
+    /// Elements per bucket.
+    pub len: usize,
+}
+
 /// The lowered form of one step of a graph, for one batch size.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct Program {
@@ -328,6 +350,8 @@ pub struct Program {
     /// synchronisation points: true data dependencies and reuse of memory another device still
     /// reads. Empty when the program uses one device.
     pub waits: Vec<Vec<u32>>,
+    /// The fused update kernels and their gradient arenas, in kernel order.
+    pub buckets: Vec<Bucket>,
 }
 
 impl Program {

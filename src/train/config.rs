@@ -4,11 +4,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::backend::Session;
 use crate::backend::cpu::{CpuOptions, CpuSession};
 use crate::backend::reference::ReferenceSession;
+use crate::backend::{Placement, Session};
 use crate::data::DataFlow;
 use crate::ir::Graph;
+use crate::lower::LowerOptions;
 
 use super::callback::Callback;
 use super::error::TrainError;
@@ -36,14 +37,34 @@ impl Default for BackendChoice {
 impl BackendChoice {
     /// A session of this backend over `graph` (variables not yet initialized).
     pub fn create_session(self, graph: Graph) -> Result<Box<dyn Session>, TrainError> {
+        self.create_session_on(graph, &Placement::default(), None)
+    }
+
+    /// A session over `graph` whose logical devices run where `placement` says, with fused
+    /// updates cut into buckets of at most `bucket_bytes` (default
+    /// [`DEFAULT_BUCKET_BYTES`](crate::lower::DEFAULT_BUCKET_BYTES)). The reference executor
+    /// runs every logical device itself and ignores both.
+    pub fn create_session_on(
+        self,
+        graph: Graph,
+        placement: &Placement,
+        bucket_bytes: Option<usize>,
+    ) -> Result<Box<dyn Session>, TrainError> {
         Ok(match self {
-            BackendChoice::Cpu { threads } => Box::new(CpuSession::new(
-                graph,
-                CpuOptions {
+            BackendChoice::Cpu { threads } => {
+                let mut lower = LowerOptions::default();
+                if let Some(bytes) = bucket_bytes {
+                    lower.bucket_bytes = bytes;
+                }
+                let options = CpuOptions {
                     threads,
+                    lower,
                     ..CpuOptions::default()
-                },
-            )?),
+                };
+                let mut session = CpuSession::new(graph, options)?;
+                session.place(placement)?;
+                Box::new(session)
+            }
             BackendChoice::Reference => Box::new(ReferenceSession::new(graph)?),
         })
     }

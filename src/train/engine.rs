@@ -214,6 +214,7 @@ pub fn launch_train_with_config(
     ctx.info.losses = built.losses;
     ctx.info.gradients = built.gradients;
     ctx.info.numeric_checks = built.numeric_checks;
+    let (placement, bucket_bytes) = (built.placement, built.bucket_bytes);
 
     let steps_per_epoch = match config.steps_per_epoch {
         Some(s) => s,
@@ -258,7 +259,9 @@ pub fn launch_train_with_config(
         .unwrap_or_else(|| Box::new(JustCurrentSession));
     init.setup_graph(ctx.graph_mut("session init")?)?;
     let graph = std::mem::take(ctx.graph_mut("creating the session")?);
-    let mut session = config.backend.create_session(graph)?;
+    let mut session = config
+        .backend
+        .create_session_on(graph, &placement, bucket_bytes)?;
     session.initialize_variables(config.seed)?;
     let outcome = if is_chief {
         init.run_init(session.as_mut())?

@@ -5,8 +5,10 @@
 //! 0..steps_per_epoch { run_step } }` ([`launch_train_with_config`]) — and everything else is a
 //! [`Callback`]: the step counter, summaries, checkpoints, schedules, validation, progress.
 //! A [`Trainer`] builds the graph and defines `run_step`; [`TowerTrainer`] builds it from a
-//! [`TowerStrategy`] ([`SimpleTrainer`] = one tower), which is where data-parallel trainers plug
-//! in. [`distributed`] trains one process per rank over a collective engine (Horovod-style).
+//! [`TowerStrategy`] ([`SimpleTrainer`] = one tower); the data-parallel trainers of
+//! [`data_parallel`] ([`ParameterServerTrainer`], [`ReplicatedTrainer`], [`AsyncTrainer`]) are
+//! strategies too, so going from one tower to two is one line. [`distributed`] trains one
+//! process per rank over a collective engine (Horovod-style).
 //!
 //! Beyond tensorpack, a run resumes EXACTLY: checkpoints carry the loop position, the consumed
 //! data position and the callbacks' state ([`resume`]), so a run killed at any point and resumed
@@ -50,6 +52,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod context;
 pub mod counters;
+pub mod data_parallel;
 mod dispatch;
 pub mod distributed;
 mod engine;
@@ -72,6 +75,12 @@ pub use callback::{
 pub use config::{BackendChoice, Resume, TrainConfig};
 pub use context::{PREDICT_TOWER, ResumeInfo, TrainContext};
 pub use counters::{LoopCounters, ResumePoint};
+pub use data_parallel::{
+    AsyncMultiGPUTrainer, AsyncTowers, AsyncTrainer, BroadcastReplicas, DataParallelStrategy,
+    Device, ParameterDevice, ParameterServerTowers, ParameterServerTrainer, ReplicatedTowers,
+    ReplicatedTrainer, SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated,
+    TowerDevices, TowerPlacement,
+};
 pub use distributed::{DistributedOptions, DistributedTrainer, HorovodTrainer, RankLogging};
 pub use engine::{TrainReport, launch_train_with_config};
 pub use error::TrainError;

@@ -1,7 +1,8 @@
 //! Tower trainers: a [`TowerTrainer`] builds its graph with a [`TowerStrategy`] (how many
 //! training towers, how they share variables, how their gradients combine into one train op)
 //! and runs that train op once per step. [`SingleTower`] gives `SimpleTrainer` (one tower, no
-//! name scope); data-parallel strategies plug in the same way. Also [`NoOpTrainer`].
+//! name scope); the data-parallel strategies of [`super::data_parallel`] plug in the same way.
+//! Also [`NoOpTrainer`].
 //!
 //! The helpers [`build_training_towers_on`], [`tower_gradients`] and [`apply_optimizer`] are the
 //! pieces every strategy shares.
@@ -59,6 +60,11 @@ impl<S: TowerStrategy> TowerTrainer<S> {
         &self.strategy
     }
 
+    /// The strategy, to configure it before training.
+    pub fn strategy_mut(&mut self) -> &mut S {
+        &mut self.strategy
+    }
+
     /// The train op, once the graph is built.
     pub fn train_op(&self) -> Option<NodeId> {
         self.train_op
@@ -112,7 +118,7 @@ impl TowerTrainer<SingleTower> {
 
 impl Default for TowerTrainer<SingleTower> {
     fn default() -> Self {
-        TowerTrainer::new()
+        SimpleTrainer::new()
     }
 }
 
@@ -137,7 +143,7 @@ impl TowerStrategy for SingleTower {
                 gradients: processed.grads,
                 numeric_checks: processed.checks,
                 towers,
-                callbacks: Vec::new(),
+                ..BuiltGraph::default()
             },
         })
     }

@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::backend::Placement;
 use crate::backend::Session;
 use crate::data::DataFlow;
 use crate::dsl::{Builder, InputSpec, TowerHandle};
@@ -120,6 +121,11 @@ pub struct BuiltGraph {
     pub numeric_checks: Vec<NumericCheck>,
     /// Callbacks the trainer needs (registered after the input source's, before the user's).
     pub callbacks: Vec<Box<dyn Callback>>,
+    /// Where the graph's logical devices run (training tower `i` is logical device `i`);
+    /// the default places logical device `i` on the backend's `i`-th device.
+    pub placement: Placement,
+    /// The bucket size of fused updates, if the trainer sets one.
+    pub bucket_bytes: Option<usize>,
 }
 
 /// Makes hooked runs for `run_step`.

@@ -276,6 +276,21 @@ pub fn variable_bytes(session: &dyn towerpack::backend::Session) -> Vec<(String,
         .collect()
 }
 
+/// Every global variable of a finished run, by name, as f64 values.
+pub fn global_variable_values(
+    session: &dyn towerpack::backend::Session,
+) -> std::collections::BTreeMap<String, Vec<f64>> {
+    let graph = session.graph();
+    towerpack::tower::VarCollection::Global
+        .variables(graph)
+        .into_iter()
+        .map(|id| {
+            let value = session.read_variable(id).expect("read");
+            (graph.variable(id).name.clone(), value.to_f64_vec())
+        })
+        .collect()
+}
+
 /// Fails with an error (a simulated crash) in `trigger_step` at global step `at`.
 pub struct Abort {
     pub at: u64,

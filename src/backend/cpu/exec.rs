@@ -5,6 +5,7 @@
 //! operand's reach checked against its buffer once, so running a step does no bounds work and
 //! no allocation beyond the kernels' own scratch.
 
+use super::bucket::BucketProgram;
 use super::fused::{CHUNK, FusedProgram};
 use super::fused_reduce::ReduceProgram;
 use super::kernels::pool::Pool2dGeometry;
@@ -52,6 +53,8 @@ fn kernel_work(k: &Kernel, p: &Program) -> usize {
 /// One kernel ready to run.
 enum Step {
     Fused(FusedProgram, usize),
+    /// A fused update kernel of [`Program::buckets`], on the streaming engine.
+    Bucket(BucketProgram, usize),
     Reduce(ReduceProgram),
     /// A fixed-function kernel, with its epilogue compiled if it has one.
     Fixed(Option<FusedProgram>),
@@ -103,12 +106,30 @@ impl Prepared {
             constants.bytes_mut()[off..off + bytes.len()].copy_from_slice(&bytes);
         }
         let scratch = program.arena_bytes.iter().map(|&b| Arena::new(b)).collect();
+        let buckets: std::collections::HashSet<usize> =
+            program.buckets.iter().map(|b| b.kernel as usize).collect();
         let mut steps = Vec::with_capacity(program.kernels.len());
-        for k in &program.kernels {
+        for (i, k) in program.kernels.iter().enumerate() {
             let step = match &k.kind {
                 KernelKind::Elementwise { shape, expr } => {
-                    let f = FusedProgram::new(expr, shape, &views_of(k, 0));
-                    Step::Fused(f, shape.iter().product())
+                    let views = views_of(k, 0);
+                    // Operand and output buffers: the streaming engine takes f32 only.
+                    let dtypes: Vec<DType> = k
+                        .inputs
+                        .iter()
+                        .map(|v| v.buffer)
+                        .chain(k.outputs.iter().copied())
+                        .map(|b| program.buffer(b).dtype)
+                        .collect();
+                    let points = shape.iter().product();
+                    match buckets
+                        .contains(&i)
+                        .then(|| BucketProgram::new(expr, shape, &views, &dtypes))
+                        .flatten()
+                    {
+                        Some(b) => Step::Bucket(b, points),
+                        None => Step::Fused(FusedProgram::new(expr, shape, &views), points),
+                    }
                 }
                 KernelKind::Reduce {
                     shape,
@@ -157,6 +178,10 @@ impl Prepared {
     /// Checks that every elementwise operand stays inside its buffer.
     fn check_bounds(&self) -> Result<(), BackendError> {
         for (k, step) in self.program.kernels.iter().zip(&self.steps) {
+            if let Step::Bucket(b, points) = step {
+                self.check_bucket(k, b, *points)?;
+                continue;
+            }
             let (prog, points) = match step {
                 Step::Fused(f, n) => (f, *n),
                 Step::Reduce(r) => {
@@ -166,7 +191,7 @@ impl Prepared {
                     (r.prologue(), shape.iter().product())
                 }
                 Step::Fixed(Some(f)) => (f, self.program.buffers[k.outputs[0].0 as usize].len()),
-                Step::Fixed(None) => continue,
+                Step::Fixed(None) | Step::Bucket(..) => continue,
             };
             for i in 0..prog.operands() {
                 // Map operand i of the fused program to the kernel input it reads.
@@ -187,6 +212,39 @@ impl Prepared {
                     ));
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Checks that every operand of a fused update kernel stays inside its buffer and every
+    /// output holds the kernel's points.
+    fn check_bucket(
+        &self,
+        k: &Kernel,
+        b: &BucketProgram,
+        points: usize,
+    ) -> Result<(), BackendError> {
+        for (i, v) in k.inputs.iter().enumerate().take(b.operands()) {
+            let len = self.program.buffer(v.buffer).len();
+            if b.extent(i, points) > len {
+                return Err(kernel_error(
+                    k,
+                    format!(
+                        "operand {i} reads past the end of buffer {} ({len} elements)",
+                        v.buffer
+                    ),
+                ));
+            }
+        }
+        if let Some(o) = k
+            .outputs
+            .iter()
+            .find(|o| self.program.buffer(**o).len() < points)
+        {
+            return Err(kernel_error(
+                k,
+                format!("output {o} is shorter than {points}"),
+            ));
         }
         Ok(())
     }
@@ -239,7 +297,7 @@ impl Prepared {
     }
 
     /// Resolves every kernel's buffers against the session's state arenas (once).
-    fn bind(&mut self, state: &mut [Arena]) -> Result<(), BackendError> {
+    pub(super) fn bind(&mut self, state: &mut [Arena]) -> Result<(), BackendError> {
         if !self.bound.is_empty() || self.program.kernels.is_empty() {
             return Ok(());
         }
@@ -265,99 +323,6 @@ impl Prepared {
         Ok(())
     }
 
-    /// Runs a program spread over several logical devices: one thread per device runs that
-    /// device's kernels in order (on its own worker pool), waiting for other devices' kernels
-    /// only where the program says so. The first error stops every device.
-    pub fn run_kernels_on_devices(
-        &mut self,
-        state: &mut [Arena],
-        pools: &[rayon::ThreadPool],
-        collective: Option<&dyn Collective>,
-    ) -> Result<(), BackendError> {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        self.bind(state)?;
-        let n = self.program.kernels.len();
-        let done: Vec<AtomicBool> = (0..n).map(|_| AtomicBool::new(false)).collect();
-        let failed = AtomicBool::new(false);
-        let devices = self.program.devices();
-        let this = &*self;
-        let results: Vec<Result<Vec<(usize, std::time::Duration)>, BackendError>> =
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = (0..devices)
-                    .map(|d| {
-                        let (done, failed) = (&done, &failed);
-                        let pool = &pools[d % pools.len().max(1)];
-                        scope.spawn(move || {
-                            let mut times = Vec::new();
-                            let threads = pool.current_num_threads();
-                            let run = || -> Result<(), BackendError> {
-                                for i in (0..n)
-                                    .filter(|&i| usize::from(this.program.kernels[i].device) == d)
-                                {
-                                    for &w in
-                                        this.program.waits.get(i).map_or(&[][..], |w| w.as_slice())
-                                    {
-                                        let mut spins = 0u32;
-                                        while !done[w as usize].load(Ordering::Acquire) {
-                                            if failed.load(Ordering::Relaxed) {
-                                                return Ok(());
-                                            }
-                                            spins += 1;
-                                            if spins < 64 {
-                                                std::hint::spin_loop();
-                                            } else {
-                                                std::thread::yield_now();
-                                            }
-                                        }
-                                    }
-                                    let k = &this.program.kernels[i];
-                                    let (ins, outs) = &this.bound[i];
-                                    let start =
-                                        this.timings.is_some().then(std::time::Instant::now);
-                                    let r = if let KernelKind::AllReduce { op, len } = &k.kind {
-                                        all_reduce(k, &ins[0], &outs[0], *op, *len, collective)
-                                    } else {
-                                        run_kernel(k, &this.steps[i], ins, outs, threads)
-                                            .map_err(|e| kernel_error(k, e))
-                                    };
-                                    if let Err(e) = r {
-                                        failed.store(true, Ordering::Relaxed);
-                                        return Err(e);
-                                    }
-                                    if let Some(start) = start {
-                                        times.push((i, start.elapsed()));
-                                    }
-                                    done[i].store(true, Ordering::Release);
-                                }
-                                Ok(())
-                            };
-                            pool.install(run).map(|()| times)
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            Err(BackendError::Unavailable {
-                                backend: "cpu".into(),
-                                reason: "a device thread panicked".into(),
-                            })
-                        })
-                    })
-                    .collect()
-            });
-        for r in results {
-            for (i, d) in r? {
-                if let Some(t) = self.timings.as_mut() {
-                    t[i].0 += d;
-                    t[i].1 += 1;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// Runs every kernel in order.
     pub fn run_kernels(
         &mut self,
@@ -367,21 +332,43 @@ impl Prepared {
     ) -> Result<(), BackendError> {
         self.bind(state)?;
         for i in 0..self.program.kernels.len() {
-            let (ins, outs) = &self.bound[i];
-            let k = &self.program.kernels[i];
             let start = self.timings.is_some().then(std::time::Instant::now);
-            if let KernelKind::AllReduce { op, len } = &k.kind {
-                all_reduce(k, &ins[0], &outs[0], *op, *len, collective)?;
-            } else {
-                run_kernel(k, &self.steps[i], ins, outs, threads)
-                    .map_err(|e| kernel_error(k, e))?;
-            }
+            self.run_one(i, threads, collective)?;
             if let (Some(t), Some(start)) = (self.timings.as_mut(), start) {
                 t[i].0 += start.elapsed();
                 t[i].1 += 1;
             }
         }
         Ok(())
+    }
+
+    /// Runs kernel `i` on its bound buffers (after [`Self::bind`]) with `threads` workers.
+    pub(super) fn run_one(
+        &self,
+        i: usize,
+        threads: usize,
+        collective: Option<&dyn Collective>,
+    ) -> Result<(), BackendError> {
+        let (ins, outs) = &self.bound[i];
+        let k = &self.program.kernels[i];
+        if let KernelKind::AllReduce { op, len } = &k.kind {
+            all_reduce(k, &ins[0], &outs[0], *op, *len, collective)
+        } else {
+            run_kernel(k, &self.steps[i], ins, outs, threads).map_err(|e| kernel_error(k, e))
+        }
+    }
+
+    /// Adds one run of kernel `i` taking `elapsed` to the profile, when profiling.
+    pub(super) fn record_time(&mut self, i: usize, elapsed: std::time::Duration) {
+        if let Some(t) = self.timings.as_mut() {
+            t[i].0 += elapsed;
+            t[i].1 += 1;
+        }
+    }
+
+    /// True when profiling.
+    pub(super) fn profiling(&self) -> bool {
+        self.timings.is_some()
     }
 }
 
@@ -551,6 +538,21 @@ fn run_kernel(
                     let (s, e) = ((b * per).min(points), ((b + 1) * per).min(points));
                     // SAFETY: as above; blocks write disjoint output ranges.
                     unsafe { f.run(s, e, ins, outs) };
+                });
+            }
+            Ok(())
+        }
+        (KernelKind::Elementwise { .. }, Step::Bucket(b, points)) => {
+            let points = *points;
+            if points < PARALLEL_POINTS || threads <= 1 {
+                // SAFETY: extents checked at preparation; one thread owns the outputs.
+                unsafe { b.run(0, points, ins, outs) };
+            } else {
+                let per = points.div_ceil(threads * 4).div_ceil(CHUNK) * CHUNK;
+                (0..points.div_ceil(per)).into_par_iter().for_each(|i| {
+                    let (s, e) = (i * per, ((i + 1) * per).min(points));
+                    // SAFETY: as above; blocks write disjoint output ranges.
+                    unsafe { b.run(s, e, ins, outs) };
                 });
             }
             Ok(())

@@ -3,11 +3,13 @@
 //! Each distinct (step, batch size) is lowered once and cached as a [`Prepared`] program; a run
 //! copies the feeds in, runs the kernels on a private rayon pool, applies the write-backs and
 //! copies the fetches out. Variables live in per-device state arenas laid out by
-//! [`StateLayout`], shared by every program of the session.
+//! [`StateLayout`], shared by every program of the session. A program spread over several
+//! logical devices runs one thread per logical device, on the worker pool of the CPU
+//! [`Device`] its [`Placement`] gives it (the cores are split between the workers).
 
 use super::exec::Prepared;
 use super::memory::{Arena, RawBuf};
-use crate::backend::{BackendError, Collective, Feed, Session, Step};
+use crate::backend::{BackendError, Collective, Device, Feed, Placement, Session, Step};
 use crate::ir::{Dim, Graph, Op, VarId, verify};
 use crate::lower::{LowerOptions, StateLayout, lower};
 use crate::tensor::HostTensor;
@@ -36,9 +38,11 @@ pub struct CpuSession {
     options: CpuOptions,
     /// The distributed job this session takes part in, if any (carries out all-reduces).
     collective: Option<std::sync::Arc<dyn Collective>>,
-    /// One worker pool per logical device, made when a program first spans several devices
-    /// (the cores are split between them).
-    device_pools: Vec<rayon::ThreadPool>,
+    /// Where each logical device runs (all CPU devices).
+    placement: Placement,
+    /// One worker pool per CPU device in use, made when a program first spans several logical
+    /// devices (the cores are split between them).
+    device_pools: Vec<(Device, rayon::ThreadPool)>,
 }
 
 impl CpuSession {
@@ -68,8 +72,63 @@ impl CpuSession {
             threads,
             options,
             collective: None,
+            placement: Placement::default(),
             device_pools: Vec::new(),
         })
+    }
+
+    /// Runs logical device `i` on `placement`'s device `i` (by default `Device::Cpu(i)`).
+    /// Logical devices placed on the same device share its worker pool. Errors, naming the
+    /// device, when one is not a CPU device.
+    pub fn place(&mut self, placement: &Placement) -> Result<(), BackendError> {
+        if let Some(d) = placement.devices.iter().flatten().find(|d| !d.is_cpu()) {
+            return Err(BackendError::Unavailable {
+                backend: "cpu".into(),
+                reason: format!(
+                    "device {d} is not a CPU device (the CPU backend runs cpu:N and host)"
+                ),
+            });
+        }
+        self.placement = placement.clone();
+        self.device_pools.clear();
+        Ok(())
+    }
+
+    /// The CPU device logical device `logical` runs on.
+    pub fn device_of(&self, logical: usize) -> Device {
+        self.placement.device(logical, Device::Cpu)
+    }
+
+    /// Makes sure every CPU device of logical devices `0..devices` has a worker pool; the
+    /// cores are split evenly between the devices of the placement (at least one thread each).
+    fn ensure_device_pools(&mut self, devices: usize) -> Result<(), BackendError> {
+        let placed = devices.max(self.placement.devices.len());
+        let mut wanted: Vec<Device> = (0..placed).map(|d| self.device_of(d)).collect();
+        wanted.sort();
+        wanted.dedup();
+        if wanted
+            .iter()
+            .all(|d| self.device_pools.iter().any(|(p, _)| p == d))
+        {
+            return Ok(());
+        }
+        let per = (self.threads / wanted.len()).max(1);
+        self.device_pools = wanted
+            .into_iter()
+            .map(|device| {
+                let name = device.to_string();
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(per)
+                    .thread_name(move |i| format!("towerpack-{name}-{i}"))
+                    .build()
+                    .map(|pool| (device, pool))
+            })
+            .collect::<Result<_, _>>()
+            .map_err(|e| BackendError::Unavailable {
+                backend: "cpu".into(),
+                reason: format!("cannot start device worker threads: {e}"),
+            })?;
+        Ok(())
     }
 
     /// Where time went, when profiling: one line per kernel (all programs), slowest first, then
@@ -240,7 +299,27 @@ impl Session for CpuSession {
 
     fn run(&mut self, step: &Step, feeds: &[Feed]) -> Result<Vec<HostTensor>, BackendError> {
         let batch = self.bind_feeds(feeds)?;
-        self.prepared(step, batch)?;
+        let devices = self.prepared(step, batch)?.program.devices();
+        if devices > 1 {
+            self.ensure_device_pools(devices)?;
+        }
+        let placed: Vec<Device> = (0..devices)
+            .filter(|_| devices > 1)
+            .map(|d| self.device_of(d))
+            .collect();
+        let device_pools: Vec<&rayon::ThreadPool> = placed
+            .into_iter()
+            .map(|device| {
+                self.device_pools
+                    .iter()
+                    .find(|(p, _)| *p == device)
+                    .map(|(_, pool)| pool)
+                    .ok_or_else(|| BackendError::Unavailable {
+                        backend: "cpu".into(),
+                        reason: format!("no worker pool for device {device}"),
+                    })
+            })
+            .collect::<Result<_, _>>()?;
         let threads = self.threads;
         let key = CpuSession::key(step, batch);
         // Split borrows: the graph, pool and state are used while the program is borrowed.
@@ -272,24 +351,8 @@ impl Session for CpuSession {
             unsafe { raw.write_host(0, value) };
         }
         let collective = self.collective.as_deref();
-        let devices = prepared.program.devices();
         if devices > 1 {
-            if self.device_pools.len() < devices {
-                let per = (threads / devices).max(1);
-                self.device_pools = (0..devices)
-                    .map(|d| {
-                        rayon::ThreadPoolBuilder::new()
-                            .num_threads(per)
-                            .thread_name(move |i| format!("towerpack-dev{d}-{i}"))
-                            .build()
-                    })
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| BackendError::Unavailable {
-                        backend: "cpu".into(),
-                        reason: format!("cannot start device worker threads: {e}"),
-                    })?;
-            }
-            prepared.run_kernels_on_devices(state, &self.device_pools, collective)?;
+            prepared.run_kernels_on_devices(state, &device_pools, collective)?;
         } else if prepared.is_small() {
             prepared.run_kernels(state, 1, collective)?;
         } else {

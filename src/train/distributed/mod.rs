@@ -274,6 +274,8 @@ impl DistributedTrainer {
                 numeric_checks: processed.checks,
                 towers,
                 callbacks,
+                bucket_bytes: Some(self.options.bucket_bytes),
+                ..BuiltGraph::default()
             },
         })
     }

@@ -1,0 +1,312 @@
+//! Data-parallel tower strategies (tensorpack's multi-GPU trainers): N training towers, one per
+//! device, each taking its OWN batch from the input source (the total batch is the per-tower
+//! batch × N), their gradients AVERAGED — never summed — into the update:
+//!
+//! - [`ParameterServerTrainer`] (`SyncMultiGPUTrainerParameterServer`): one set of variables on
+//!   a chosen device or the host; the average is applied once.
+//! - [`ReplicatedTrainer`] (`SyncMultiGPUTrainerReplicated`): one replica per device; every
+//!   replica applies the same average; replica 0 is broadcast to the others before training
+//!   and every epoch; checkpoints hold replica 0 only, so they load whatever the tower count.
+//! - [`AsyncTrainer`] (`AsyncMultiGPUTrainer`): every tower applies its own gradient (scaled by
+//!   1/N unless told otherwise), one update after another within a step.
+//!
+//! Only tower 0 (the main tower) updates BatchNorm's moving averages and emits summaries.
+//!
+//! **Devices.** Training tower `i` is logical device `i` of the lowered program (a parameter
+//! server on the host is logical device N); [`TowerDevices`] maps them to [`Device`]s
+//! (`Cpu(i)` on the CPU backend, where each runs on a worker of its own, the cores split
+//! between them; `Cuda(i)` on the CUDA backend).
+//!
+//! **The fused averaging kernel.** A tower's gradients are written into its *gradient arena*
+//! (per bucket, one contiguous scratch buffer; every tower's has the same layout: the bucket's
+//! variables in state order). For each bucket of at most `bucket_bytes` of variables ONE kernel
+//! reads the N arenas, averages them and applies the optimizer in the same pass (per replica's
+//! device for the replicated trainer): lowering fuses the average into the update, and the arena
+//! pass ([`crate::lower::arena`]) merges the per-variable updates over the bucket. Where the
+//! update needs every gradient first (global-norm clipping) it stays per variable, still
+//! averaged. [`Program::buckets`](crate::lower::Program::buckets) lists every fused kernel with
+//! its arenas and member offsets: the place for a collective engine (MPI, NCCL) to all-reduce
+//! (mean) each arena of a bucket across processes right before the bucket's kernel runs, one
+//! call per bucket and local tower (the CPU executor does not do this yet).
+
+mod async_update;
+mod parameter_server;
+mod replicated;
+
+pub use async_update::{AsyncMultiGPUTrainer, AsyncTowers, AsyncTrainer};
+pub use parameter_server::{
+    ParameterServerTowers, ParameterServerTrainer, SyncMultiGPUTrainerParameterServer,
+};
+pub use replicated::{
+    BroadcastReplicas, ReplicatedTowers, ReplicatedTrainer, SyncMultiGPUTrainerReplicated,
+};
+
+pub use crate::backend::Device;
+
+use std::collections::HashMap;
+
+use crate::backend::Placement;
+use crate::dsl::TowerHandle;
+use crate::ir::{BinaryOp, Graph, Op, Value, VarId};
+use crate::optim::{ProcessedGradients, process_gradients};
+use crate::tensor::HostTensor;
+
+use super::error::TrainError;
+use super::model::ModelDesc;
+use super::tower_trainer::{TowerStrategy, TowerTrainer, tower_gradients};
+
+/// The towers of a data-parallel strategy: where they run, and the bucket size of their fused
+/// averaging-and-update kernels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TowerPlacement {
+    pub devices: TowerDevices,
+    /// Largest range of variables (bytes) one fused kernel updates (default: lowering's).
+    pub bucket_bytes: Option<usize>,
+}
+
+/// A data-parallel [`TowerStrategy`]: made from its towers' placement, with defaults for the
+/// rest. Gives its trainer the constructors `new(towers)` and `on(devices)`.
+pub trait DataParallelStrategy: TowerStrategy + Sized {
+    /// The strategy over `towers`, otherwise as tensorpack's defaults.
+    fn over(towers: TowerPlacement) -> Self;
+
+    /// Its towers' placement.
+    fn towers_mut(&mut self) -> &mut TowerPlacement;
+}
+
+impl<S: DataParallelStrategy> TowerTrainer<S> {
+    /// `towers` towers on the backend's first devices (`Cpu(0..towers)` on the CPU backend).
+    pub fn new(towers: usize) -> TowerTrainer<S> {
+        TowerTrainer::with_devices(TowerDevices::Count(towers))
+    }
+
+    /// One tower per device of `devices`, in order.
+    pub fn on(devices: impl IntoIterator<Item = Device>) -> TowerTrainer<S> {
+        TowerTrainer::with_devices(TowerDevices::On(devices.into_iter().collect()))
+    }
+
+    fn with_devices(devices: TowerDevices) -> TowerTrainer<S> {
+        TowerTrainer::with_strategy(S::over(TowerPlacement {
+            devices,
+            bucket_bytes: None,
+        }))
+    }
+
+    /// Cuts the fused averaging-and-update kernels into buckets of at most `bytes` of
+    /// variables (Horovod's tensor-fusion threshold).
+    pub fn bucket_bytes(mut self, bytes: usize) -> TowerTrainer<S> {
+        self.strategy_mut().towers_mut().bucket_bytes = Some(bytes);
+        self
+    }
+}
+
+/// Which devices the training towers run on: tower `i` is logical device `i`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TowerDevices {
+    /// `n` towers on the backend's first `n` devices.
+    Count(usize),
+    /// One tower per device, in order.
+    On(Vec<Device>),
+}
+
+impl TowerDevices {
+    /// The number of towers.
+    pub fn count(&self) -> usize {
+        match self {
+            TowerDevices::Count(n) => *n,
+            TowerDevices::On(d) => d.len(),
+        }
+    }
+
+    /// The placement of logical devices `0..count` (then `extra`, if any, on logical device
+    /// `count`).
+    pub fn placement(&self, extra: Option<Device>) -> Placement {
+        let mut devices = match self {
+            TowerDevices::Count(n) => vec![None; *n],
+            TowerDevices::On(d) => d.iter().copied().map(Some).collect(),
+        };
+        devices.extend(extra.map(Some));
+        Placement { devices }
+    }
+
+    /// Errors unless there is at least one tower.
+    fn check(&self, trainer: &str) -> Result<usize, TrainError> {
+        match self.count() {
+            0 => Err(TrainError::Config(format!(
+                "{trainer} needs at least one tower"
+            ))),
+            n => Ok(n),
+        }
+    }
+}
+
+/// Where a parameter server (or the async trainer) keeps the shared variables and applies
+/// their updates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParameterDevice {
+    /// The device of training tower `i`.
+    Tower(usize),
+    /// The host (tensorpack's `ps_device='cpu'`): logical device N, after the towers'.
+    Host,
+}
+
+impl ParameterDevice {
+    /// tensorpack's default: a tower's device for up to two towers, else the host.
+    pub fn default_for(towers: usize) -> ParameterDevice {
+        if towers <= 2 {
+            ParameterDevice::Tower(0)
+        } else {
+            ParameterDevice::Host
+        }
+    }
+
+    /// The logical device of the variables among `towers` towers, and the device to add to
+    /// the placement for it.
+    fn logical(self, towers: usize, trainer: &str) -> Result<(u16, Option<Device>), TrainError> {
+        let (index, extra) = match self {
+            ParameterDevice::Tower(i) if i < towers => (i, None),
+            ParameterDevice::Tower(i) => {
+                return Err(TrainError::Config(format!(
+                    "{trainer}: variables on tower {i}, but there are {towers} towers"
+                )));
+            }
+            ParameterDevice::Host => (towers, Some(Device::Host)),
+        };
+        let index = logical_device(index)?;
+        Ok((index, extra))
+    }
+}
+
+/// Tower (or extra device) `index` as a logical device number.
+fn logical_device(index: usize) -> Result<u16, TrainError> {
+    u16::try_from(index)
+        .map_err(|_| TrainError::Config(format!("{index} is too many devices for one graph")))
+}
+
+/// One trained variable: its copy in each tower (the same variable when towers share them,
+/// tower `i`'s replica otherwise) and each tower's gradient of it.
+struct GradientRow {
+    vars: Vec<VarId>,
+    grads: Vec<Value>,
+}
+
+/// The gradients of every tower, one row per variable of tower 0, in tower 0's order.
+fn tower_gradient_rows(
+    graph: &mut Graph,
+    towers: &[TowerHandle],
+) -> Result<Vec<GradientRow>, TrainError> {
+    let mut rows: Vec<GradientRow> = Vec::new();
+    let mut row_of: HashMap<VarId, usize> = HashMap::new();
+    for (i, tower) in towers.iter().enumerate() {
+        let prefix = format!("{}/gradients", tower.ns_name);
+        let grads = tower_gradients(graph, tower, prefix.trim_start_matches('/'))?;
+        if i == 0 {
+            for (var, g) in grads {
+                row_of.insert(var, rows.len());
+                rows.push(GradientRow {
+                    vars: vec![var],
+                    grads: vec![g],
+                });
+            }
+            continue;
+        }
+        if grads.len() != rows.len() {
+            return Err(TrainError::Config(format!(
+                "tower `{}` has gradients for {} variables, tower 0 for {}",
+                tower.ns_name,
+                grads.len(),
+                rows.len()
+            )));
+        }
+        for (var, g) in grads {
+            let main = main_variable(graph, tower, var)?;
+            let row = row_of.get(&main).copied().ok_or_else(|| {
+                TrainError::Config(format!(
+                    "tower `{}` trains `{}`, which tower 0 does not",
+                    tower.ns_name,
+                    graph.variable(var).name
+                ))
+            })?;
+            rows[row].vars.push(var);
+            rows[row].grads.push(g);
+        }
+    }
+    Ok(rows)
+}
+
+/// The variable of tower 0 that `var` of `tower` stands for: itself when shared, else the
+/// variable named without the tower's variable scope.
+fn main_variable(graph: &Graph, tower: &TowerHandle, var: VarId) -> Result<VarId, TrainError> {
+    if tower.vs_name.is_empty() {
+        return Ok(var);
+    }
+    let name = &graph.variable(var).name;
+    name.strip_prefix(&format!("{}/", tower.vs_name))
+        .and_then(|main| graph.find_variable(main))
+        .ok_or_else(|| {
+            TrainError::Config(format!(
+                "replica variable `{name}` of tower `{}` has no counterpart in tower 0",
+                tower.ns_name
+            ))
+        })
+}
+
+/// `(g₀ + g₁ + … + gₙ₋₁) · (1/n)` on logical device `device`, summed in tower order (so every
+/// replica computes the bit-identical average); the gradient itself when `n == 1`.
+fn average(
+    graph: &mut Graph,
+    scope: &str,
+    grads: &[Value],
+    device: u16,
+) -> Result<Value, TrainError> {
+    let (&first, rest) = grads
+        .split_first()
+        .ok_or_else(|| TrainError::Config(format!("{scope}: nothing to average")))?;
+    if rest.is_empty() {
+        return Ok(first);
+    }
+    let mut sum = first;
+    for &g in rest {
+        let name = graph.unique_name(&format!("{scope}/sum"));
+        sum = Value::first(graph.add_node_on(
+            &name,
+            Op::Binary(BinaryOp::Add),
+            &[sum, g],
+            Some(device),
+        )?);
+    }
+    let dtype = graph.value_type(first).dtype;
+    let inverse = HostTensor::scalar(dtype, 1.0 / grads.len() as f64);
+    let name = graph.unique_name(&format!("{scope}/inverse_count"));
+    let inverse = graph.add_node_on(&name, Op::Constant { value: inverse }, &[], Some(device))?;
+    let name = graph.unique_name(&format!("{scope}/mean"));
+    let mean = graph.add_node_on(
+        &name,
+        Op::Binary(BinaryOp::Mul),
+        &[sum, Value::first(inverse)],
+        Some(device),
+    )?;
+    Ok(Value::first(mean))
+}
+
+/// Runs the model's gradient processors over `grads`, logging their warnings.
+fn process(
+    graph: &mut Graph,
+    model: &dyn ModelDesc,
+    grads: &[(VarId, Value)],
+) -> Result<ProcessedGradients, TrainError> {
+    let processed = process_gradients(graph, grads, &model.gradient_processors())?;
+    for w in &processed.warnings {
+        log::warn!(target: "towerpack", "{w}");
+    }
+    Ok(processed)
+}
+
+/// The named cost of the main tower.
+fn main_loss(graph: &Graph, towers: &[TowerHandle]) -> Result<(String, Value), TrainError> {
+    let cost = towers
+        .first()
+        .and_then(|t| t.cost)
+        .ok_or_else(|| TrainError::Config("the main training tower has no cost".into()))?;
+    Ok((graph.value_name(cost), cost))
+}
