@@ -401,6 +401,9 @@ pub enum Op {
     Unpack32 { lo: Option<R>, hi: Option<R>, a: R },
 
     Int32 { op: IntOp, d: R, a: R, b: R },
+    /// 16-bit arithmetic in the 32-bit file: operands (sign-)extended from 16 bits, result
+    /// truncated to 16 bits (zero-extended).
+    Int16 { op: IntOp, signed: bool, d: R, a: R, b: R },
     Int64 { op: IntOp, d: R, a: R, b: R },
     Shift32 { op: ShiftOp, d: R, a: R, b: R },
     Shift64 { op: ShiftOp, d: R, a: R, b: R },

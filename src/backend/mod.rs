@@ -2,6 +2,7 @@
 //! trainer uses.
 //!
 //! - [`cpu`]: the fast CPU backend (its compute kernels live in [`cpu::kernels`]).
+//! - [`cuda`]: the CUDA backend (NVRTC-compiled kernels on GPUs or on emulated devices).
 //! - [`reference`]: the oracle. An op-by-op interpreter of the IR, written for clarity. Every
 //!   compiled backend is tested against it.
 //!
@@ -10,6 +11,7 @@
 //! at most once.
 
 pub mod cpu;
+pub mod cuda;
 pub mod reference;
 
 pub use crate::ir::Step;

@@ -61,6 +61,13 @@ impl Warp {
                 }
             }
             Op::Int32 { op, d, a, b } => int::int32(op, &mut regs.r32, m, d, a, b),
+            Op::Int16 {
+                op,
+                signed,
+                d,
+                a,
+                b,
+            } => int::int16(op, signed, &mut regs.r32, m, d, a, b),
             Op::Int64 { op, d, a, b } => int::int64(op, &mut regs.r64, m, d, a, b),
             Op::Shift32 { op, d, a, b } => int::shift32(op, &mut regs.r32, m, d, a, b),
             Op::Shift64 { op, d, a, b } => int::shift64(op, &mut regs.r64, &regs.r32, m, d, a, b),
