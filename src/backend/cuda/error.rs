@@ -42,9 +42,13 @@ pub enum CudaError {
         device: usize,
         message: String,
     },
-    /// A kernel faulted on the device (the emulator names the PTX line).
+    /// A kernel faulted on the device; the emulated device names the PTX line.
     #[error("kernel `{kernel}` faulted: {message}")]
-    Fault { kernel: String, message: String },
+    Fault {
+        kernel: String,
+        ptx_line: Option<u32>,
+        message: String,
+    },
     /// The disk cache of compiled kernels cannot be used.
     #[error("kernel cache {path}: {message}")]
     Cache { path: String, message: String },
@@ -68,7 +72,9 @@ impl From<CudaError> for crate::backend::BackendError {
                     reason: e.to_string(),
                 }
             }
-            CudaError::Fault { kernel, message } => crate::backend::BackendError::Kernel {
+            CudaError::Fault {
+                kernel, message, ..
+            } => crate::backend::BackendError::Kernel {
                 node: kernel,
                 op: "cuda".into(),
                 message,
