@@ -69,6 +69,10 @@ TP_DEV long long tp_sat_i32(long long x) {
 }
 TP_DEV long long tp_sat_u8(long long x) { return x < 0 ? 0 : (x > 255 ? 255 : x); }
 
+// Integer results wrap to their width (two's complement), as native arithmetic does.
+TP_DEV long long tp_wrap_i32(long long x) { return (long long)(int)(unsigned int)(unsigned long long)x; }
+TP_DEV long long tp_wrap_u8(long long x) { return x & 0xff; }
+
 // Half-precision storage: bits in an unsigned short, arithmetic in float.
 TP_DEV float tp_f16_to_f32(unsigned short h) {
     float f;

@@ -491,5 +491,49 @@ fn sixteen_bit_arithmetic_wraps_and_divides_in_16_bits() {
         ("min.s16 %ho, %ha, %hb;", 16, h(-5), h(3), 0, h(-5)),
         ("min.u16 %ho, %ha, %hb;", 16, 0xfffb, 3, 0, 3),
         ("max.s16 %ho, %ha, %hb;", 16, h(-5), h(3), 0, h(3)),
+        ("shl.b16 %ho, %ha, %rb;", 16, 0x8181, 1, 0, 0x0302),
+        ("shl.b16 %ho, %ha, %rb;", 16, 0x8181, 16, 0, 0),
+        ("shr.u16 %ho, %ha, %rb;", 16, 0x8180, 4, 0, 0x0818),
+        ("shr.s16 %ho, %ha, %rb;", 16, 0x8180, 4, 0, 0xf818),
+        ("shr.s16 %ho, %ha, %rb;", 16, 0x8180, 20, 0, 0xffff),
+    ]);
+}
+
+#[test]
+fn sixteen_bit_comparisons_respect_signedness() {
+    let h = |v: i16| u64::from(v as u16);
+    check(&[
+        (
+            "setp.lt.s16 %p1, %ha, %hb; selp.u32 %ro, 1, 0, %p1;",
+            32,
+            h(-1),
+            h(1),
+            0,
+            1,
+        ),
+        (
+            "setp.lt.u16 %p1, %ha, %hb; selp.u32 %ro, 1, 0, %p1;",
+            32,
+            h(-1),
+            h(1),
+            0,
+            0,
+        ),
+        (
+            "setp.ne.s16 %p1, %ha, 0; selp.u32 %ro, 1, 0, %p1;",
+            32,
+            h(0),
+            0,
+            0,
+            0,
+        ),
+        (
+            "setp.ge.s16 %p1, %ha, %hb; selp.u32 %ro, 1, 0, %p1;",
+            32,
+            h(-300),
+            h(-300),
+            0,
+            1,
+        ),
     ]);
 }

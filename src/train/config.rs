@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::backend::Session;
 use crate::backend::cpu::{CpuOptions, CpuSession};
+use crate::backend::cuda::{CudaOptions, CudaSession};
 use crate::backend::reference::ReferenceSession;
 use crate::data::DataFlow;
 use crate::ir::Graph;
@@ -25,6 +26,13 @@ pub enum BackendChoice {
     Cpu { threads: usize },
     /// The reference executor (the slow oracle).
     Reference,
+    /// The CUDA backend on this machine's GPUs: `devices` of them (0: one per logical device
+    /// of the graph). Kernels are compiled by NVRTC; without a driver, a GPU or NVRTC the
+    /// session is not created and the error says which is missing.
+    Cuda { devices: usize },
+    /// The CUDA backend on `devices` emulated devices (0: one per logical device of the graph):
+    /// the same kernels, executed on the CPU by towerpack-ptx (needs NVRTC, not a GPU).
+    CudaEmu { devices: usize },
 }
 
 impl Default for BackendChoice {
@@ -45,6 +53,14 @@ impl BackendChoice {
                 },
             )?),
             BackendChoice::Reference => Box::new(ReferenceSession::new(graph)?),
+            BackendChoice::Cuda { devices } => {
+                Box::new(CudaSession::gpu(graph, devices, CudaOptions::default())?)
+            }
+            BackendChoice::CudaEmu { devices } => Box::new(CudaSession::emulated(
+                graph,
+                devices,
+                CudaOptions::default(),
+            )?),
         })
     }
 }

@@ -184,6 +184,20 @@ fn binary(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
                 });
             }
             let signed = ty == "s16";
+            if name == "shl" || name == "shr" {
+                let op = match (name, signed) {
+                    ("shl", _) => ShiftOp::Shl,
+                    (_, true) => ShiftOp::ShrS,
+                    _ => ShiftOp::ShrU,
+                };
+                mods.finish(name)?;
+                return Ok(Op::Shift16 {
+                    op,
+                    d: ctx.dst32(&o[0])?,
+                    a: ctx.src32(&o[1], Scalar::B16)?,
+                    b: ctx.src32(&o[2], Scalar::B32)?,
+                });
+            }
             let (a, b) = (
                 ctx.src32(&o[1], Scalar::B16)?,
                 ctx.src32(&o[2], Scalar::B16)?,

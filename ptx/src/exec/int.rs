@@ -94,6 +94,19 @@ pub fn shift32(op: ShiftOp, r: &mut [[u32; WARP]], m: u32, d: u32, a: u32, b: u3
     }
 }
 
+/// A 16-bit shift: amounts of 16 or more shift everything out (sign fill for `shr.s16`).
+pub fn shift16(op: ShiftOp, r: &mut [[u32; WARP]], m: u32, d: u32, a: u32, b: u32) {
+    match op {
+        ShiftOp::Shl => map2_32(r, m, d, a, b, |x, s| x.checked_shl(s).unwrap_or(0) & 0xffff),
+        ShiftOp::ShrU => map2_32(r, m, d, a, b, |x, s| {
+            (x & 0xffff).checked_shr(s).unwrap_or(0)
+        }),
+        ShiftOp::ShrS => map2_32(r, m, d, a, b, |x, s| {
+            ((i32::from(x as u16 as i16) >> s.min(15)) as u32) & 0xffff
+        }),
+    }
+}
+
 pub fn shift64(
     op: ShiftOp,
     r64: &mut [[u64; WARP]],

@@ -287,8 +287,12 @@ impl Prepared {
                 let module = match modules.get(&(device, source.clone())) {
                     Some(&m) => m,
                     None => {
-                        let ptx = compiler.compile(&k.name, &source, driver.arch(device))?;
-                        let m = driver.load_module(device, &ptx)?;
+                        let ptx = compiler
+                            .compile(&k.name, &source, driver.arch(device))
+                            .map_err(|e| kernel_error(k, e))?;
+                        let m = driver
+                            .load_module(device, &ptx)
+                            .map_err(|e| kernel_error(k, e))?;
                         modules.insert((device, source), m);
                         m
                     }

@@ -63,10 +63,19 @@ pub fn graph_devices(graph: &Graph) -> usize {
 }
 
 impl CudaSession {
-    /// Binds `graph` to the GPUs of this machine (one per logical device). Without a driver, a
-    /// GPU or NVRTC this is a clear error, never a panic.
-    pub fn gpu(graph: Graph, options: CudaOptions) -> Result<CudaSession, BackendError> {
-        let driver = GpuDriver::new(graph_devices(&graph))?;
+    /// Binds `graph` to `devices` GPUs of this machine (0: one per logical device of the
+    /// graph). Without a driver, a GPU or NVRTC this is a clear error, never a panic.
+    pub fn gpu(
+        graph: Graph,
+        devices: usize,
+        options: CudaOptions,
+    ) -> Result<CudaSession, BackendError> {
+        let n = if devices == 0 {
+            graph_devices(&graph)
+        } else {
+            devices
+        };
+        let driver = GpuDriver::new(n)?;
         CudaSession::with_driver(graph, Arc::new(driver), options)
     }
 

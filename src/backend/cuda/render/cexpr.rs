@@ -83,11 +83,14 @@ pub fn literal(c: f64, dtype: DType) -> String {
     }
 }
 
-/// Wraps a float expression so that it is rounded to `dtype`'s precision.
+/// Brings an op's result to what `dtype` holds: floats rounded to their precision, integers
+/// wrapped to their width (as the reference executor's native arithmetic).
 fn rounded(e: String, dtype: DType) -> String {
     match dtype {
         DType::F16 => format!("tp_round_f16({e})"),
         DType::BF16 => format!("tp_round_bf16({e})"),
+        DType::I32 => format!("tp_wrap_i32({e})"),
+        DType::U8 => format!("tp_wrap_u8({e})"),
         _ => e,
     }
 }
@@ -135,7 +138,13 @@ fn unary(op: UnaryOp, x: &str, operand: DType) -> String {
 fn binary(op: BinaryOp, a: &str, b: &str, operand: DType) -> String {
     let float = compute_type(operand) == "float";
     let double = operand == DType::F64;
+    let integer = !(float || double) && operand != DType::Bool;
     match op {
+        // Integer arithmetic goes through f64 as the scalar semantics defines it (exact below
+        // 2^53), then truncates (saturating) to i64.
+        BinaryOp::Add if integer => format!("tp_f2i64((double){a} + (double){b})"),
+        BinaryOp::Sub if integer => format!("tp_f2i64((double){a} - (double){b})"),
+        BinaryOp::Mul if integer => format!("tp_f2i64((double){a} * (double){b})"),
         BinaryOp::Add => format!("({a} + {b})"),
         BinaryOp::Sub => format!("({a} - {b})"),
         BinaryOp::Mul => format!("({a} * {b})"),
