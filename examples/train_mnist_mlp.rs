@@ -3,8 +3,11 @@
 //! rate schedule. Run it again with the same logdir to resume where it stopped (exactly).
 //!
 //! ```text
-//! cargo run --release --example train_mnist_mlp -- [logdir] [max_epoch]
+//! cargo run --release --example train_mnist_mlp -- [--device cpu|cuda|cuda-emu] [logdir] [max_epoch]
 //! ```
+//!
+//! `--device cuda` runs on the GPU (NVRTC-compiled kernels); `cuda-emu` runs the same kernels on
+//! an emulated device. An unavailable device is one error line and exit status 1.
 
 use std::error::Error;
 use std::path::PathBuf;
@@ -17,10 +20,30 @@ use towerpack::train::callbacks::{
     ScheduledHyperParamSetter,
 };
 use towerpack::train::logdir::{LogDirAction, set_logger_dir};
-use towerpack::train::{ModelFn, SimpleTrainer, TrainConfig, launch_train_with_config};
+use towerpack::train::{
+    BackendChoice, ModelFn, SimpleTrainer, TrainConfig, launch_train_with_config,
+};
 
-fn main() -> Result<(), Box<dyn Error>> {
-    let mut args = std::env::args().skip(1);
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn Error>> {
+    let mut positional = Vec::new();
+    let mut backend = BackendChoice::default();
+    let mut argv = std::env::args().skip(1);
+    while let Some(a) = argv.next() {
+        if a == "--device" {
+            let name = argv.next().ok_or("--device needs a value")?;
+            backend = name.parse()?;
+        } else {
+            positional.push(a);
+        }
+    }
+    let mut args = positional.into_iter();
     let logdir = args
         .next()
         .map_or_else(|| PathBuf::from("train_log/mnist_mlp"), PathBuf::from);
@@ -57,6 +80,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             "learning_rate",
             &[(0, 0.1), (3, 0.01)],
         ))
+        .backend(backend)
         .logdir(&logdir)
         .max_epoch(max_epoch)
         .auto_resume(true);

@@ -65,6 +65,32 @@ impl BackendChoice {
     }
 }
 
+impl std::str::FromStr for BackendChoice {
+    type Err = String;
+
+    /// The `--device` spellings: `cpu`, `reference`, `cuda`, `cuda-emu`, the last two with an
+    /// optional device count (`cuda-emu:2`).
+    fn from_str(s: &str) -> Result<BackendChoice, String> {
+        let (name, count) = match s.split_once(':') {
+            Some((n, c)) => (
+                n,
+                c.parse::<usize>()
+                    .map_err(|_| format!("`{c}` in `{s}` is not a device count"))?,
+            ),
+            None => (s, 0),
+        };
+        match name {
+            "cpu" => Ok(BackendChoice::Cpu { threads: count }),
+            "reference" => Ok(BackendChoice::Reference),
+            "cuda" => Ok(BackendChoice::Cuda { devices: count }),
+            "cuda-emu" => Ok(BackendChoice::CudaEmu { devices: count }),
+            _ => Err(format!(
+                "unknown device `{s}` (expected cpu, reference, cuda or cuda-emu)"
+            )),
+        }
+    }
+}
+
 /// Whether and how a run continues an earlier one.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum Resume {

@@ -13,7 +13,10 @@ pub enum CudaError {
     )]
     NoDriver,
     /// The driver loaded but reports no (or too few) devices.
-    #[error("CUDA has {found} device(s), the program needs {needed}")]
+    #[error(
+        "the CUDA driver reports {found} device(s), the program needs {needed}; \
+         `--device cuda-emu` runs the same kernels on emulated devices"
+    )]
     NoDevice { found: usize, needed: usize },
     /// NVRTC cannot be loaded.
     #[error(
