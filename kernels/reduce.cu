@@ -17,6 +17,8 @@ extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_reduce(const tp_params
         tp_acc acc;
         tp_init(acc);
         if (o < TP_OUT) {
+            // Not unrolled: unrolled, ptxas (12.9, sm_90) spills for some multi-output prologues.
+#pragma unroll 1
             for (tp_idx r = lane_r; r < TP_RED; r += LANES) tp_fold(p, acc, o, r);
         }
         part[threadIdx.x] = acc;

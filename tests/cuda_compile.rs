@@ -1,5 +1,5 @@
 //! The CUDA backend's kernels compile: every hand-written and generated kernel of the example
-//! training programs (MLP, ResNet-20) is rendered, compiled by NVRTC for compute_80 and
+//! training programs (MLP, ResNet-20, a small convnet) and of an op-coverage graph is rendered, compiled by NVRTC for compute_80 and
 //! compute_90, assembled by ptxas for sm_80 and sm_90 with zero spills (registers and shared
 //! memory snapshotted), loaded by the emulated device (its PTX whitelist), and its parameter
 //! struct matches the signature NVRTC emitted. Needs NVRTC and ptxas (CI installs both); a
@@ -23,7 +23,14 @@ fn compiler() -> &'static Compiler {
 
 fn programs() -> &'static Vec<(&'static str, Program)> {
     static P: OnceLock<Vec<(&'static str, Program)>> = OnceLock::new();
-    P.get_or_init(cuda_common::example_programs)
+    P.get_or_init(|| {
+        let mut v: Vec<(&'static str, Program)> = cuda_common::example_programs()
+            .into_iter()
+            .map(|(name, _, p)| (name, p))
+            .collect();
+        v.push(("ops", cuda_common::ops_program().1));
+        v
+    })
 }
 
 /// The distinct kernel sources of a program: source → (rendered kernel, indices using it).

@@ -1,4 +1,5 @@
-//! Every hand-written and generated kernel of the example training programs (MLP, ResNet-20)
+//! Every hand-written and generated kernel of the example training programs (MLP, ResNet-20, a
+//! small convnet with max pooling, dropout and in_top_k)
 //! runs on the emulated device through the CUDA backend's own launch path and matches the CPU
 //! backend on fresh random inputs.
 //!
@@ -110,7 +111,9 @@ fn normalized_error(got: &HostTensor, want: &HostTensor) -> f64 {
     })
 }
 
-fn check_program(name: &str, tg: cuda_common::TrainGraph, p: &Program) {
+fn check_program(index: usize) {
+    let (name, tg, p) = cuda_common::example_programs().swap_remove(index);
+    let p = &p;
     cuda_common::require_nvrtc();
     let layout = StateLayout::new(&tg.graph);
     let options = CudaOptions {
@@ -162,12 +165,15 @@ fn check_program(name: &str, tg: cuda_common::TrainGraph, p: &Program) {
 
 #[test]
 fn every_kernel_of_the_mlp_training_step_matches_the_cpu_backend() {
-    let programs = cuda_common::example_programs();
-    check_program("mlp", cuda_common::mlp(), &programs[0].1);
+    check_program(0);
 }
 
 #[test]
 fn every_kernel_of_the_resnet20_training_step_matches_the_cpu_backend() {
-    let programs = cuda_common::example_programs();
-    check_program("resnet20", cuda_common::resnet20(), &programs[1].1);
+    check_program(1);
+}
+
+#[test]
+fn every_kernel_of_the_convnet_training_step_matches_the_cpu_backend() {
+    check_program(2);
 }

@@ -3,12 +3,14 @@
 //! missing, and comparison helpers.
 #![allow(dead_code)]
 
+pub mod ops;
+
 use towerpack::autodiff::gradients;
 use towerpack::backend::{Feed, Step};
 use towerpack::dsl::{InputSpec, Replication, replicate};
 use towerpack::ir::{Graph, NodeId};
 use towerpack::lower::{LowerOptions, Program, lower};
-use towerpack::models::{CifarResNet, Mlp};
+use towerpack::models::{CifarResNet, ConvNet, Mlp};
 use towerpack::optim::Optimizer;
 use towerpack::tensor::{DType, HostTensor};
 
@@ -66,21 +68,45 @@ pub fn resnet20() -> TrainGraph {
     training_graph(m.inputs(), |x| m.build(x))
 }
 
-/// The lowered training programs the CUDA tests cover: (name, program).
-pub fn example_programs() -> Vec<(&'static str, Program)> {
+/// A small convnet (max pooling, dropout) whose step also fetches `train_error` (in_top_k):
+/// it covers the kernels the MLP and ResNet-20 do not use.
+pub fn convnet() -> TrainGraph {
+    let m = ConvNet {
+        image_shape: [12, 12, 1],
+        channels: [4, 8],
+        hidden: 16,
+        ..ConvNet::default()
+    };
+    let mut tg = training_graph(m.inputs(), |x| m.build(x));
+    let error = tg.graph.find_value("train_error").expect("train_error");
+    let mut fetches = tg.step.fetches.clone();
+    fetches.push(error);
+    tg.step = Step::new(fetches, tg.step.targets.clone());
+    tg
+}
+
+/// The op-coverage graph of [`ops`] as a step fetching every result.
+pub fn ops_program() -> (Graph, Program) {
+    let c = ops::build();
+    let step = Step::new(c.fetches.iter().map(|f| f.1).collect(), Vec::new());
+    let p = lower(&c.graph, &step, ops::N, &LowerOptions::default()).expect("lower ops");
+    (c.graph, p)
+}
+
+/// The lowered training programs the CUDA tests cover: (name, graph, program).
+pub fn example_programs() -> Vec<(&'static str, TrainGraph, Program)> {
     let opts = LowerOptions::default();
-    let m = mlp();
-    let r = resnet20();
-    vec![
-        (
-            "mlp",
-            lower(&m.graph, &m.step, 4, &opts).expect("lower mlp"),
-        ),
-        (
-            "resnet20",
-            lower(&r.graph, &r.step, 2, &opts).expect("lower resnet20"),
-        ),
+    [
+        ("mlp", mlp(), 4),
+        ("resnet20", resnet20(), 2),
+        ("convnet", convnet(), 3),
     ]
+    .into_iter()
+    .map(|(name, tg, batch)| {
+        let p = lower(&tg.graph, &tg.step, batch, &opts).expect("lower");
+        (name, tg, p)
+    })
+    .collect()
 }
 
 /// Random feeds for `tg` at `batch` (f32 pixels in [0, 255), integer labels in [0, 10)).

@@ -216,7 +216,7 @@ pub fn render(
             ExprOp::Cast(a) => cast(&name(*a), expr.dtype(*a), dtype),
             ExprOp::Index(axis) => format!("(long long)({})", src.index(*axis)),
             ExprOp::Random { seed, counter } => format!(
-                "tp_uniform(tp_step_key({seed}ULL, (long long){}), (unsigned long long)({}))",
+                "tp_uniform(tp_step_key({seed}ULL, {}), (unsigned long long)({}))",
                 src.load(*counter)?,
                 src.flat()
             ),
