@@ -5,7 +5,7 @@
 //
 // Generated hooks: TP_BLOCK, tp_idx, struct tp_params { x, filter, conv geometry (batch, in_h, in_w, in_c,
 //   out_h, out_w, out_c, k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left, groups),
-//   tp_epilogue(p, flat, value). Grid: (ceil(M / 64), ceil(N / 64), groups).
+//   tp_epilogue(p, flat, value). Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups).
 
 struct tp_conv_fwd_a {
     const tp_params& p;
@@ -54,7 +54,7 @@ extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_conv2d(const tp_params
     const tp_conv_fwd_b lb = {p.filter + g * og, p.out_c};
     const int M = p.batch * p.out_h * p.out_w, K = p.k_h * p.k_w * cg;
     const int m0 = blockIdx.x * TP_BM, n0 = blockIdx.y * TP_BN;
-    float acc[4][4];
+    float acc[TP_TM][TP_TN];
     tp_gemm_tile(la, lb, M, og, K, m0, n0, acc);
     const tp_conv_fwd_store store = {p, g * og};
     tp_gemm_store(store, M, og, m0, n0, acc);

@@ -4,7 +4,7 @@
 // reads for that output pixel (zero in the padding); B reads dy in place.
 //
 // Generated hooks: as conv2d.cu, with pointers x and dy; tp_epilogue stores dw.
-// Grid: (ceil(M / 64), ceil(N / 64), groups).
+// Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups).
 
 struct tp_conv_bwd_filter_a {
     const tp_params& p;
@@ -52,7 +52,7 @@ extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_conv2d_backprop_filter
     const tp_conv_bwd_filter_b lb = {p.dy + g * og, p.out_c};
     const int M = p.k_h * p.k_w * cg, K = p.batch * p.out_h * p.out_w;
     const int m0 = blockIdx.x * TP_BM, n0 = blockIdx.y * TP_BN;
-    float acc[4][4];
+    float acc[TP_TM][TP_TN];
     tp_gemm_tile(la, lb, M, og, K, m0, n0, acc);
     const tp_conv_bwd_filter_store store = {p, g * og};
     tp_gemm_store(store, M, og, m0, n0, acc);

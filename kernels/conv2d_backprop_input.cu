@@ -4,8 +4,8 @@
 // (zero where the stride skips it or it falls outside); B reads the filter transposed in place.
 // Element (m, ci) of dx goes through the epilogue hook.
 //
-// Generated hooks: as conv2d.cu, with pointers dy and filter. Grid: (ceil(M / 64), ceil(N / 64),
-//   groups).
+// Generated hooks: as conv2d.cu, with pointers dy and filter.
+// Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups).
 
 struct tp_conv_bwd_input_a {
     const tp_params& p;
@@ -55,7 +55,7 @@ extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_conv2d_backprop_input(
     const tp_conv_bwd_input_b lb = {p.filter + g * og, p.out_c, cg, og};
     const int M = p.batch * p.in_h * p.in_w, K = p.k_h * p.k_w * og;
     const int m0 = blockIdx.x * TP_BM, n0 = blockIdx.y * TP_BN;
-    float acc[4][4];
+    float acc[TP_TM][TP_TN];
     tp_gemm_tile(la, lb, M, cg, K, m0, n0, acc);
     const tp_conv_bwd_input_store store = {p, g * cg};
     tp_gemm_store(store, M, cg, m0, n0, acc);

@@ -3,7 +3,7 @@
 //
 // Generated hooks: TP_BLOCK, TP_TRANS_A, TP_TRANS_B, tp_idx, struct tp_params { a, b, m, n, k,
 //   a_batch_stride, b_batch_stride, ... }, tp_epilogue(p, flat, value) (stores every output).
-// Grid: (ceil(m / 64), ceil(n / 64), batch).
+// Grid: (ceil(m / TP_BM), ceil(n / TP_BN), batch).
 
 struct tp_matmul_a {
     const float* base;
@@ -36,7 +36,7 @@ extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_matmul(const tp_params
     const tp_matmul_a la = {p.a + batch * (tp_idx)p.a_batch_stride, p.m, p.k};
     const tp_matmul_b lb = {p.b + batch * (tp_idx)p.b_batch_stride, p.n, p.k};
     const int m0 = blockIdx.x * TP_BM, n0 = blockIdx.y * TP_BN;
-    float acc[4][4];
+    float acc[TP_TM][TP_TN];
     tp_gemm_tile(la, lb, p.m, p.n, p.k, m0, n0, acc);
     const tp_matmul_store store = {p, batch * (tp_idx)p.m * p.n};
     tp_gemm_store(store, p.m, p.n, m0, n0, acc);

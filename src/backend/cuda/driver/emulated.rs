@@ -6,6 +6,7 @@ use super::{DevicePtr, Driver, EventId, ModuleId};
 use crate::backend::cuda::error::CudaError;
 use crate::backend::cuda::nvrtc::Arch;
 use crate::backend::cuda::render::LaunchDims;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use towerpack_ptx::{Device, EmuError, KernelArgs, LaunchConfig, Module};
 
@@ -15,6 +16,7 @@ pub struct EmulatedDriver {
     /// Loaded modules, with the device each was loaded on.
     modules: RwLock<Vec<(usize, Arc<Module>)>>,
     events: RwLock<usize>,
+    lane_instructions: AtomicU64,
 }
 
 impl EmulatedDriver {
@@ -24,6 +26,7 @@ impl EmulatedDriver {
             devices: towerpack_ptx::create_devices(n.max(1)),
             modules: RwLock::new(Vec::new()),
             events: RwLock::new(0),
+            lane_instructions: AtomicU64::new(0),
         }
     }
 
@@ -166,7 +169,10 @@ impl Driver for EmulatedDriver {
         };
         self.dev(device, "launch")?
             .launch(&m, entry, cfg, KernelArgs::Packed(params))
-            .map(|_| ())
+            .map(|stats| {
+                self.lane_instructions
+                    .fetch_add(stats.lane_instructions, Ordering::Relaxed);
+            })
             .map_err(|e| match e {
                 EmuError::Exec(x) => CudaError::Fault {
                     kernel: kernel.to_string(),
@@ -198,5 +204,9 @@ impl Driver for EmulatedDriver {
 
     fn synchronize(&self, _device: usize) -> Result<(), CudaError> {
         Ok(())
+    }
+
+    fn lane_instructions(&self) -> Option<u64> {
+        Some(self.lane_instructions.load(Ordering::Relaxed))
     }
 }

@@ -90,4 +90,8 @@ pub trait Driver: Send + Sync {
     fn wait(&self, device: usize, event: EventId) -> Result<(), CudaError>;
     /// Waits until `device` has finished all its work.
     fn synchronize(&self, device: usize) -> Result<(), CudaError>;
+    /// Lane-instructions executed so far, when the driver counts them (the emulated one).
+    fn lane_instructions(&self) -> Option<u64> {
+        None
+    }
 }

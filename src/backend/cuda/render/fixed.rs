@@ -14,8 +14,8 @@ use crate::ir::PoolKind;
 use crate::lower::{ConvGeom, Kernel, KernelKind, PoolGeom, Program, View};
 use std::fmt::Write as _;
 
-/// The GEMM tile edge (`TP_BM`, `TP_BN` of `kernels/gemm_core.cuh`).
-const TILE: usize = 64;
+/// The largest GEMM tile edge (`TP_BM`, `TP_BN` of `kernels/gemm_core.cuh` are 16, 32 or 64).
+const MAX_TILE: usize = 64;
 
 fn grid_dim(what: &str, blocks: usize, limit: usize) -> Result<u32, RenderError> {
     if blocks > limit {
@@ -27,11 +27,27 @@ fn grid_dim(what: &str, blocks: usize, limit: usize) -> Result<u32, RenderError>
     Ok(blocks.max(1) as u32)
 }
 
-fn tiled(what: &str, m: usize, n: usize, z: usize) -> Result<LaunchDims, RenderError> {
+/// The tile edge for a GEMM dimension of `extent`: the smallest of 16, 32, 64 covering it.
+fn tile_edge(extent: usize) -> usize {
+    extent.next_power_of_two().clamp(16, MAX_TILE)
+}
+
+/// Chooses the tile of an `m x n` GEMM (`z` of them), writes `TP_BM`/`TP_BN` into the
+/// generated part `g`, and returns the grid.
+fn tiled(
+    g: &mut String,
+    what: &str,
+    m: usize,
+    n: usize,
+    z: usize,
+) -> Result<LaunchDims, RenderError> {
+    let (bm, bn) = (tile_edge(m), tile_edge(n));
+    g.push_str(&constant("TP_BM", "int", bm));
+    g.push_str(&constant("TP_BN", "int", bn));
     Ok(LaunchDims {
         grid: [
-            grid_dim(what, m.div_ceil(TILE), i32::MAX as usize)?,
-            grid_dim(what, n.div_ceil(TILE), 65_535)?,
+            grid_dim(what, m.div_ceil(bm), i32::MAX as usize)?,
+            grid_dim(what, n.div_ceil(bn), 65_535)?,
             grid_dim(what, z, 65_535)?,
         ],
         block: [BLOCK, 1, 1],
@@ -135,8 +151,9 @@ pub fn render(
                     "b_batch_stride",
                     if mg.rhs_batched { mg.k * mg.n } else { 0 },
                 )?;
+            let launch = tiled(&mut g, &k.name, mg.m, mg.n, mg.batch)?;
             epilogue(program, k, &mut p, &mut g)?;
-            (Body::MatMul, tiled(&k.name, mg.m, mg.n, mg.batch)?)
+            (Body::MatMul, launch)
         }
         KernelKind::Conv2d(cg, _) => {
             if out_len == 0 {
@@ -145,9 +162,9 @@ pub fn render(
             f32_input(program, &mut p, "x", &k.inputs[0])?;
             f32_input(program, &mut p, "filter", &k.inputs[1])?;
             conv_fields(&mut p, cg)?;
-            epilogue(program, k, &mut p, &mut g)?;
             let groups = cg.groups.max(1);
-            let launch = tiled(&k.name, cg.n * cg.oh * cg.ow, cg.o / groups, groups)?;
+            let launch = tiled(&mut g, &k.name, cg.n * cg.oh * cg.ow, cg.o / groups, groups)?;
+            epilogue(program, k, &mut p, &mut g)?;
             (Body::Conv2d, launch)
         }
         KernelKind::Conv2dBackpropInput(cg, _) => {
@@ -157,9 +174,9 @@ pub fn render(
             f32_input(program, &mut p, "dy", &k.inputs[0])?;
             f32_input(program, &mut p, "filter", &k.inputs[1])?;
             conv_fields(&mut p, cg)?;
-            epilogue(program, k, &mut p, &mut g)?;
             let groups = cg.groups.max(1);
-            let launch = tiled(&k.name, cg.n * cg.h * cg.w, cg.c / groups, groups)?;
+            let launch = tiled(&mut g, &k.name, cg.n * cg.h * cg.w, cg.c / groups, groups)?;
+            epilogue(program, k, &mut p, &mut g)?;
             (Body::Conv2dBackpropInput, launch)
         }
         KernelKind::Conv2dBackpropFilter(cg) => {
@@ -169,10 +186,10 @@ pub fn render(
             f32_input(program, &mut p, "x", &k.inputs[0])?;
             f32_input(program, &mut p, "dy", &k.inputs[1])?;
             conv_fields(&mut p, cg)?;
-            epilogue(program, k, &mut p, &mut g)?;
             let groups = cg.groups.max(1);
             let m = cg.kh * cg.kw * (cg.c / groups);
-            let launch = tiled(&k.name, m, cg.o / groups, groups)?;
+            let launch = tiled(&mut g, &k.name, m, cg.o / groups, groups)?;
+            epilogue(program, k, &mut p, &mut g)?;
             (Body::Conv2dBackpropFilter, launch)
         }
         KernelKind::Pool(pg) => {
