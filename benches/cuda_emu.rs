@@ -5,58 +5,14 @@
 //! `cargo bench --bench cuda_emu`. Figures vary with machine load: compare them only within
 //! one run.
 
+#[path = "../tests/cuda_common/mod.rs"]
+mod cuda_common;
+
 use std::time::{Duration, Instant};
-use towerpack::autodiff::gradients;
+use towerpack::backend::Session;
 use towerpack::backend::cpu::{CpuOptions, CpuSession};
 use towerpack::backend::cuda::{CudaOptions, CudaSession};
-use towerpack::backend::{Feed, Session, Step};
-use towerpack::dsl::{InputSpec, Replication, replicate};
-use towerpack::ir::Graph;
 use towerpack::models::{CifarResNet, Mlp};
-use towerpack::optim::Optimizer;
-use towerpack::tensor::{DType, HostTensor};
-
-fn training(
-    signature: Vec<InputSpec>,
-    tower: impl Fn(&[towerpack::dsl::Tensor]) -> towerpack::dsl::Tensor,
-    batch: usize,
-) -> (Graph, Step, Vec<Feed>) {
-    let r = replicate(&signature, &Replication::single(), tower).expect("replicate");
-    let mut graph = r.graph;
-    let t = &r.training[0];
-    let cost = t.cost.expect("cost");
-    let vars = t.gradient_variables(&graph);
-    let grads = gradients(&mut graph, cost, &vars, "gradients").expect("gradients");
-    let op = Optimizer::momentum(0.05, 0.9)
-        .apply_gradients(&mut graph, &grads.grads, "train_op")
-        .expect("optimizer");
-    let mut targets = vec![op.train_op];
-    targets.extend(
-        t.collection(towerpack::tower::UPDATE_OPS)
-            .iter()
-            .map(|v| v.node),
-    );
-    let feeds = signature
-        .iter()
-        .map(|spec| {
-            let id = t
-                .inputs
-                .iter()
-                .find(|(n, _)| *n == spec.name)
-                .expect("input")
-                .1;
-            let shape = spec.shape.resolve(batch);
-            let n: usize = shape.iter().product();
-            let values = (0..n)
-                .map(|i| (i * 7 % 10) as f64 / if spec.dtype == DType::F32 { 3.0 } else { 1.0 });
-            (
-                id,
-                HostTensor::from_f64_values(spec.dtype, &shape, values.collect()).expect("sized"),
-            )
-        })
-        .collect();
-    (graph, Step::new(vec![cost], targets), feeds)
-}
 
 fn best_of(reps: usize, mut f: impl FnMut()) -> Duration {
     (0..reps)
@@ -79,14 +35,18 @@ fn main() {
     let cases = vec![
         (
             "MLP 784-256-10, batch 64",
-            training(mlp.inputs(), |x| mlp.build(x), 64),
+            cuda_common::training_graph(mlp.inputs(), |x| mlp.build(x)),
+            64,
         ),
         (
             "ResNet-20, batch 8",
-            training(resnet.inputs(), |x| resnet.build(x), 8),
+            cuda_common::training_graph(resnet.inputs(), |x| resnet.build(x)),
+            8,
         ),
     ];
-    for (name, (graph, step, feeds)) in cases {
+    for (name, tg, batch) in cases {
+        let feeds = cuda_common::feeds(&tg, batch, 1);
+        let (graph, step) = (tg.graph, tg.step);
         let options = CudaOptions {
             cache_dir: None,
             ..CudaOptions::default()

@@ -10,6 +10,7 @@
 //! began, and every `Assign` of the step takes effect when it ends. A step may assign a variable
 //! at most once.
 
+pub mod binding;
 pub mod cpu;
 pub mod cuda;
 pub mod reference;

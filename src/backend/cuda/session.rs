@@ -12,11 +12,11 @@ use super::driver::{DevicePtr, Driver};
 use super::error::CudaError;
 use super::nvrtc::{self, Compiler};
 use super::prepared::{ModuleCache, Prepared, SessionMemory};
+use crate::backend::binding::{self, ProgramCache};
 use crate::backend::{BackendError, Collective, Feed, Session, Step};
-use crate::ir::{Dim, Graph, Op, VarId, verify};
+use crate::ir::{Graph, Op, VarId, verify};
 use crate::lower::{BufferId, LowerOptions, Program, StateLayout, lower};
 use crate::tensor::HostTensor;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -48,7 +48,7 @@ pub struct CudaSession {
     state: Vec<DevicePtr>,
     status: Vec<DevicePtr>,
     options: CudaOptions,
-    programs: HashMap<u64, Vec<(Step, usize, Prepared)>>,
+    programs: ProgramCache<Prepared>,
     collective: Option<Arc<dyn Collective>>,
 }
 
@@ -62,6 +62,15 @@ pub fn graph_devices(graph: &Graph) -> usize {
         .unwrap_or(1)
 }
 
+/// `devices`, or (for 0) one per logical device of `graph`.
+fn devices_for(graph: &Graph, devices: usize) -> usize {
+    if devices == 0 {
+        graph_devices(graph)
+    } else {
+        devices
+    }
+}
+
 impl CudaSession {
     /// Binds `graph` to `devices` GPUs of this machine (0: one per logical device of the
     /// graph). Without a driver, a GPU or NVRTC this is a clear error, never a panic.
@@ -70,12 +79,7 @@ impl CudaSession {
         devices: usize,
         options: CudaOptions,
     ) -> Result<CudaSession, BackendError> {
-        let n = if devices == 0 {
-            graph_devices(&graph)
-        } else {
-            devices
-        };
-        let driver = GpuDriver::new(n)?;
+        let driver = GpuDriver::new(devices_for(&graph, devices))?;
         CudaSession::with_driver(graph, Arc::new(driver), options)
     }
 
@@ -85,11 +89,7 @@ impl CudaSession {
         devices: usize,
         options: CudaOptions,
     ) -> Result<CudaSession, BackendError> {
-        let n = if devices == 0 {
-            graph_devices(&graph)
-        } else {
-            devices
-        };
+        let n = devices_for(&graph, devices);
         CudaSession::with_driver(graph, Arc::new(EmulatedDriver::new(n)), options)
     }
 
@@ -125,7 +125,7 @@ impl CudaSession {
             state,
             status,
             options,
-            programs: HashMap::new(),
+            programs: ProgramCache::default(),
             collective: None,
         })
     }
@@ -145,14 +145,6 @@ impl CudaSession {
         self.compiler.compilations()
     }
 
-    fn key(step: &Step, batch: usize) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        step.hash(&mut h);
-        batch.hash(&mut h);
-        h.finish()
-    }
-
     /// Places and compiles a program against this session's variables.
     fn prepare(&mut self, program: Program) -> Result<Prepared, BackendError> {
         let memory = SessionMemory {
@@ -169,12 +161,7 @@ impl CudaSession {
     }
 
     fn prepared(&mut self, step: &Step, batch: usize) -> Result<&mut Prepared, BackendError> {
-        let key = CudaSession::key(step, batch);
-        let known = self
-            .programs
-            .get(&key)
-            .is_some_and(|v| v.iter().any(|(s, b, _)| s == step && *b == batch));
-        if !known {
+        if self.programs.get(step, batch).is_none() {
             let program = lower(&self.graph, step, batch, &self.options.lower).map_err(|e| {
                 BackendError::Kernel {
                     node: String::new(),
@@ -183,15 +170,10 @@ impl CudaSession {
                 }
             })?;
             let prepared = self.prepare(program)?;
-            self.programs
-                .entry(key)
-                .or_default()
-                .push((step.clone(), batch, prepared));
+            self.programs.insert(step, batch, prepared);
         }
         self.programs
-            .get_mut(&key)
-            .and_then(|v| v.iter_mut().find(|(s, b, _)| s == step && *b == batch))
-            .map(|(_, _, p)| p)
+            .get_mut(step, batch)
             .ok_or_else(|| BackendError::Unavailable {
                 backend: "cuda".into(),
                 reason: "program cache lost an entry".into(),
@@ -299,49 +281,6 @@ impl CudaSession {
         Ok(())
     }
 
-    /// Checks the feeds against their inputs and returns the batch size they bind.
-    fn bind_feeds(&self, feeds: &[Feed]) -> Result<usize, BackendError> {
-        let mut batch: Option<usize> = None;
-        for (id, value) in feeds {
-            let node = self
-                .graph
-                .try_node(*id)
-                .ok_or_else(|| BackendError::UnknownValue(format!("#{}", id.index())))?;
-            let Op::Input { name, ty } = &node.op else {
-                return Err(BackendError::FeedNotInput {
-                    node: node.name.clone(),
-                });
-            };
-            let shape = value.shape();
-            let fits = value.dtype() == ty.dtype
-                && shape.len() == ty.rank()
-                && ty.shape.dims().iter().zip(shape).all(|(d, &s)| match d {
-                    Dim::Fixed(n) => *n == s,
-                    Dim::Batch => true,
-                });
-            if !fits {
-                return Err(BackendError::FeedMismatch {
-                    input: name.clone(),
-                    expected: ty.to_string(),
-                    got: format!("{}{:?}", value.dtype(), shape),
-                });
-            }
-            if ty.shape.has_batch() {
-                match batch {
-                    Some(b) if b != shape[0] => {
-                        return Err(BackendError::BatchMismatch {
-                            input: name.clone(),
-                            expected: b,
-                            got: shape[0],
-                        });
-                    }
-                    _ => batch = Some(shape[0]),
-                }
-            }
-        }
-        Ok(batch.unwrap_or(1))
-    }
-
     fn sync_all(&self) -> Result<(), BackendError> {
         for d in 0..self.driver.devices() {
             self.driver.synchronize(d)?;
@@ -398,15 +337,12 @@ impl Session for CudaSession {
     }
 
     fn run(&mut self, step: &Step, feeds: &[Feed]) -> Result<Vec<HostTensor>, BackendError> {
-        let batch = self.bind_feeds(feeds)?;
+        let batch = binding::bind_feeds(&self.graph, feeds)?;
         self.prepared(step, batch)?;
         self.reset_status()?;
-        let key = CudaSession::key(step, batch);
         let prepared = self
             .programs
-            .get(&key)
-            .and_then(|v| v.iter().find(|(s, b, _)| s == step && *b == batch))
-            .map(|(_, _, p)| p)
+            .get(step, batch)
             .ok_or_else(|| BackendError::UnknownValue("program".into()))?;
         let driver = &*self.driver;
         for &(node, b) in &prepared.program.feeds {
@@ -453,13 +389,8 @@ impl Session for CudaSession {
     }
 
     fn read_variable(&self, var: VarId) -> Result<HostTensor, BackendError> {
-        let def = self
-            .graph
-            .variables()
-            .get(var.0 as usize)
-            .ok_or(BackendError::UnknownVariable(var.0))?;
+        let (def, shape) = binding::variable(&self.graph, var, None)?;
         let slot = self.layout.slot(var);
-        let shape = def.ty.shape.to_static().unwrap_or_default();
         let mut bytes = vec![0u8; slot.bytes];
         let d = usize::from(slot.device);
         self.driver
@@ -474,19 +405,7 @@ impl Session for CudaSession {
     }
 
     fn write_variable(&mut self, var: VarId, value: &HostTensor) -> Result<(), BackendError> {
-        let def = self
-            .graph
-            .variables()
-            .get(var.0 as usize)
-            .ok_or(BackendError::UnknownVariable(var.0))?;
-        let shape = def.ty.shape.to_static().unwrap_or_default();
-        if value.dtype() != def.ty.dtype || value.shape() != shape.as_slice() {
-            return Err(BackendError::VariableMismatch {
-                variable: def.name.clone(),
-                expected: def.ty.to_string(),
-                got: format!("{}{:?}", value.dtype(), value.shape()),
-            });
-        }
+        binding::variable(&self.graph, var, Some(value))?;
         let slot = self.layout.slot(var);
         let d = usize::from(slot.device);
         self.driver

@@ -7,7 +7,7 @@ use super::index::linear;
 use super::params::FieldKind;
 use super::{
     BLOCK, LaunchDims, ParamStruct, RenderError, RenderedKernel, constant, expect_f32, index_type,
-    largest_buffer,
+    kernel_extent,
 };
 use crate::backend::cuda::bodies::Body;
 use crate::ir::PoolKind;
@@ -57,13 +57,7 @@ fn tiled(
 
 /// The common head of a generated part: which kernel, its index type and block size.
 fn head(program: &Program, k: &Kernel) -> String {
-    let extent = largest_buffer(
-        program,
-        k.inputs
-            .iter()
-            .map(|v| v.buffer)
-            .chain(k.outputs.iter().copied()),
-    );
+    let extent = kernel_extent(program, k, 0);
     format!(
         "typedef {} tp_idx;\n{}",
         index_type(extent),

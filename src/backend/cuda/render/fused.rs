@@ -6,7 +6,7 @@ use super::cexpr::{self, PointSource, compute_type};
 use super::index::{Axis, coordinate, linear};
 use super::{
     BLOCK, LaunchDims, ParamStruct, RenderError, RenderedKernel, constant, index_type,
-    largest_buffer, load_expr, overlaps,
+    kernel_extent, load_expr, overlaps,
 };
 use crate::backend::cuda::bodies::Body;
 use crate::ir::ReduceOp;
@@ -115,13 +115,7 @@ pub fn elementwise(
     let points: usize = shape.iter().product();
     let mut params = ParamStruct::default();
     let operands = operand_fields(program, &mut params, &k.inputs, "in", &k.outputs);
-    let extent = points.max(largest_buffer(
-        program,
-        k.inputs
-            .iter()
-            .map(|v| v.buffer)
-            .chain(k.outputs.iter().copied()),
-    ));
+    let extent = kernel_extent(program, k, points);
     let mut g = String::new();
     let _ = writeln!(g, "typedef {} tp_idx;", index_type(extent));
     g.push_str(&constant("TP_BLOCK", "unsigned int", BLOCK));
@@ -276,13 +270,7 @@ pub fn reduce(
     let mut params = ParamStruct::default();
     let operands = operand_fields(program, &mut params, &k.inputs, "in", &k.outputs);
     let points = out_len * red_len;
-    let extent = points.max(largest_buffer(
-        program,
-        k.inputs
-            .iter()
-            .map(|v| v.buffer)
-            .chain(k.outputs.iter().copied()),
-    ));
+    let extent = kernel_extent(program, k, points);
     let types: Vec<&str> = prologue
         .outputs
         .iter()

@@ -173,9 +173,14 @@ pub fn load_expr(ptr: &str, index: &str, read_only: bool) -> String {
     }
 }
 
-/// Largest element count among a kernel's buffers.
-pub fn largest_buffer(program: &Program, buffers: impl Iterator<Item = BufferId>) -> usize {
-    buffers.map(|b| program.buffer(b).len()).max().unwrap_or(0)
+/// The largest index a kernel computes: its buffers' lengths and `points` of its space.
+pub fn kernel_extent(program: &Program, k: &crate::lower::Kernel, points: usize) -> usize {
+    k.inputs
+        .iter()
+        .map(|v| v.buffer)
+        .chain(k.outputs.iter().copied())
+        .map(|b| program.buffer(b).len())
+        .fold(points, usize::max)
 }
 
 /// Checks that `dtype` is f32 for a fixed-function operand.
