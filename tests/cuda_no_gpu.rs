@@ -53,10 +53,9 @@ fn example(name: &str) -> PathBuf {
 #[test]
 fn the_example_with_device_cuda_prints_one_error_and_exits_non_zero() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(example("train_mnist_mlp"))
-        .args(["--device", "cuda"])
+    let out = Command::new(example("mnist"))
+        .args(["--device", "cuda", "--max-epoch", "1", "--logdir"])
         .arg(dir.path().join("log"))
-        .arg("1")
         .output()
         .expect("run the example");
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -22,7 +22,7 @@ const DIR_VAR: &str = "TOWERPACK_EXAMPLE_DIR";
 const EPOCHS_VAR: &str = "TOWERPACK_EXAMPLE_EPOCHS";
 const ACTION_VAR: &str = "TOWERPACK_EXAMPLE_ACTION";
 
-/// What `examples/train_mnist_mlp.rs` does, on fewer digits.
+/// What `examples/mnist.rs` does, on fewer digits.
 #[test]
 #[ignore = "the child process of the example test; runs only when spawned by it"]
 fn child_example_run() {

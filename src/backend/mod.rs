@@ -11,6 +11,7 @@
 //! at most once.
 
 pub mod binding;
+pub mod collective;
 pub mod cpu;
 pub mod cuda;
 pub mod reference;
@@ -64,6 +65,9 @@ pub enum BackendError {
     },
     #[error("backend `{backend}` is unavailable: {reason}")]
     Unavailable { backend: String, reason: String },
+    /// A collective operation of a distributed job failed (a lost rank, a timeout, ...).
+    #[error(transparent)]
+    Collective(collective::CollectiveError),
 }
 
 /// A collective-communication engine: the participants of a distributed job (MPI ranks,
@@ -90,6 +94,21 @@ pub trait Session: Send {
 
     /// Overwrites a variable; errors when dtype or shape differ from its declaration.
     fn write_variable(&mut self, var: VarId, value: &HostTensor) -> Result<(), BackendError>;
+
+    /// Joins a distributed job: the step's `Op::AllReduce` kernels reduce across `collective`'s
+    /// participants. Backends that cannot take part say so (the default).
+    fn join_collective(
+        &mut self,
+        collective: std::sync::Arc<dyn Collective>,
+    ) -> Result<(), BackendError> {
+        Err(BackendError::Unavailable {
+            backend: "this backend".into(),
+            reason: format!(
+                "it cannot take part in a distributed job ({} participants)",
+                collective.size()
+            ),
+        })
+    }
 
     /// Sets every variable to its initializer's value for the run seeded with `seed`.
     fn initialize_variables(&mut self, seed: u64) -> Result<(), BackendError> {

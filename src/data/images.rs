@@ -96,6 +96,48 @@ impl LabeledImages {
         Ok((head, tail))
     }
 
+    /// The per-pixel mean image `[H, W, C]` as `f32` (tensorpack's `get_per_pixel_mean`), the
+    /// usual input normalization of CIFAR models. Errors on an empty set.
+    pub fn mean_image(&self) -> Result<HostTensor, DataError> {
+        let n = self.len();
+        if n == 0 {
+            return Err(config(
+                "the mean image of an empty set is undefined".to_string(),
+            ));
+        }
+        let pixels = self.images.len() / n;
+        let mut sum = vec![0f64; pixels];
+        let storage = self.images.storage();
+        for i in 0..self.images.len() {
+            sum[i % pixels] += storage.get_f64(i);
+        }
+        let mean = sum.into_iter().map(|s| (s / n as f64) as f32).collect();
+        Ok(HostTensor::from_f32(self.image_shape(), mean)?)
+    }
+
+    /// The same examples as `f32` with `mean` (an `[H, W, C]` image, e.g. [`Self::mean_image`]
+    /// of the training set) subtracted from every image.
+    pub fn subtract_image(&self, mean: &HostTensor) -> Result<LabeledImages, DataError> {
+        if mean.shape() != self.image_shape() {
+            return Err(config(format!(
+                "cannot subtract a {:?} mean image from {:?} images",
+                mean.shape(),
+                self.image_shape()
+            )));
+        }
+        let mean = mean.to_f32_vec();
+        let mut images = self.images.cast(DType::F32);
+        if let Storage::F32(v) = images.storage_mut() {
+            for (i, x) in v.iter_mut().enumerate() {
+                *x -= mean[i % mean.len()];
+            }
+        }
+        Ok(LabeledImages {
+            images,
+            labels: self.labels.clone(),
+        })
+    }
+
     /// The same examples with `f32` images multiplied by `scale` (e.g. `1.0 / 255.0`).
     pub fn to_f32(&self, scale: f32) -> LabeledImages {
         let mut images = self.images.cast(DType::F32);

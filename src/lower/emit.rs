@@ -263,6 +263,18 @@ pub fn emit(
             }
         }
     }
+    // Collectives run in one order on every participant of a distributed job (a mismatch
+    // would pair different buffers across processes): each all-reduce waits for the previous
+    // one in topological order. Anchors are topological, so this adds no cycle.
+    let is_collective = |item: &Item| match item {
+        Item::Draft(d) => matches!(d.kind, KernelKind::AllReduce { .. }),
+        Item::Arena(_) => false,
+    };
+    let mut collectives: Vec<usize> = (0..n).filter(|&i| is_collective(&items[i])).collect();
+    collectives.sort_by_key(|&i| items[i].anchor());
+    for pair in collectives.windows(2) {
+        deps.add(pair[0], pair[1]);
+    }
     let mut readers: HashMap<VarId, Vec<usize>> = HashMap::new();
     for (i, item) in items.iter().enumerate() {
         for var in item.state_reads(sg) {

@@ -114,35 +114,95 @@ fn reaches(
 /// Largest cone (instructions of its own group) a consumer will recompute.
 const MAX_RECOMPUTED_CONE: usize = 24;
 
+/// The recomputation plan being decided.
+#[derive(Default)]
+struct Recompute {
+    /// Full-size tensors a recomputation of each absorbed value reads.
+    full_leaves: HashMap<Value, Vec<Value>>,
+    /// Members written out: recomputations read them instead of their cones.
+    written: HashSet<Value>,
+    /// Values some absorbed cone reads (a written member among them must stay written).
+    relied: HashSet<Value>,
+}
+
+impl Recompute {
+    /// The full-size tensors recomputing member `v` reads, if its cone is small enough and
+    /// reads at most `max_leaves` of them.
+    fn leaves(
+        &self,
+        input: &GroupInput<'_>,
+        gr: &Grouping,
+        v: Value,
+        max_leaves: usize,
+    ) -> Option<Vec<Value>> {
+        let g = gr.group_of[&v.node];
+        let space: usize = gr.groups[g].shape.iter().product();
+        let elements = |u: Value| (input.shape_of)(u).iter().product::<usize>();
+        let mut cone = HashSet::new();
+        let mut leaves: Vec<Value> = Vec::new();
+        let mut stack = vec![v.node];
+        while let Some(n) = stack.pop() {
+            if !cone.insert(n) {
+                continue;
+            }
+            for u in data_inputs(input.graph, n) {
+                if gr.group_of.get(&u.node) == Some(&g) && !self.written.contains(&u) {
+                    stack.push(u.node);
+                } else if let Some(l) = self.full_leaves.get(&u) {
+                    leaves.extend(l.iter().copied());
+                } else if elements(u) * 4 > space {
+                    leaves.push(u);
+                }
+            }
+        }
+        leaves.sort();
+        leaves.dedup();
+        (cone.len() <= MAX_RECOMPUTED_CONE && leaves.len() <= max_leaves).then_some(leaves)
+    }
+
+    fn absorb(&mut self, gr: &mut Grouping, v: Value, leaves: Vec<Value>) {
+        gr.absorbed.insert(v);
+        self.relied.extend(leaves.iter().copied());
+        self.full_leaves.insert(v, leaves);
+    }
+}
+
 /// Decides which members are written out. A member is *recomputed* by its consumers instead
 /// (it joins `absorbed`) when every consumer outside its group is a fused kernel over the same
 /// space on the same device — another elementwise group or a reduction — and recomputing it
-/// reads at most one full-size tensor (its other inputs being small broadcast operands). This
-/// trades a cheap recomputation for a write and a read of a whole activation: batch norm's
-/// forward would otherwise store `x - mean`, `x̂` and a ReLU mask for the backward pass.
+/// reads few full-size tensors (its cone stops at members written out anyway). This trades a
+/// cheap recomputation for a write and a read of a whole activation: batch norm's forward would
+/// otherwise store `x - mean`, `x̂` and a ReLU mask for the backward pass.
+///
+/// Two passes: in topological order, a member is absorbed when its recomputation reads at
+/// most one full-size tensor; then, in reverse order, a member only reductions consume is
+/// absorbed when it reads at most two (reductions over one space merge into one kernel that
+/// reads each operand once: batch norm's backward then sums three products of the incoming
+/// gradient without storing them). A member that absorbed cones read stays written.
 fn decide_materialisation(
     input: &GroupInput<'_>,
     consumers: &HashMap<Value, Vec<NodeId>>,
     gr: &mut Grouping,
 ) {
     let graph = input.graph;
-    let elements = |v: Value| (input.shape_of)(v).iter().product::<usize>();
-    // Full-size tensors a recomputation of each absorbed value reads (memoised, in order).
-    let mut full_leaves: HashMap<Value, Vec<Value>> = HashMap::new();
+    let mut plan = Recompute::default();
+    // Members with consumers outside their group that may be recomputed, in order, with
+    // whether only reductions consume them.
+    let mut candidates: Vec<(Value, bool)> = Vec::new();
     for &id in input.order {
         let Some(&g) = gr.group_of.get(&id) else {
             continue;
         };
         let v = Value::first(id);
         let grp = &gr.groups[g];
-        let space: usize = grp.shape.iter().product();
-        let cons = consumers.get(&v).map_or(&[][..], |c| c.as_slice());
-        let external: Vec<NodeId> = cons
+        let external: Vec<NodeId> = consumers
+            .get(&v)
+            .map_or(&[][..], |c| c.as_slice())
             .iter()
             .copied()
             .filter(|c| gr.group_of.get(c) != Some(&g))
             .collect();
-        if !input.fuse || input.pinned.contains(&v) || external.is_empty() {
+        if external.is_empty() {
             continue;
         }
         let fusable_consumers = external.iter().all(|&c| {
@@ -152,34 +212,31 @@ fn decide_materialisation(
                     None => matches!(graph.node(c).op, Op::Reduce { .. }),
                 }
         });
-        if !fusable_consumers {
+        if !input.fuse || input.pinned.contains(&v) || !fusable_consumers {
+            plan.written.insert(v);
             continue;
         }
-        // The cone of `v` in its group, and the full-size tensors it reads.
-        let mut cone = HashSet::new();
-        let mut leaves: Vec<Value> = Vec::new();
-        let mut stack = vec![id];
-        while let Some(n) = stack.pop() {
-            if !cone.insert(n) {
-                continue;
-            }
-            for u in data_inputs(graph, n) {
-                if gr.group_of.get(&u.node) == Some(&g) {
-                    stack.push(u.node);
-                } else if let Some(l) = full_leaves.get(&u) {
-                    leaves.extend(l.iter().copied());
-                } else if elements(u) * 4 > space {
-                    leaves.push(u);
-                }
+        // Two full-size inputs for elementwise consumers was measured (ResNet-20 training
+        // step): it recomputes more than it saves.
+        match plan.leaves(input, gr, v, 1) {
+            Some(leaves) => plan.absorb(gr, v, leaves),
+            None => {
+                plan.written.insert(v);
+                let only_reductions = external.iter().all(|c| !gr.group_of.contains_key(c));
+                candidates.push((v, only_reductions));
             }
         }
-        leaves.sort();
-        leaves.dedup();
-        // Allowing two or three full-size inputs was measured (ResNet-20 training step): it
-        // recomputes more than it saves, so one it is.
-        if cone.len() <= MAX_RECOMPUTED_CONE && leaves.len() <= 1 {
-            gr.absorbed.insert(v);
-            full_leaves.insert(v, leaves);
+    }
+    for &(v, only_reductions) in candidates.iter().rev() {
+        if !only_reductions || plan.relied.contains(&v) {
+            continue;
+        }
+        plan.written.remove(&v);
+        match plan.leaves(input, gr, v, 2) {
+            Some(leaves) => plan.absorb(gr, v, leaves),
+            None => {
+                plan.written.insert(v);
+            }
         }
     }
     gr.outputs = gr

@@ -156,11 +156,13 @@ impl Former<'_> {
 
     /// Builds the fused expression computing `outputs` over group `g`'s space: members of `g`
     /// and absorbed (recomputed) members of other groups are computed inline, everything else
-    /// is loaded through its view.
-    fn group_expr(&self, g: usize, outputs: &[Value]) -> (FusedExpr, Vec<Operand>) {
+    /// is loaded through its view. For the group's own kernel (`own`) every member is inline;
+    /// another kernel (a reduction absorbing members) loads the members `g` writes out.
+    fn group_expr(&self, g: usize, outputs: &[Value], own: bool) -> (FusedExpr, Vec<Operand>) {
         let mut b = ExprBuilder {
             former: self,
             g,
+            own,
             shape: self.grouping.groups[g].shape.clone(),
             expr: FusedExpr::default(),
             operands: Vec::new(),
@@ -188,7 +190,7 @@ impl Former<'_> {
             if outputs.is_empty() {
                 continue;
             }
-            let (expr, inputs) = self.group_expr(g, &outputs);
+            let (expr, inputs) = self.group_expr(g, &outputs, true);
             let grp = &self.grouping.groups[g];
             let last = outputs
                 .iter()
@@ -211,36 +213,68 @@ impl Former<'_> {
         }
     }
 
-    /// Drafts that `d` reads from, directly or transitively.
-    fn draft_ancestors(
-        &self,
-        d: usize,
-        memo: &mut HashMap<usize, HashSet<usize>>,
-    ) -> HashSet<usize> {
-        if let Some(a) = memo.get(&d) {
-            return a.clone();
-        }
-        let mut out = HashSet::new();
-        let parents: Vec<usize> = self.drafts[d]
-            .inputs
+    /// For every draft, the set of drafts it reads from, directly or transitively (a bitset
+    /// over draft indices; computed iteratively, parents first).
+    fn draft_ancestors(&self) -> Vec<Vec<u64>> {
+        let n = self.drafts.len();
+        let words = n.div_ceil(64);
+        let parents: Vec<Vec<usize>> = self
+            .drafts
             .iter()
-            .filter_map(|o| self.producer.get(&o.base).copied())
-            .filter(|&p| p != d)
+            .enumerate()
+            .map(|(d, draft)| {
+                let mut p: Vec<usize> = draft
+                    .inputs
+                    .iter()
+                    .filter_map(|o| self.producer.get(&o.base).copied())
+                    .filter(|&p| p != d)
+                    .collect();
+                p.sort_unstable();
+                p.dedup();
+                p
+            })
             .collect();
-        for p in parents {
-            if out.insert(p) {
-                out.extend(self.draft_ancestors(p, memo));
+        let mut sets: Vec<Option<Vec<u64>>> = vec![None; n];
+        for root in 0..n {
+            // Post-order walk: a draft's set is the union of its parents' sets and the parents.
+            let mut stack = vec![(root, false)];
+            while let Some((d, expanded)) = stack.pop() {
+                if sets[d].is_some() {
+                    continue;
+                }
+                if !expanded {
+                    stack.push((d, true));
+                    stack.extend(
+                        parents[d]
+                            .iter()
+                            .filter(|&&p| sets[p].is_none())
+                            .map(|&p| (p, false)),
+                    );
+                    continue;
+                }
+                let mut set = vec![0u64; words];
+                for &p in &parents[d] {
+                    set[p / 64] |= 1 << (p % 64);
+                    // Parents are done: the walk pushed them after `d` (the graph is acyclic).
+                    if let Some(ps) = &sets[p] {
+                        for (w, x) in set.iter_mut().zip(ps) {
+                            *w |= x;
+                        }
+                    }
+                }
+                sets[d] = Some(set);
             }
         }
-        memo.insert(d, out.clone());
-        out
+        sets.into_iter().map(Option::unwrap_or_default).collect()
     }
 
     /// Merges independent reductions over the same space and axes into one multi-output
     /// kernel, so one pass over the data serves them all (batch-norm's backward needs three
     /// or four sums over the same activations).
     fn merge_reductions(&mut self) {
-        let mut memo = HashMap::new();
+        let contains =
+            |set: &[u64], i: usize| set.get(i / 64).is_some_and(|w| w >> (i % 64) & 1 == 1);
+        let mut ancestors = self.draft_ancestors();
         let mut order: Vec<usize> = (0..self.drafts.len())
             .filter(|&i| {
                 self.drafts[i].alive && matches!(self.drafts[i].kind, KernelKind::Reduce { .. })
@@ -255,13 +289,12 @@ impl Former<'_> {
                 _ => None,
             };
             let dkey = key(&self.drafts[d].kind);
-            let anc_d = self.draft_ancestors(d, &mut memo);
             let target = open.iter().position(|(s, members)| {
                 key(&self.drafts[*s].kind) == dkey
                     && self.drafts[*s].device == self.drafts[d].device
-                    && members.iter().all(|m| {
-                        !anc_d.contains(m) && !self.draft_ancestors(*m, &mut memo).contains(&d)
-                    })
+                    && members
+                        .iter()
+                        .all(|&m| !contains(&ancestors[d], m) && !contains(&ancestors[m], d))
             });
             match target {
                 None => open.push((d, vec![d])),
@@ -270,7 +303,7 @@ impl Former<'_> {
                     self.absorb_reduction(s, d);
                     open[t].1.push(d);
                     // The merged kernel now reads what `d` read.
-                    memo.clear();
+                    ancestors = self.draft_ancestors();
                 }
             }
         }
@@ -359,7 +392,7 @@ impl Former<'_> {
         }
         for ((g, axes), rs) in buckets {
             let targets: Vec<Value> = rs.iter().map(|&r| self.graph.inputs(r)[0]).collect();
-            let (prologue, inputs) = self.group_expr(g, &targets);
+            let (prologue, inputs) = self.group_expr(g, &targets, false);
             let ops = rs
                 .iter()
                 .filter_map(|&r| match self.graph.node(r).op {
@@ -843,6 +876,8 @@ fn dedupe(e: &FusedExpr) -> FusedExpr {
 struct ExprBuilder<'f, 'g> {
     former: &'f Former<'g>,
     g: usize,
+    /// Building group `g`'s own kernel (else: a reduction prologue recomputing members).
+    own: bool,
     shape: Vec<usize>,
     expr: FusedExpr,
     operands: Vec<Operand>,
@@ -880,7 +915,7 @@ impl ExprBuilder<'_, '_> {
         }
         let grouping = &self.former.grouping;
         let inline = match grouping.group_of.get(&w.node) {
-            Some(&gw) => gw == self.g || grouping.recomputed(w),
+            Some(&gw) => (gw == self.g && self.own) || grouping.recomputed(w),
             None => false,
         };
         let e = if inline {

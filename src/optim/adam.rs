@@ -5,7 +5,7 @@
 use super::OptimError;
 use super::builder::Builder;
 use super::optimizer::VariableUpdate;
-use super::state::{self, create_slot, ensure_unassigned, read};
+use super::state::{self, create_slot, read};
 use crate::ir::{BinaryOp, Graph, TensorType, UnaryOp, Value, VarId};
 use crate::tensor::DType;
 
@@ -21,10 +21,10 @@ pub(crate) fn adam(
     let scalar = TensorType::scalar(DType::F32);
     let flags = crate::ir::VarFlags::default();
     let init = |b: f64| crate::ir::Initializer::Constant(b);
-    let b1p_var = state::get_or_create(graph, "beta1_power", scalar.clone(), init(beta1), flags)?;
-    let b2p_var = state::get_or_create(graph, "beta2_power", scalar, init(beta2), flags)?;
-    ensure_unassigned(graph, b1p_var)?;
-    ensure_unassigned(graph, b2p_var)?;
+    let b1p_var =
+        state::get_or_create_unassigned(graph, "beta1_power", scalar.clone(), init(beta1), flags)?;
+    let b2p_var =
+        state::get_or_create_unassigned(graph, "beta2_power", scalar, init(beta2), flags)?;
     let mut out = Vec::new();
     // The step-wide scalars live on no particular device.
     let b1p = read(graph, b1p_var, "Adam/beta1_power/read", None)?;

@@ -278,7 +278,8 @@ impl Optimizer {
     fn state_names(&self) -> Vec<&'static str> {
         match self {
             Optimizer::Sgd { .. } | Optimizer::Momentum { .. } => vec![],
-            Optimizer::Adam { .. } => vec!["beta1_power", "beta2_power"],
+            // Adam's beta powers are per application (`beta1_power`, `beta1_power_1`, ...).
+            Optimizer::Adam { .. } => vec![],
             Optimizer::AccumGrad { inner, .. } => {
                 let mut s = vec![super::accum::ACCUM_COUNTER];
                 s.extend(inner.state_names());

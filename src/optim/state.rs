@@ -112,6 +112,31 @@ pub(crate) fn create_slot(
 
 /// Errors when some `Assign` node already writes `var` (a step may assign a variable once, so
 /// state shared by all variables must be updated by a single optimizer application).
+/// The first of `name`, `name_1`, `name_2`, … that no update assigns yet, created if needed
+/// (TF's uniquified non-slot variables): two optimizers of one graph — a GAN's generator and
+/// discriminator — each get their own step-wide state, e.g. Adam's `beta1_power` and
+/// `beta1_power_1`.
+pub(crate) fn get_or_create_unassigned(
+    graph: &mut Graph,
+    name: &str,
+    ty: TensorType,
+    init: Initializer,
+    flags: VarFlags,
+) -> Result<VarId, OptimError> {
+    for k in 0.. {
+        let candidate = if k == 0 {
+            name.to_string()
+        } else {
+            format!("{name}_{k}")
+        };
+        let var = get_or_create(graph, &candidate, ty.clone(), init.clone(), flags)?;
+        if ensure_unassigned(graph, var).is_ok() {
+            return Ok(var);
+        }
+    }
+    unreachable!("the candidate names are unbounded")
+}
+
 pub(crate) fn ensure_unassigned(graph: &Graph, var: VarId) -> Result<(), OptimError> {
     let assigned = graph
         .node_ids()

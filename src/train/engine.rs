@@ -176,6 +176,7 @@ pub fn launch_train_with_config(
 ) -> Result<TrainReport, TrainError> {
     let logdir = config.logdir.clone().or_else(super::logdir::logger_dir);
     let found = resolve_resume(&mut config, logdir.as_deref())?;
+    let found = trainer.agree_on_resume(found)?;
     let input = match (config.dataflow.take(), config.data.take()) {
         (Some(flow), None) => trainer.default_input(flow),
         (None, Some(input)) => input,
@@ -264,6 +265,7 @@ pub fn launch_train_with_config(
     } else {
         InitOutcome::default()
     };
+    trainer.initialize_session(session.as_mut())?;
     ctx.phase = Phase::Running(session);
     ctx.counters.global_step = read_global_step(&mut ctx)?;
 
@@ -277,6 +279,48 @@ pub fn launch_train_with_config(
         reads_input: HashMap::new(),
     };
     engine.run(trainer, start)
+}
+
+/// A resume continues the SAME model: a checkpoint that lacks variables of this graph, or holds
+/// variables it does not have, was written by another model (a logdir reused by mistake), and
+/// training on would silently mix the two. (An explicit `session_init` may restore partially,
+/// as tensorpack's does; only resuming is strict.)
+fn check_same_model(
+    checkpoint: &Path,
+    report: &crate::train::checkpoint::RestoreReport,
+) -> Result<(), TrainError> {
+    let describe = |names: &[String]| {
+        let shown: Vec<&str> = names.iter().take(5).map(String::as_str).collect();
+        let more = names.len().saturating_sub(shown.len());
+        let more = if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        };
+        format!("{} ({}{more})", names.len(), shown.join(", "))
+    };
+    let mut problems = Vec::new();
+    if !report.only_in_graph.is_empty() {
+        problems.push(format!(
+            "{} variables of this model are not in it",
+            describe(&report.only_in_graph)
+        ));
+    }
+    if !report.only_in_checkpoint.is_empty() {
+        problems.push(format!(
+            "it holds {} variables this model does not have",
+            describe(&report.only_in_checkpoint)
+        ));
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(TrainError::Resume(format!(
+        "{} was written by a different model: {}; train in another logdir \
+         or start afresh",
+        checkpoint.display(),
+        problems.join("; ")
+    )))
 }
 
 /// Restores the loop position, the input position and the callbacks' state of `found`.
@@ -294,6 +338,7 @@ fn apply_resume(
             found.checkpoint.display()
         )));
     }
+    check_same_model(&found.checkpoint, &outcome.report)?;
     if let Some(state) = &found.state {
         if state.seed != ctx.seed {
             log::warn!(
@@ -360,6 +405,7 @@ impl Engine {
         start: ResumePoint,
     ) -> Result<TrainReport, TrainError> {
         let result = self.main_loop(trainer, start);
+        trainer.loop_ended(&result);
         let after = self.callbacks.after_train(&mut self.ctx);
         self.ctx.input.stop();
         let stopped = match result {

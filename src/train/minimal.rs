@@ -95,14 +95,25 @@ fn feeds(
         .collect())
 }
 
-impl MinimalTrainer {
-    /// Builds the graph of `tower` over `signature`, trained by `optimizer`.
-    pub fn new(
+/// The graph a [`MinimalTrainer`] runs, before it is bound to a session: benchmarks and
+/// snapshot tests lower exactly this step.
+pub struct TrainingGraph {
+    pub graph: Graph,
+    /// The cost; the optimizer's update, the step counter and the tower's UPDATE_OPS.
+    pub step: Step,
+    pub train: TowerHandle,
+    pub inference: Option<TowerHandle>,
+}
+
+impl TrainingGraph {
+    /// One training tower of `tower` over `signature` (and the inference tower when
+    /// `options.inference`), its gradients and `optimizer`'s update.
+    pub fn build(
         signature: &[InputSpec],
         tower: impl Fn(&[Tensor]) -> Tensor,
         optimizer: &Optimizer,
-        options: MinimalOptions,
-    ) -> Result<MinimalTrainer, MinimalError> {
+        options: &MinimalOptions,
+    ) -> Result<TrainingGraph, MinimalError> {
         let mut plan = Replication::single().with_seed(options.seed);
         if options.inference {
             plan = plan.with_inference("InferenceTower");
@@ -125,21 +136,39 @@ impl MinimalTrainer {
             increment_global_step(&mut graph, "global_step/increment")?,
         ];
         targets.extend(train.collection(UPDATE_OPS).iter().map(|v| v.node));
+        Ok(TrainingGraph {
+            graph,
+            step: Step::new(vec![cost], targets),
+            train,
+            inference: built.inference.into_iter().next(),
+        })
+    }
+}
+
+impl MinimalTrainer {
+    /// Builds the graph of `tower` over `signature`, trained by `optimizer`.
+    pub fn new(
+        signature: &[InputSpec],
+        tower: impl Fn(&[Tensor]) -> Tensor,
+        optimizer: &Optimizer,
+        options: MinimalOptions,
+    ) -> Result<MinimalTrainer, MinimalError> {
+        let built = TrainingGraph::build(signature, tower, optimizer, &options)?;
         let session: Box<dyn Session> = match options.executor {
             Executor::Cpu => Box::new(CpuSession::new(
-                graph,
+                built.graph,
                 CpuOptions {
                     threads: options.threads,
                     ..CpuOptions::default()
                 },
             )?),
-            Executor::Reference => Box::new(ReferenceSession::new(graph)?),
+            Executor::Reference => Box::new(ReferenceSession::new(built.graph)?),
         };
         let mut t = MinimalTrainer {
             session,
-            train_step: Step::new(vec![cost], targets),
-            train,
-            inference: built.inference.into_iter().next(),
+            train_step: built.step,
+            train: built.train,
+            inference: built.inference,
         };
         t.session.initialize_variables(options.seed)?;
         Ok(t)

@@ -6,7 +6,7 @@
 //! [`Callback`]: the step counter, summaries, checkpoints, schedules, validation, progress.
 //! A [`Trainer`] builds the graph and defines `run_step`; [`TowerTrainer`] builds it from a
 //! [`TowerStrategy`] ([`SimpleTrainer`] = one tower), which is where data-parallel trainers plug
-//! in.
+//! in. [`distributed`] trains one process per rank over a collective engine (Horovod-style).
 //!
 //! Beyond tensorpack, a run resumes EXACTLY: checkpoints carry the loop position, the consumed
 //! data position and the callbacks' state ([`resume`]), so a run killed at any point and resumed
@@ -51,6 +51,7 @@ pub mod config;
 pub mod context;
 pub mod counters;
 mod dispatch;
+pub mod distributed;
 mod engine;
 pub mod error;
 pub mod input;
@@ -71,6 +72,7 @@ pub use callback::{
 pub use config::{BackendChoice, Resume, TrainConfig};
 pub use context::{PREDICT_TOWER, ResumeInfo, TrainContext};
 pub use counters::{LoopCounters, ResumePoint};
+pub use distributed::{DistributedOptions, DistributedTrainer, HorovodTrainer, RankLogging};
 pub use engine::{TrainReport, launch_train_with_config};
 pub use error::TrainError;
 pub use input::{DummyConstantInput, FeedInput, InputSource, QueueInput};

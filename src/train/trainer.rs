@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use crate::backend::Session;
 use crate::data::DataFlow;
 use crate::dsl::{Builder, InputSpec, TowerHandle};
 use crate::ir::{Graph, NodeId, Value, VarId};
@@ -19,6 +20,7 @@ use super::dispatch::CallbackList;
 use super::error::TrainError;
 use super::input::{InputSource, QueueInput};
 use super::model::ModelDesc;
+use super::resume::FoundResume;
 
 /// A trainer: builds the training graph once, then runs one iteration per `run_step`.
 ///
@@ -48,6 +50,27 @@ pub trait Trainer {
     fn default_input(&self, flow: Box<dyn DataFlow>) -> Box<dyn InputSource> {
         Box::new(QueueInput::from_boxed(flow))
     }
+
+    /// Replaces the resume this worker found (in its logdir or config) by the one every worker
+    /// of the job continues from. Called before the graph is built. Default: keep it.
+    fn agree_on_resume(
+        &mut self,
+        found: Option<FoundResume>,
+    ) -> Result<Option<FoundResume>, TrainError> {
+        Ok(found)
+    }
+
+    /// Called once the session exists, its variables are initialized and the chief's session
+    /// init has run, before the loop reads `global_step` (tensorpack's `initialize`):
+    /// distributed trainers join the session to their collective engine and broadcast the
+    /// chief's variables here. Default: nothing.
+    fn initialize_session(&mut self, _session: &mut dyn Session) -> Result<(), TrainError> {
+        Ok(())
+    }
+
+    /// Called when the loop has ended, with how it ended, before the callbacks' `after_train`
+    /// (distributed trainers tell the other workers). Default: nothing.
+    fn loop_ended(&mut self, _outcome: &Result<(), TrainError>) {}
 }
 
 /// What graph building gets: the graph, the run's seed, the input source and the model.

@@ -8,6 +8,7 @@
 
 use super::access::{Access, coalesce};
 use super::fused::FusedProgram;
+use super::kernels::simd::vectorized;
 use super::memory::RawBuf;
 use crate::ir::ReduceOp;
 use rayon::prelude::*;
@@ -104,57 +105,121 @@ impl ReduceProgram {
             .iter()
             .map(|&op| vec![identity(op) as f32; period])
             .collect();
+        // The folding loops run compiled for the widest vector unit (see `vectorized!`).
         let sink = |s: usize, lanes: &[&[f32]]| {
-            let n = lanes.first().map_or(0, |l| l.len());
-            if period > 0 {
-                // Row segments of the chunk fold into the columns they cover (vectorised).
-                for (j, &op) in ops.iter().enumerate() {
-                    let part = &mut parts[j];
-                    let (mut at, mut phase) = (0, s % period);
-                    while at < n {
-                        let m = (period - phase).min(n - at);
-                        let seg = &lanes[j][at..at + m];
-                        let cols = &mut part[phase..phase + m];
-                        match op {
-                            ReduceOp::Sum | ReduceOp::Mean => {
-                                cols.iter_mut().zip(seg).for_each(|(a, &x)| *a += x)
+            vectorized!({
+                let n = lanes.first().map_or(0, |l| l.len());
+                if period > 0 {
+                    // Row segments of the chunk fold into the columns they cover (vectorised).
+                    for (j, &op) in ops.iter().enumerate() {
+                        let part = &mut parts[j];
+                        let sums = matches!(op, ReduceOp::Sum | ReduceOp::Mean);
+                        if sums && s.is_multiple_of(period) && n.is_multiple_of(period) {
+                            // Whole rows (the common case): the same additions in the same
+                            // order as below, without per-column index arithmetic.
+                            for seg in lanes[j].chunks_exact(period) {
+                                part.iter_mut().zip(seg).for_each(|(a, &x)| *a += x);
                             }
-                            _ => cols
-                                .iter_mut()
-                                .zip(seg)
-                                .for_each(|(a, &x)| *a = combine_f32(op, *a, x)),
+                            for (a, p) in acc[j][..period].iter_mut().zip(part.iter_mut()) {
+                                *a += f64::from(*p);
+                                *p = 0.0;
+                            }
+                            continue;
                         }
-                        at += m;
-                        phase = 0;
+                        if period >= n {
+                            // Each column sees at most one element of the chunk: fold straight
+                            // into the f64 accumulators (what the partials would yield).
+                            let (mut at, mut phase) = (0, s % period);
+                            while at < n {
+                                let m = (period - phase).min(n - at);
+                                let seg = &lanes[j][at..at + m];
+                                let cols = &mut acc[j][phase..phase + m];
+                                if sums {
+                                    cols.iter_mut().zip(seg).for_each(|(a, &x)| {
+                                        *a += f64::from(x);
+                                    });
+                                } else {
+                                    cols.iter_mut().zip(seg).for_each(|(a, &x)| {
+                                        *a = combine(op, *a, f64::from(x));
+                                    });
+                                }
+                                at += m;
+                                phase = 0;
+                            }
+                            continue;
+                        }
+                        let (mut at, mut phase) = (0, s % period);
+                        while at < n {
+                            let m = (period - phase).min(n - at);
+                            let seg = &lanes[j][at..at + m];
+                            let cols = &mut part[phase..phase + m];
+                            match op {
+                                ReduceOp::Sum | ReduceOp::Mean => {
+                                    cols.iter_mut().zip(seg).for_each(|(a, &x)| *a += x)
+                                }
+                                _ => cols
+                                    .iter_mut()
+                                    .zip(seg)
+                                    .for_each(|(a, &x)| *a = combine_f32(op, *a, x)),
+                            }
+                            at += m;
+                            phase = 0;
+                        }
+                        // Flush the touched columns into the f64 accumulators.
+                        let first = s % period;
+                        let touched = n.min(period);
+                        for t in 0..touched {
+                            let c = (first + t) % period;
+                            acc[j][c] = combine(op, acc[j][c], f64::from(part[c]));
+                            part[c] = identity(op) as f32;
+                        }
                     }
-                    // Flush the touched columns into the f64 accumulators.
-                    let first = s % period;
-                    let touched = n.min(period);
-                    for t in 0..touched {
-                        let c = (first + t) % period;
-                        acc[j][c] = combine(op, acc[j][c], f64::from(part[c]));
-                        part[c] = identity(op) as f32;
+                    return;
+                }
+                // Runs of positions folding into one output element, found arithmetically.
+                let run_len = match out_access {
+                    Access::Scalar { .. } => Some(usize::MAX),
+                    Access::Repeat { inner, .. } if *inner > 0 => Some(*inner),
+                    _ => None,
+                };
+                if let (Some(len), Access::Scalar { offset } | Access::Repeat { offset, .. }) =
+                    (run_len, out_access)
+                {
+                    for (j, &op) in ops.iter().enumerate() {
+                        let x = lanes[j];
+                        let mut k = 0;
+                        while k < n {
+                            let f = s + k;
+                            let (target, e) = if len == usize::MAX {
+                                (*offset, n)
+                            } else {
+                                (offset + f / len, (k + len - f % len).min(n))
+                            };
+                            let run = fold_run(op, &x[k..e]);
+                            acc[j][target] = combine(op, acc[j][target], f64::from(run));
+                            k = e;
+                        }
+                    }
+                    return;
+                }
+                let idx = &mut idx[..n];
+                out_access.indices(s, idx);
+                for (j, &op) in ops.iter().enumerate() {
+                    let x = lanes[j];
+                    let mut k = 0;
+                    while k < n {
+                        // A run of positions folding into the same output element.
+                        let target = idx[k];
+                        let mut e = k + 1;
+                        while e < n && idx[e] == target {
+                            e += 1;
+                        }
+                        let run = fold_run(op, &x[k..e]);
+                        acc[j][target] = combine(op, acc[j][target], f64::from(run));
+                        k = e;
                     }
                 }
-                return;
-            }
-            let idx = &mut idx[..n];
-            out_access.indices(s, idx);
-            for (j, &op) in ops.iter().enumerate() {
-                let x = lanes[j];
-                let mut k = 0;
-                while k < n {
-                    // A run of positions folding into the same output element.
-                    let target = idx[k];
-                    let mut e = k + 1;
-                    while e < n && idx[e] == target {
-                        e += 1;
-                    }
-                    let run = fold_run(op, &x[k..e]);
-                    acc[j][target] = combine(op, acc[j][target], f64::from(run));
-                    k = e;
-                }
-            }
+            })
         };
         // SAFETY: the executor checked the prologue's operand extents before running.
         unsafe { self.prologue.for_each_chunk(start, end, inputs, sink) };

@@ -162,6 +162,7 @@ impl RawBuf {
     ///
     /// # Safety
     /// Every index of `access` over these positions is `< len`.
+    #[inline(always)]
     pub unsafe fn load(&self, access: &Access, start: usize, idx: &mut [usize], dst: Lanes<'_>) {
         if let (DType::Bool, Access::Contiguous { offset }, Lanes::Bool(d)) =
             (self.dtype, access, &dst)
@@ -236,6 +237,7 @@ impl RawBuf {
     ///
     /// # Safety
     /// Every index is `< len`.
+    #[inline(always)]
     pub unsafe fn gather(&self, idx: &[usize], dst: Lanes<'_>) {
         match dst {
             Lanes::Bool(d) if self.dtype == DType::Bool => {
@@ -277,6 +279,7 @@ impl RawBuf {
     ///
     /// # Safety
     /// `start + n <= len` and no one else accesses these elements now.
+    #[inline(always)]
     pub unsafe fn scatter_contiguous(&self, start: usize, src: Lanes<'_>) {
         // SAFETY: bounds and exclusivity are the caller's contract.
         unsafe {

@@ -226,6 +226,14 @@ fn state_raw(
 }
 
 impl Session for CpuSession {
+    fn join_collective(
+        &mut self,
+        collective: std::sync::Arc<dyn Collective>,
+    ) -> Result<(), BackendError> {
+        self.set_collective(collective);
+        Ok(())
+    }
+
     fn graph(&self) -> &Graph {
         &self.graph
     }

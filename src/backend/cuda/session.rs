@@ -336,6 +336,11 @@ impl Session for CudaSession {
         &self.graph
     }
 
+    fn join_collective(&mut self, collective: Arc<dyn Collective>) -> Result<(), BackendError> {
+        self.set_collective(collective);
+        Ok(())
+    }
+
     fn run(&mut self, step: &Step, feeds: &[Feed]) -> Result<Vec<HostTensor>, BackendError> {
         let batch = binding::bind_feeds(&self.graph, feeds)?;
         self.prepared(step, batch)?;

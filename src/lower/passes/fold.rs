@@ -153,7 +153,10 @@ fn fold_constant(graph: &Graph, id: NodeId) -> Option<HostTensor> {
     let out = &node.outputs[0];
     let shape = out.shape.to_static()?;
     let n: usize = shape.iter().product();
-    if n > MAX_FOLDED_ELEMENTS {
+    // Never grow a constant: a broadcast of a small constant stays a broadcast (a stride-0
+    // view, read from the small constant) instead of becoming a large constant to load.
+    let largest_input = consts.iter().map(|t| t.len()).max().unwrap_or(0);
+    if n > MAX_FOLDED_ELEMENTS || n > largest_input.max(1) {
         return None;
     }
     if let Op::Reshape { .. } = node.op {

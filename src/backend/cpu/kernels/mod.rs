@@ -36,7 +36,7 @@ pub mod gemm;
 mod parallel;
 pub mod pool;
 pub mod reduce;
-mod simd;
+pub(crate) mod simd;
 pub mod softmax;
 
 pub use conv::{

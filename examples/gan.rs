@@ -1,0 +1,279 @@
+//! A DCGAN on the embedded MNIST digits, trained by a custom trainer that overrides `run_step` to
+//! alternate two optimizers (tensorpack's `GANTrainer` pattern): each step minimizes the
+//! discriminator's loss, then the generator's, in two hooked runs. Samples of the generator go to
+//! TensorBoard as images at the end of every epoch (`tensorboard --logdir train_log/gan`).
+//!
+//! ```text
+//! cargo run --release --example gan      # 20 epochs, about 2.5 minutes on 2 cores
+//! ```
+//!
+//! Digit-like strokes appear after about 10 epochs (1,250 steps of batch 64).
+
+use std::error::Error;
+use std::path::PathBuf;
+
+use clap::Parser;
+use towerpack::data::{BatchData, DataError, MapData, mnist10k_split};
+use towerpack::dsl::prelude::*;
+use towerpack::graph;
+use towerpack::ir::{NodeId, Value};
+use towerpack::optim::Optimizer;
+use towerpack::tensor::HostTensor;
+use towerpack::train::logdir::{LogDirAction, set_logger_dir};
+use towerpack::train::{
+    BackendChoice, BuiltGraph, Callback, GraphSetup, RunArgs, StepRunner, TrainConfig,
+    TrainContext, TrainError, Trainer, launch_train_with_config,
+};
+
+/// Length of the generator's noise vector.
+const Z_DIM: usize = 64;
+
+/// Command-line flags.
+#[derive(Parser, Debug)]
+#[command(about = "Train a DCGAN on the embedded MNIST digits")]
+struct Args {
+    /// Where the log, stats.json, TensorBoard events (with samples) and checkpoints go.
+    #[arg(long, default_value = "train_log/gan")]
+    logdir: PathBuf,
+    /// Last epoch.
+    #[arg(long, default_value_t = 20)]
+    max_epoch: u64,
+    /// Steps per epoch (default: one pass over the 8,000 training digits).
+    #[arg(long)]
+    steps_per_epoch: Option<u64>,
+    /// Batch size.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// CPU worker threads (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// Start afresh: an existing logdir is backed up to `<logdir>.<timestamp>` instead of resumed.
+    #[arg(long)]
+    fresh: bool,
+}
+
+/// The generator: noise `[N, 64]` → 7×7×64 → 14×14×32 → 28×28×1 in `[-1, 1]`.
+fn generator(z: &Tensor) -> Tensor {
+    graph! {
+        scope "gen" {
+            let l = FullyConnected("fc0", z, units = 7 * 7 * 64, use_bias = false);
+            let l = BNReLU("bn0", l).reshape(Shape::batched(&[7, 7, 64]));
+            argscope Conv2DTranspose(kernel_size = 4, strides = 2) {
+                let l = Conv2DTranspose("deconv0", l, filters = 32, use_bias = false);
+                let l = BNReLU("bn1", l);
+                Conv2DTranspose("deconv1", l, filters = 1, activation = tanh)
+            }
+        }
+    }
+}
+
+/// The discriminator: 28×28×1 → 14×14×32 → 7×7×64 → one logit. Called on real and on generated
+/// images; the second call reuses the variables of the first.
+fn discriminator(image: &Tensor, reuse: bool) -> Tensor {
+    let _scope = variable_scope_with_reuse("discrim", reuse);
+    graph! {
+        argscope Conv2D(kernel_size = 4, strides = 2, activation = leaky_relu(0.2)) {
+            let l = Conv2D("conv0", image, filters = 32);
+            let l = Conv2D("conv1", l, filters = 64);
+            FullyConnected("fc", l, units = 1)
+        }
+    }
+}
+
+/// The tower: both losses (non-saturating GAN, as DCGAN). Returns the generator's loss; the
+/// discriminator's is named `d_loss`, the samples `gen/samples`.
+fn gan_tower(inputs: &[Tensor]) -> Tensor {
+    let (real, z) = (&inputs[0], &inputs[1]);
+    let fake = generator(z);
+    // Images for TensorBoard, in [0, 255].
+    ((&fake + 1.0) * 127.5).named("gen/samples");
+    let real_logit = discriminator(real, false);
+    let fake_logit = discriminator(&fake, true);
+    let ones = real_logit.scalar_like(1.0);
+    let zeros = real_logit.scalar_like(0.0);
+    let d_loss = sigmoid_cross_entropy_with_logits(&real_logit, &ones).mean()
+        + sigmoid_cross_entropy_with_logits(&fake_logit, &zeros).mean();
+    d_loss.named("d_loss");
+    sigmoid_cross_entropy_with_logits(&fake_logit, &ones)
+        .mean()
+        .named("g_loss")
+}
+
+/// A trainer with two optimizers: every step runs the discriminator's update, then the
+/// generator's, each as its own hooked run (so the global step advances by two per step, as
+/// tensorpack counts hooked runs).
+#[derive(Default)]
+struct GanTrainer {
+    /// `(d_min, g_min)` once the graph is built.
+    ops: Option<(NodeId, NodeId)>,
+}
+
+impl Trainer for GanTrainer {
+    fn name(&self) -> String {
+        "GanTrainer".into()
+    }
+
+    fn setup_graph(&mut self, setup: &mut GraphSetup<'_>) -> Result<BuiltGraph, TrainError> {
+        let signature = vec![
+            InputSpec::new("real", DType::F32, Shape::batched(&[28, 28, 1])),
+            InputSpec::new("z", DType::F32, Shape::batched(&[Z_DIM])),
+        ];
+        setup.input.setup(&signature)?;
+        let tower = setup.with_builder(|b| {
+            b.build_tower(TowerContext::training("", "", 0, 1), &signature, gan_tower)
+        })??;
+        setup.register_tower(&tower)?;
+        let graph = &mut *setup.graph;
+        let missing = |what: &str| TrainError::Config(format!("the GAN tower has no `{what}`"));
+        let d_loss = graph
+            .find_value("d_loss")
+            .ok_or_else(|| missing("d_loss"))?;
+        let g_loss = tower.cost.ok_or_else(|| missing("g_loss"))?;
+        let variables_under = |graph: &towerpack::ir::Graph, scope: &str| {
+            tower
+                .gradient_variables(graph)
+                .into_iter()
+                .filter(|&v| graph.variable(v).name.starts_with(scope))
+                .collect::<Vec<_>>()
+        };
+        let d_vars = variables_under(graph, "discrim/");
+        let g_vars = variables_under(graph, "gen/");
+        let d_grads = towerpack::autodiff::gradients(graph, d_loss, &d_vars, "d_gradients")?;
+        let g_grads = towerpack::autodiff::gradients(graph, g_loss, &g_vars, "g_gradients")?;
+        // DCGAN's Adam: learning rate 2e-4, beta1 0.5. Each optimizer keeps its own beta powers.
+        let adam = Optimizer::Adam {
+            learning_rate: 2e-4,
+            beta1: 0.5,
+            beta2: 0.999,
+            epsilon: 1e-8,
+        };
+        let d_min = adam.apply_gradients(graph, &d_grads.grads, "d_min")?;
+        let g_min = adam.apply_gradients(graph, &g_grads.grads, "g_min")?;
+        self.ops = Some((d_min.train_op, g_min.train_op));
+        Ok(BuiltGraph {
+            losses: vec![("d_loss".into(), d_loss), ("g_loss".into(), g_loss)],
+            towers: vec![tower],
+            ..BuiltGraph::default()
+        })
+    }
+
+    fn run_step(&mut self, runner: &mut StepRunner<'_>) -> Result<(), TrainError> {
+        let (d_min, g_min) = self
+            .ops
+            .ok_or_else(|| TrainError::Config("run_step before setup_graph".into()))?;
+        runner.hooked_run(&[], &[d_min])?;
+        runner.hooked_run(&[], &[g_min])?;
+        Ok(())
+    }
+}
+
+/// Puts 16 generated digits into the monitors (TensorBoard images) at the last hooked run of
+/// every epoch, and the two losses as scalars.
+#[derive(Default)]
+struct GanSamples {
+    fetches: Option<[Value; 3]>,
+    fetching: bool,
+}
+
+impl Callback for GanSamples {
+    fn setup_graph(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
+        self.fetches = Some([
+            ctx.get_tensor("gen/samples")?,
+            ctx.get_tensor("d_loss")?,
+            ctx.get_tensor("g_loss")?,
+        ]);
+        Ok(())
+    }
+
+    fn before_run(&mut self, ctx: &TrainContext) -> Result<RunArgs, TrainError> {
+        // The generator's run is the second of the epoch's last step.
+        let last_step = ctx.local_step() + 1 == ctx.steps_per_epoch() as i64;
+        self.fetching = last_step && ctx.global_step() % 2 == 1;
+        match (&self.fetches, self.fetching) {
+            (Some(f), true) => Ok(RunArgs::fetch(f.to_vec())),
+            _ => Ok(RunArgs::none()),
+        }
+    }
+
+    fn after_run(
+        &mut self,
+        ctx: &mut TrainContext,
+        values: &[HostTensor],
+    ) -> Result<(), TrainError> {
+        if !self.fetching {
+            return Ok(());
+        }
+        let [samples, d_loss, g_loss] = values else {
+            return Err(TrainError::Config(
+                "GanSamples: expected three fetched values".into(),
+            ));
+        };
+        let bad =
+            |e: towerpack::tensor::TensorError| TrainError::Config(format!("GanSamples: {e}"));
+        let shown = samples.shape()[0].min(16);
+        let pixels = samples.as_f32().map_err(bad)?;
+        let first = HostTensor::from_f32(&[shown, 28, 28, 1], pixels[..shown * 28 * 28].to_vec())
+            .map_err(bad)?;
+        ctx.put_image("gen/samples", &first)?;
+        ctx.put_scalar("d_loss", d_loss.scalar_value().map_err(bad)?)?;
+        ctx.put_scalar("g_loss", g_loss.scalar_value().map_err(bad)?)?;
+        Ok(())
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(&args) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &Args) -> Result<(), Box<dyn Error>> {
+    let action = if args.fresh {
+        LogDirAction::Backup
+    } else {
+        LogDirAction::Keep
+    };
+    let logdir = set_logger_dir(&args.logdir, action)?;
+    // Real digits scaled to [-1, 1] (the generator's tanh range), each with its own noise vector
+    // drawn from the datapoint's counter-based key (so a resumed run draws the same noise).
+    let digits = mnist10k_split()?.train.to_f32(2.0 / 255.0);
+    let with_noise = MapData::new(digits.to_flow(Some(1))?, |dp, ctx| {
+        let key = ctx.key(17);
+        let z: Vec<f32> = (0..Z_DIM as u64)
+            .map(|i| (key.uniform(i) * 2.0 - 1.0) as f32)
+            .collect();
+        let image = dp.into_iter().next().ok_or_else(|| DataError::Config {
+            flow: "gan",
+            what: "empty datapoint".into(),
+        })?;
+        let image = image.as_f32()?.iter().map(|x| x - 1.0).collect();
+        Ok(vec![
+            HostTensor::from_f32(&[28, 28, 1], image)?,
+            HostTensor::from_f32(&[Z_DIM], z)?,
+        ])
+    });
+    let flow = BatchData::new(with_noise, args.batch, false)?;
+    let mut config = TrainConfig::default()
+        .dataflow(flow)
+        .callback(GanSamples::default())
+        .callback(towerpack::train::callbacks::ModelSaver::new())
+        .backend(BackendChoice::Cpu {
+            threads: args.threads,
+        })
+        .logdir(&logdir)
+        .max_epoch(args.max_epoch)
+        .auto_resume(true);
+    if let Some(steps) = args.steps_per_epoch {
+        config = config.steps_per_epoch(steps);
+    }
+    let report = launch_train_with_config(config, &mut GanTrainer::default())?;
+    println!(
+        "trained {} epochs ({} hooked runs); samples are in {}'s TensorBoard events",
+        report.counters.epoch_num,
+        report.counters.global_step,
+        logdir.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! The front door, run as a user runs it: the `resnet` example binary (built by `cargo test`
+//! next to the test binaries) trains, resumes, benchmarks and predicts, and every mistake a
+//! user can make is one clear error line and a non-zero exit, never a panic.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use towerpack::train::checkpoint::load_checkpoint;
+
+/// `target/<profile>/examples/<name>`: this test binary lives in `target/<profile>/deps/`.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps");
+    let path = profile_dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test` builds the examples before the tests",
+        path.display()
+    );
+    path
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(example("resnet"))
+        .args(args)
+        .output()
+        .expect("the resnet example starts")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A depth-8 ResNet (n = 1) at batch 16: small enough for a test.
+const SMALL: &[&str] = &["--depth", "8", "--batch", "16", "--threads", "2"];
+
+fn small(extra: &[&str]) -> Vec<String> {
+    SMALL.iter().chain(extra).map(|s| s.to_string()).collect()
+}
+
+fn run_small(extra: &[&str]) -> Output {
+    let args = small(extra);
+    run(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+#[test]
+fn resnet_trains_resumes_and_predicts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let logdir = dir.path().join("log");
+    let logdir_str = logdir.to_str().expect("utf-8 path");
+
+    let first = run_small(&[
+        "--logdir",
+        logdir_str,
+        "--max-epoch",
+        "1",
+        "--steps-per-epoch",
+        "3",
+    ]);
+    assert!(first.status.success(), "{}", text(&first));
+    assert!(
+        text(&first).contains("validation accuracy"),
+        "{}",
+        text(&first)
+    );
+    for file in ["log.log", "stats.json", "checkpoint", "model-3.safetensors"] {
+        assert!(logdir.join(file).exists(), "{file} missing");
+    }
+    let events = std::fs::read_dir(&logdir)
+        .expect("logdir")
+        .filter_map(Result::ok)
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("events.out.tfevents.")
+        });
+    assert!(events, "no TensorBoard events file");
+
+    // The same command with a later max epoch resumes where the first stopped.
+    let second = run_small(&[
+        "--logdir",
+        logdir_str,
+        "--max-epoch",
+        "2",
+        "--steps-per-epoch",
+        "3",
+    ]);
+    assert!(second.status.success(), "{}", text(&second));
+    assert!(
+        text(&second).contains("Resuming from") && text(&second).contains("model-3.safetensors"),
+        "{}",
+        text(&second)
+    );
+    assert!(logdir.join("model-6.safetensors").exists());
+
+    // --predict writes the logits of every held-out image with the labels.
+    let output = dir.path().join("predictions.safetensors");
+    let predict = run_small(&[
+        "--predict",
+        "--load",
+        logdir_str,
+        "--output",
+        output.to_str().expect("utf-8"),
+    ]);
+    assert!(predict.status.success(), "{}", text(&predict));
+    let written = load_checkpoint(&output).expect("a safetensors file");
+    let shape_of = |name: &str| {
+        written
+            .tensors
+            .iter()
+            .find(|(n, _)| n.as_str() == name)
+            .map(|(_, t)| t.shape().to_vec())
+            .unwrap_or_else(|| panic!("{name} missing"))
+    };
+    assert_eq!(shape_of("logits"), vec![2000, 10]);
+    assert_eq!(shape_of("labels"), vec![2000]);
+
+    // A different network on the same logdir is refused, and nothing saved is touched.
+    let saved = std::fs::read(logdir.join("model-6.safetensors")).expect("checkpoint");
+    let other = run(&["--depth", "14", "--logdir", logdir_str, "--max-epoch", "3"]);
+    assert_eq!(other.status.code(), Some(1), "{}", text(&other));
+    assert!(
+        text(&other).contains("written by a different model"),
+        "{}",
+        text(&other)
+    );
+    assert_eq!(
+        std::fs::read(logdir.join("model-6.safetensors")).expect("kept"),
+        saved
+    );
+}
+
+#[test]
+fn resnet_bench_prints_one_json_line() {
+    let out = run_small(&["--bench", "--bench-steps", "2"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().expect("a line");
+    let json: serde_json::Value = serde_json::from_str(line).expect("JSON");
+    assert_eq!(json["model"], "resnet8");
+    assert_eq!(json["batch"], 16);
+    assert_eq!(json["towers"], 1);
+    assert_eq!(json["steps"], 2);
+    assert!(json["images_per_sec"].as_f64().expect("number") > 0.0);
+    assert!(json["step_ms_median"].as_f64().expect("number") > 0.0);
+}
+
+#[test]
+fn user_mistakes_are_one_clear_error_not_a_panic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no-such-dir");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--data", missing.to_str().expect("utf-8")],
+            "CIFAR-10 directory not found",
+        ),
+        (vec!["--depth", "21"], "--depth must be 6n + 2"),
+        (vec!["--bogus-flag"], "unexpected argument '--bogus-flag'"),
+        (vec!["--predict"], "--load"),
+    ];
+    for (args, expected) in cases {
+        let out = run(&args);
+        let all = text(&out);
+        assert!(!out.status.success(), "{args:?} succeeded:\n{all}");
+        assert!(
+            all.contains(expected),
+            "{args:?}: expected `{expected}` in:\n{all}"
+        );
+        assert!(!all.contains("panicked"), "{args:?} panicked:\n{all}");
+    }
+
+    // A truncated CIFAR file names the file and the offset.
+    let cifar = dir.path().join("cifar");
+    std::fs::create_dir(&cifar).expect("mkdir");
+    for name in [
+        "data_batch_1.bin",
+        "data_batch_2.bin",
+        "data_batch_3.bin",
+        "data_batch_4.bin",
+    ] {
+        std::fs::write(cifar.join(name), vec![0u8; 3073]).expect("write");
+    }
+    std::fs::write(cifar.join("data_batch_5.bin"), vec![0u8; 3073 + 100]).expect("write");
+    std::fs::write(cifar.join("test_batch.bin"), vec![0u8; 3073]).expect("write");
+    let out = run(&["--data", cifar.to_str().expect("utf-8")]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains("data_batch_5.bin"), "{all}");
+    assert!(all.contains("3073"), "{all}");
+    assert!(!all.contains("panicked"), "{all}");
+}
