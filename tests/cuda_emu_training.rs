@@ -266,3 +266,67 @@ fn a_label_out_of_range_is_reported_by_the_device_naming_the_kernel() {
         other => panic!("expected the device to report the label: {other:?}"),
     }
 }
+
+/// A stand-in for a two-process job: every participant holds the same data, so a sum doubles.
+struct TwoEqualRanks;
+
+impl towerpack::backend::Collective for TwoEqualRanks {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn size(&self) -> usize {
+        2
+    }
+    fn all_reduce(
+        &self,
+        data: &mut [f32],
+        _op: towerpack::ir::ReduceOp,
+    ) -> Result<(), BackendError> {
+        data.iter_mut().for_each(|x| *x *= 2.0);
+        Ok(())
+    }
+}
+
+#[test]
+fn all_reduce_kernels_go_through_the_sessions_collective() {
+    cuda_common::require_nvrtc();
+    let mut g = Graph::new();
+    let ty = towerpack::ir::TensorType::new(
+        towerpack::tensor::DType::F32,
+        towerpack::ir::Shape::batched(&[3]),
+    );
+    let x = g
+        .add_node(
+            "x",
+            Op::Input {
+                name: "x".into(),
+                ty,
+            },
+            &[],
+        )
+        .expect("input");
+    let y = g
+        .add_node(
+            "y",
+            Op::AllReduce {
+                op: towerpack::ir::ReduceOp::Sum,
+            },
+            &[Value::first(x)],
+        )
+        .expect("all-reduce");
+    let step = Step::fetch(vec![Value::first(y)]);
+    let feeds = vec![(
+        x,
+        HostTensor::from_f32(&[2, 3], vec![1.0, -2.0, 3.5, 0.0, 7.0, -0.25]).expect("x"),
+    )];
+    let mut emu = CudaSession::emulated(g.clone(), 1, options()).expect("emu");
+    let alone = emu.run(&step, &feeds).expect("alone");
+    assert_eq!(alone[0], feeds[0].1, "one participant: the identity");
+    emu.join_collective(std::sync::Arc::new(TwoEqualRanks))
+        .expect("join");
+    let joined = emu.run(&step, &feeds).expect("joined");
+    assert_eq!(
+        joined[0].to_f32_vec(),
+        vec![2.0, -4.0, 7.0, 0.0, 14.0, -0.5]
+    );
+}

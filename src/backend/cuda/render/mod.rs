@@ -123,7 +123,13 @@ pub fn render_kernel(program: &Program, index: usize) -> Result<KernelPlan, Rend
             }
             KernelPlan::Launch(fused::reduce(program, k, shape, axes, prologue, ops)?)
         }
-        KernelKind::AllReduce { op, len } => KernelPlan::AllReduce { op: *op, len: *len },
+        KernelKind::AllReduce { op, len } => {
+            expect_f32(
+                "the all-reduce input",
+                program.buffer(k.inputs[0].buffer).dtype,
+            )?;
+            KernelPlan::AllReduce { op: *op, len: *len }
+        }
         _ => match fixed::render(program, k, index)? {
             Some(r) => KernelPlan::Launch(r),
             None => KernelPlan::Empty,
