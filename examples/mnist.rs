@@ -6,7 +6,11 @@
 //! ```text
 //! cargo run --release --example mnist                      # MLP 784-256-10
 //! cargo run --release --example mnist -- --model convnet   # two conv stages
+//! cargo run --release --example mnist -- --device cuda-emu  # CUDA kernels, emulated device
 //! ```
+//!
+//! `--device cuda` runs on the GPU (kernels compiled by NVRTC at run time); an unavailable
+//! device is one error line and exit status 1.
 
 use std::error::Error;
 use std::path::PathBuf;
@@ -43,6 +47,10 @@ struct Args {
     /// CPU worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Where to run: cpu, cuda (GPU), cuda-emu (the CUDA kernels on an emulated device) or
+    /// reference.
+    #[arg(long, default_value = "cpu")]
+    device: BackendChoice,
     /// Start afresh: an existing logdir is backed up to `<logdir>.<timestamp>` instead of resumed.
     #[arg(long)]
     fresh: bool,
@@ -116,8 +124,11 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
             "learning_rate",
             &[(3, 0.01)],
         ))
-        .backend(BackendChoice::Cpu {
-            threads: args.threads,
+        .backend(match args.device {
+            BackendChoice::Cpu { .. } => BackendChoice::Cpu {
+                threads: args.threads,
+            },
+            other => other,
         })
         .logdir(&logdir)
         .max_epoch(args.max_epoch)

@@ -131,7 +131,7 @@ fn main() {
 }
 
 fn run(args: &Args) -> Result<(), Box<dyn Error>> {
-    if args.depth < 8 || (args.depth - 2) % 6 != 0 {
+    if args.depth < 8 || !(args.depth - 2).is_multiple_of(6) {
         return Err(format!(
             "--depth must be 6n + 2 with n ≥ 1 (20, 32, 44, ...), got {}",
             args.depth

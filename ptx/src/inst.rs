@@ -192,6 +192,9 @@ pub enum Cmp {
 /// The operand type of `setp`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CmpTy {
+    /// 16-bit integers (zero-extended in the 32-bit file).
+    S16,
+    U16,
     S32,
     U32,
     S64,
@@ -401,8 +404,13 @@ pub enum Op {
     Unpack32 { lo: Option<R>, hi: Option<R>, a: R },
 
     Int32 { op: IntOp, d: R, a: R, b: R },
+    /// 16-bit arithmetic in the 32-bit file: operands (sign-)extended from 16 bits, result
+    /// truncated to 16 bits (zero-extended).
+    Int16 { op: IntOp, signed: bool, d: R, a: R, b: R },
     Int64 { op: IntOp, d: R, a: R, b: R },
     Shift32 { op: ShiftOp, d: R, a: R, b: R },
+    /// A 16-bit shift in the 32-bit file (result zero-extended); the amount is 32-bit.
+    Shift16 { op: ShiftOp, d: R, a: R, b: R },
     Shift64 { op: ShiftOp, d: R, a: R, b: R },
     IntUn32 { op: IntUnOp, d: R, a: R },
     IntUn64 { op: IntUnOp, d: R, a: R },

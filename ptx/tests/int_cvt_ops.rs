@@ -462,3 +462,78 @@ fn setp_and_selp_forms() {
         assert_eq!(got, want, "{body}");
     }
 }
+
+#[test]
+fn sixteen_bit_arithmetic_wraps_and_divides_in_16_bits() {
+    let h = |v: i16| u64::from(v as u16);
+    check(&[
+        (
+            "mul.lo.s16 %ho, %ha, %hb;",
+            16,
+            h(300),
+            h(300),
+            0,
+            h((300i32 * 300) as i16),
+        ),
+        ("mul.lo.u16 %ho, %ha, %hb;", 16, 0xfff0, 0x10, 0, 0xff00),
+        (
+            "add.s16 %ho, %ha, %hb;",
+            16,
+            h(i16::MAX),
+            h(1),
+            0,
+            h(i16::MIN),
+        ),
+        ("sub.u16 %ho, %ha, %hb;", 16, 0, 1, 0, 0xffff),
+        ("div.s16 %ho, %ha, %hb;", 16, h(-7), h(2), 0, h(-3)),
+        ("div.u16 %ho, %ha, %hb;", 16, 0xfff9, 2, 0, 0x7ffc),
+        ("rem.s16 %ho, %ha, %hb;", 16, h(-7), h(2), 0, h(-1)),
+        ("min.s16 %ho, %ha, %hb;", 16, h(-5), h(3), 0, h(-5)),
+        ("min.u16 %ho, %ha, %hb;", 16, 0xfffb, 3, 0, 3),
+        ("max.s16 %ho, %ha, %hb;", 16, h(-5), h(3), 0, h(3)),
+        ("shl.b16 %ho, %ha, %rb;", 16, 0x8181, 1, 0, 0x0302),
+        ("shl.b16 %ho, %ha, %rb;", 16, 0x8181, 16, 0, 0),
+        ("shr.u16 %ho, %ha, %rb;", 16, 0x8180, 4, 0, 0x0818),
+        ("shr.s16 %ho, %ha, %rb;", 16, 0x8180, 4, 0, 0xf818),
+        ("shr.s16 %ho, %ha, %rb;", 16, 0x8180, 20, 0, 0xffff),
+    ]);
+}
+
+#[test]
+fn sixteen_bit_comparisons_respect_signedness() {
+    let h = |v: i16| u64::from(v as u16);
+    check(&[
+        (
+            "setp.lt.s16 %p1, %ha, %hb; selp.u32 %ro, 1, 0, %p1;",
+            32,
+            h(-1),
+            h(1),
+            0,
+            1,
+        ),
+        (
+            "setp.lt.u16 %p1, %ha, %hb; selp.u32 %ro, 1, 0, %p1;",
+            32,
+            h(-1),
+            h(1),
+            0,
+            0,
+        ),
+        (
+            "setp.ne.s16 %p1, %ha, 0; selp.u32 %ro, 1, 0, %p1;",
+            32,
+            h(0),
+            0,
+            0,
+            0,
+        ),
+        (
+            "setp.ge.s16 %p1, %ha, %hb; selp.u32 %ro, 1, 0, %p1;",
+            32,
+            h(-300),
+            h(-300),
+            0,
+            1,
+        ),
+    ]);
+}

@@ -2,6 +2,7 @@
 //! trainer uses.
 //!
 //! - [`cpu`]: the fast CPU backend (its compute kernels live in [`cpu::kernels`]).
+//! - [`cuda`]: the CUDA backend (NVRTC-compiled kernels on GPUs or on emulated devices).
 //! - [`reference`]: the oracle. An op-by-op interpreter of the IR, written for clarity. Every
 //!   compiled backend is tested against it.
 //! - [`device`]: the [`Device`]s logical devices run on, and their [`Placement`].
@@ -10,8 +11,10 @@
 //! began, and every `Assign` of the step takes effect when it ends. A step may assign a variable
 //! at most once.
 
+pub mod binding;
 pub mod collective;
 pub mod cpu;
+pub mod cuda;
 pub mod device;
 pub mod reference;
 

@@ -5,8 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::backend::cpu::{CpuOptions, CpuSession};
+use crate::backend::cuda::{CudaOptions, CudaSession};
 use crate::backend::reference::ReferenceSession;
-use crate::backend::{Placement, Session};
+use crate::backend::{Device, Placement, Session};
 use crate::data::DataFlow;
 use crate::ir::Graph;
 use crate::lower::LowerOptions;
@@ -26,6 +27,13 @@ pub enum BackendChoice {
     Cpu { threads: usize },
     /// The reference executor (the slow oracle).
     Reference,
+    /// The CUDA backend on this machine's GPUs: `devices` of them (0: one per logical device
+    /// of the graph). Kernels are compiled by NVRTC; without a driver, a GPU or NVRTC the
+    /// session is not created and the error says which is missing.
+    Cuda { devices: usize },
+    /// The CUDA backend on `devices` emulated devices (0: one per logical device of the graph):
+    /// the same kernels, executed on the CPU by towerpack-ptx (needs NVRTC, not a GPU).
+    CudaEmu { devices: usize },
 }
 
 impl Default for BackendChoice {
@@ -66,7 +74,72 @@ impl BackendChoice {
                 Box::new(session)
             }
             BackendChoice::Reference => Box::new(ReferenceSession::new(graph)?),
+            BackendChoice::Cuda { devices } => {
+                check_cuda_placement(placement, Device::Cuda, "cuda")?;
+                let options = cuda_options(bucket_bytes);
+                Box::new(CudaSession::gpu(graph, devices, options)?)
+            }
+            BackendChoice::CudaEmu { devices } => {
+                check_cuda_placement(placement, Device::CudaEmu, "cuda-emu")?;
+                let options = cuda_options(bucket_bytes);
+                Box::new(CudaSession::emulated(graph, devices, options)?)
+            }
         })
+    }
+}
+
+/// The CUDA backend's options with the trainer's bucket size.
+fn cuda_options(bucket_bytes: Option<usize>) -> CudaOptions {
+    let mut options = CudaOptions::default();
+    if let Some(bytes) = bucket_bytes {
+        options.lower.bucket_bytes = bytes;
+    }
+    options
+}
+
+/// The CUDA backend runs logical device `d` on its device `d`: a placement may only spell that
+/// out (`Device::Cuda(d)` for logical `d`); anything else is an error naming the device.
+fn check_cuda_placement(
+    placement: &Placement,
+    kind: fn(u16) -> Device,
+    backend: &str,
+) -> Result<(), TrainError> {
+    for (logical, device) in placement.devices.iter().enumerate() {
+        let Some(device) = device else { continue };
+        let expected = kind(u16::try_from(logical).unwrap_or(u16::MAX));
+        if *device != expected {
+            return Err(TrainError::Config(format!(
+                "the {backend} backend runs logical device {logical} on {expected}; it cannot \
+                 place it on {device}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl std::str::FromStr for BackendChoice {
+    type Err = String;
+
+    /// The `--device` spellings: `cpu`, `reference`, `cuda`, `cuda-emu`, the last two with an
+    /// optional device count (`cuda-emu:2`).
+    fn from_str(s: &str) -> Result<BackendChoice, String> {
+        let (name, count) = match s.split_once(':') {
+            Some((n, c)) => (
+                n,
+                c.parse::<usize>()
+                    .map_err(|_| format!("`{c}` in `{s}` is not a device count"))?,
+            ),
+            None => (s, 0),
+        };
+        match name {
+            "cpu" => Ok(BackendChoice::Cpu { threads: count }),
+            "reference" => Ok(BackendChoice::Reference),
+            "cuda" => Ok(BackendChoice::Cuda { devices: count }),
+            "cuda-emu" => Ok(BackendChoice::CudaEmu { devices: count }),
+            _ => Err(format!(
+                "unknown device `{s}` (expected cpu, reference, cuda or cuda-emu)"
+            )),
+        }
     }
 }
 

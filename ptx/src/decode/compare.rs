@@ -57,6 +57,8 @@ pub(super) fn setp(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
     mods.finish("setp")?;
     let signed_ty = ty.starts_with('s');
     let (cty, ity) = match class {
+        Class::Int16 if signed_ty && !unsigned_cmp => (CmpTy::S16, Scalar::B16),
+        Class::Int16 => (CmpTy::U16, Scalar::B16),
         Class::Int32 { .. } if signed_ty && !unsigned_cmp => (CmpTy::S32, Scalar::B32),
         Class::Int32 { .. } => (CmpTy::U32, Scalar::B32),
         Class::Int64 { .. } if signed_ty && !unsigned_cmp => (CmpTy::S64, Scalar::B64),
@@ -67,7 +69,10 @@ pub(super) fn setp(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
         Class::Half(HalfTy::BF16) => (CmpTy::BF16, Scalar::B16),
         _ => return Err(format!("setp on .{ty} is not supported")),
     };
-    let is_int = matches!(cty, CmpTy::S32 | CmpTy::U32 | CmpTy::S64 | CmpTy::U64);
+    let is_int = matches!(
+        cty,
+        CmpTy::S16 | CmpTy::U16 | CmpTy::S32 | CmpTy::U32 | CmpTy::S64 | CmpTy::U64
+    );
     if is_int
         && !matches!(
             cmp,

@@ -183,19 +183,63 @@ fn binary(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
                     b: ctx.src32(&o[2], Scalar::B16)?,
                 });
             }
+            let signed = ty == "s16";
+            if name == "shl" || name == "shr" {
+                let op = match (name, signed) {
+                    ("shl", _) => ShiftOp::Shl,
+                    (_, true) => ShiftOp::ShrS,
+                    _ => ShiftOp::ShrU,
+                };
+                mods.finish(name)?;
+                return Ok(Op::Shift16 {
+                    op,
+                    d: ctx.dst32(&o[0])?,
+                    a: ctx.src32(&o[1], Scalar::B16)?,
+                    b: ctx.src32(&o[2], Scalar::B32)?,
+                });
+            }
+            let (a, b) = (
+                ctx.src32(&o[1], Scalar::B16)?,
+                ctx.src32(&o[2], Scalar::B16)?,
+            );
             // 16-bit logic on zero-extended values stays within 16 bits.
+            let logic = match name {
+                "and" => Some(IntOp::And),
+                "or" => Some(IntOp::Or),
+                "xor" => Some(IntOp::Xor),
+                _ => None,
+            };
+            if let Some(op) = logic {
+                mods.finish(name)?;
+                return Ok(Op::Int32 {
+                    op,
+                    d: ctx.dst32(&o[0])?,
+                    a,
+                    b,
+                });
+            }
+            // Arithmetic: computed on (sign-)extended values, truncated to 16 bits.
             let int_op = match name {
-                "and" => IntOp::And,
-                "or" => IntOp::Or,
-                "xor" => IntOp::Xor,
+                "add" => IntOp::Add,
+                "sub" => IntOp::Sub,
+                "mul" if mods.take("lo") => IntOp::MulLo,
+                "min" if signed => IntOp::MinS,
+                "min" => IntOp::MinU,
+                "max" if signed => IntOp::MaxS,
+                "max" => IntOp::MaxU,
+                "div" if signed => IntOp::DivS,
+                "div" => IntOp::DivU,
+                "rem" if signed => IntOp::RemS,
+                "rem" => IntOp::RemU,
                 _ => return Err(format!("16-bit integer `{name}` is not supported")),
             };
             mods.finish(name)?;
-            Op::Int32 {
+            Op::Int16 {
                 op: int_op,
+                signed,
                 d: ctx.dst32(&o[0])?,
-                a: ctx.src32(&o[1], Scalar::B16)?,
-                b: ctx.src32(&o[2], Scalar::B16)?,
+                a,
+                b,
             }
         }
         Class::Pred => {

@@ -56,7 +56,11 @@ fn uses(op: &Op, reads: &mut Vec<Reg>, writes: &mut Vec<Reg>) {
             });
             writes.extend(lo.into_iter().chain(hi).map(A));
         }
-        Op::Int32 { d, a, b, .. } | Op::Shift32 { d, a, b, .. } | Op::MulWide16 { d, a, b, .. } => {
+        Op::Int32 { d, a, b, .. }
+        | Op::Int16 { d, a, b, .. }
+        | Op::Shift32 { d, a, b, .. }
+        | Op::Shift16 { d, a, b, .. }
+        | Op::MulWide16 { d, a, b, .. } => {
             reads.extend([A(a), A(b)]);
             writes.push(A(d));
         }

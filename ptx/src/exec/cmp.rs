@@ -49,6 +49,12 @@ fn comparison(regs: &Regs, cmp: Cmp, ty: CmpTy, a: R, b: R) -> u32 {
     let r32 = |i: usize| &regs.r32[i];
     let r64 = |i: usize| &regs.r64[i];
     match ty {
+        CmpTy::S16 => int_cmp!(
+            cmp,
+            r32(a).map(|x| x as u16 as i16),
+            r32(b).map(|x| x as u16 as i16)
+        ),
+        CmpTy::U16 => int_cmp!(cmp, r32(a).map(|x| x as u16), r32(b).map(|x| x as u16)),
         CmpTy::S32 => int_cmp!(cmp, r32(a).map(|x| x as i32), r32(b).map(|x| x as i32)),
         CmpTy::U32 => int_cmp!(cmp, *r32(a), *r32(b)),
         CmpTy::S64 => int_cmp!(cmp, r64(a).map(|x| x as i64), r64(b).map(|x| x as i64)),

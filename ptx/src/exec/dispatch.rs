@@ -61,8 +61,16 @@ impl Warp {
                 }
             }
             Op::Int32 { op, d, a, b } => int::int32(op, &mut regs.r32, m, d, a, b),
+            Op::Int16 {
+                op,
+                signed,
+                d,
+                a,
+                b,
+            } => int::int16(op, signed, &mut regs.r32, m, d, a, b),
             Op::Int64 { op, d, a, b } => int::int64(op, &mut regs.r64, m, d, a, b),
             Op::Shift32 { op, d, a, b } => int::shift32(op, &mut regs.r32, m, d, a, b),
+            Op::Shift16 { op, d, a, b } => int::shift16(op, &mut regs.r32, m, d, a, b),
             Op::Shift64 { op, d, a, b } => int::shift64(op, &mut regs.r64, &regs.r32, m, d, a, b),
             Op::IntUn32 { op, d, a } => int::unary32(op, &mut regs.r32, m, d, a),
             Op::IntUn64 { op, d, a } => int::unary64(op, &mut regs.r64, m, d, a),

@@ -94,6 +94,19 @@ pub fn shift32(op: ShiftOp, r: &mut [[u32; WARP]], m: u32, d: u32, a: u32, b: u3
     }
 }
 
+/// A 16-bit shift: amounts of 16 or more shift everything out (sign fill for `shr.s16`).
+pub fn shift16(op: ShiftOp, r: &mut [[u32; WARP]], m: u32, d: u32, a: u32, b: u32) {
+    match op {
+        ShiftOp::Shl => map2_32(r, m, d, a, b, |x, s| x.checked_shl(s).unwrap_or(0) & 0xffff),
+        ShiftOp::ShrU => map2_32(r, m, d, a, b, |x, s| {
+            (x & 0xffff).checked_shr(s).unwrap_or(0)
+        }),
+        ShiftOp::ShrS => map2_32(r, m, d, a, b, |x, s| {
+            ((i32::from(x as u16 as i16) >> s.min(15)) as u32) & 0xffff
+        }),
+    }
+}
+
 pub fn shift64(
     op: ShiftOp,
     r64: &mut [[u64; WARP]],
@@ -189,6 +202,26 @@ pub fn mul_wide(
 }
 
 /// `mul.wide.{s,u}16`: 16×16 → 32.
+/// 16-bit `op`: operands extended from 16 bits (sign-extended when `signed`), evaluated as the
+/// 32-bit op, truncated back to 16 bits (the low bits of every op on extended values are the
+/// 16-bit result).
+pub fn int16(op: IntOp, signed: bool, r: &mut [[u32; WARP]], m: u32, d: u32, a: u32, b: u32) {
+    let ext = |x: u32| {
+        if signed {
+            i32::from(x as u16 as i16) as u32
+        } else {
+            x & 0xffff
+        }
+    };
+    let mut t = [r[a as usize].map(ext), r[b as usize].map(ext), [0u32; WARP]];
+    int32(op, &mut t, m, 2, 0, 1);
+    for lane in 0..WARP {
+        if m & (1 << lane) != 0 {
+            r[d as usize][lane] = t[2][lane] & 0xffff;
+        }
+    }
+}
+
 pub fn mul_wide16(r: &mut [[u32; WARP]], m: u32, signed: bool, d: u32, a: u32, b: u32) {
     if signed {
         map2_32(r, m, d, a, b, |x, y| {

@@ -1,0 +1,22 @@
+//! The CUDA backend: lowered [`Program`](crate::lower::Program)s rendered to CUDA C, compiled
+//! by NVRTC and run through a narrow driver interface — on real GPUs (cudarc) or on emulated
+//! devices (towerpack-ptx), so that everything but the silicon runs in CI.
+//!
+//! - [`render`]: each kernel of a program as a generated part plus a hand-written body of
+//!   `kernels/` ([`bodies`]); one parameter descriptor per launch yields the C struct and the
+//!   host packing;
+//! - [`nvrtc`]: compilation to PTX, cached in memory and on disk;
+//! - [`driver`]: the narrow device interface, on GPUs (cudarc) or emulated devices;
+//! - [`prepared`]: a program placed, compiled and packed once; [`session`]: the
+//!   [`Session`](crate::backend::Session).
+
+pub mod bodies;
+pub mod driver;
+pub mod error;
+pub mod nvrtc;
+pub mod prepared;
+pub mod render;
+pub mod session;
+
+pub use error::CudaError;
+pub use session::{CudaOptions, CudaSession};

@@ -1,0 +1,341 @@
+//! Generated hooks of fused kernels: elementwise kernels (`tp_point`), reductions with a fused
+//! prologue (`tp_acc`, `tp_init`, `tp_fold`, `tp_merge`, `tp_finish`) and the epilogues of
+//! matrix products and convolutions (`tp_epilogue`).
+
+use super::cexpr::{self, PointSource, compute_type};
+use super::index::{Axis, coordinate, linear};
+use super::{
+    BLOCK, LaunchDims, ParamStruct, RenderError, RenderedKernel, constant, index_type,
+    kernel_extent, load_expr, overlaps,
+};
+use crate::backend::cuda::bodies::Body;
+use crate::ir::ReduceOp;
+use crate::lower::{BufferId, FusedExpr, Kernel, Program, View};
+use crate::tensor::DType;
+use std::fmt::Write as _;
+
+/// An operand of a fused expression: the parameter it is read through and its view.
+struct Operand<'a> {
+    field: String,
+    dtype: DType,
+    view: &'a View,
+    read_only: bool,
+}
+
+/// Adds one read-only pointer field per view (named `{prefix}{i}`) and one writable field per
+/// output (`out{j}`); returns the operands.
+fn operand_fields<'a>(
+    program: &Program,
+    params: &mut ParamStruct,
+    views: &'a [View],
+    prefix: &str,
+    outputs: &[BufferId],
+) -> Vec<Operand<'a>> {
+    let ops: Vec<Operand> = views
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let dtype = program.buffer(v.buffer).dtype;
+            let field = format!("{prefix}{i}");
+            // Views carry their offset in the pointer, so the generated text does not.
+            params.buffer(&field, v.buffer, v.offset, dtype, false);
+            let read_only = !outputs.iter().any(|&o| overlaps(program, o, v.buffer));
+            Operand {
+                field,
+                dtype,
+                view: v,
+                read_only,
+            }
+        })
+        .collect();
+    for (j, &o) in outputs.iter().enumerate() {
+        params.buffer(&format!("out{j}"), o, 0, program.buffer(o).dtype, true);
+    }
+    ops
+}
+
+/// The statements storing expression outputs `values` at index `at`.
+fn stores(program: &Program, outputs: &[BufferId], values: &[String], at: &str) -> String {
+    let mut s = String::new();
+    for (j, (&o, v)) in outputs.iter().zip(values).enumerate() {
+        let dtype = program.buffer(o).dtype;
+        let _ = writeln!(s, "    p.out{j}[{at}] = {};", cexpr::to_storage(v, dtype));
+    }
+    s
+}
+
+/// Points of an elementwise space or an epilogue: flat position `var` over `shape`.
+struct FlatPoint<'a> {
+    var: &'a str,
+    shape: &'a [usize],
+    operands: &'a [Operand<'a>],
+    /// Operand slot 0 is the kernel's own value (epilogues), read from this expression.
+    own: Option<&'a str>,
+}
+
+impl PointSource for FlatPoint<'_> {
+    fn load(&self, operand: u16) -> Result<String, RenderError> {
+        let slot = usize::from(operand);
+        let op = match self.own {
+            Some(own) if slot == 0 => return Ok(own.to_string()),
+            Some(_) => self.operands.get(slot - 1),
+            None => self.operands.get(slot),
+        }
+        .ok_or_else(|| RenderError::Unsupported(format!("operand {slot} has no input")))?;
+        let axes: Vec<Axis> = self
+            .shape
+            .iter()
+            .copied()
+            .zip(op.view.strides.iter().copied())
+            .collect();
+        let raw = load_expr(
+            &format!("p.{}", op.field),
+            &linear(self.var, &axes),
+            op.read_only,
+        );
+        Ok(cexpr::from_storage(&raw, op.dtype))
+    }
+
+    fn index(&self, axis: u8) -> String {
+        coordinate(self.var, self.shape, usize::from(axis))
+    }
+
+    fn flat(&self) -> String {
+        self.var.to_string()
+    }
+}
+
+/// A fused elementwise kernel over `shape`.
+pub fn elementwise(
+    program: &Program,
+    k: &Kernel,
+    shape: &[usize],
+    expr: &FusedExpr,
+) -> Result<RenderedKernel, RenderError> {
+    let points: usize = shape.iter().product();
+    let mut params = ParamStruct::default();
+    let operands = operand_fields(program, &mut params, &k.inputs, "in", &k.outputs);
+    let extent = kernel_extent(program, k, points);
+    let mut g = String::new();
+    let _ = writeln!(g, "typedef {} tp_idx;", index_type(extent));
+    g.push_str(&constant("TP_BLOCK", "unsigned int", BLOCK));
+    g.push_str(&constant("TP_POINTS", "tp_idx", points));
+    g.push_str(&params.declaration());
+    g.push_str("TP_DEV void tp_point(const tp_params& p, tp_idx i) {\n");
+    let src = FlatPoint {
+        var: "i",
+        shape,
+        operands: &operands,
+        own: None,
+    };
+    let outs = cexpr::render(expr, &src, "v", "    ", &mut g)?;
+    g.push_str(&stores(program, &k.outputs, &outs, "i"));
+    g.push_str("}\n");
+    Ok(RenderedKernel {
+        body: Body::Elementwise,
+        generated: g,
+        params,
+        launch: LaunchDims::over(points),
+    })
+}
+
+/// The `tp_epilogue` hook of a matrix product or convolution: operand 0 is the kernel's value,
+/// operands `1..` read the extra inputs `k.inputs[main..]` over the output's shape; every output
+/// is stored at `flat`. Without an epilogue the value is stored as output 0.
+pub fn epilogue(
+    program: &Program,
+    k: &Kernel,
+    params: &mut ParamStruct,
+    g: &mut String,
+) -> Result<(), RenderError> {
+    let main = k.kind.main_inputs();
+    let operands = operand_fields(program, params, &k.inputs[main..], "e", &k.outputs);
+    g.push_str(&params.declaration());
+    g.push_str("TP_DEV void tp_epilogue(const tp_params& p, tp_idx flat, float acc) {\n");
+    match k.kind.epilogue() {
+        None => g.push_str(&stores(program, &k.outputs[..1], &["acc".into()], "flat")),
+        Some(e) => {
+            let shape = &program.buffer(k.outputs[0]).shape;
+            let src = FlatPoint {
+                var: "flat",
+                shape,
+                operands: &operands,
+                own: Some("acc"),
+            };
+            let outs = cexpr::render(&e.expr, &src, "v", "    ", g)?;
+            g.push_str(&stores(program, &k.outputs, &outs, "flat"));
+        }
+    }
+    g.push_str("}\n");
+    Ok(())
+}
+
+/// Points of a reduction: output `o` over the kept axes, reduced position `r` over the rest.
+struct ReducePoint<'a> {
+    shape: &'a [usize],
+    kept: Vec<usize>,
+    reduced: Vec<usize>,
+    operands: &'a [Operand<'a>],
+}
+
+impl ReducePoint<'_> {
+    /// `Σ coordinate · stride` over the space, split into its kept and reduced halves.
+    fn linear(&self, strides: &[usize]) -> String {
+        let part = |var: &str, axes: &[usize]| -> String {
+            let a: Vec<Axis> = axes.iter().map(|&d| (self.shape[d], strides[d])).collect();
+            linear(var, &a)
+        };
+        let (o, r) = (part("o", &self.kept), part("r", &self.reduced));
+        match (o.as_str(), r.as_str()) {
+            ("0", _) => r,
+            (_, "0") => o,
+            _ => format!("{o} + {r}"),
+        }
+    }
+}
+
+impl PointSource for ReducePoint<'_> {
+    fn load(&self, operand: u16) -> Result<String, RenderError> {
+        let op = self
+            .operands
+            .get(usize::from(operand))
+            .ok_or_else(|| RenderError::Unsupported(format!("operand {operand} has no input")))?;
+        let raw = load_expr(
+            &format!("p.{}", op.field),
+            &self.linear(&op.view.strides),
+            op.read_only,
+        );
+        Ok(cexpr::from_storage(&raw, op.dtype))
+    }
+
+    fn index(&self, axis: u8) -> String {
+        let axis = usize::from(axis);
+        let unit: Vec<usize> = (0..self.shape.len())
+            .map(|d| usize::from(d == axis))
+            .collect();
+        self.linear(&unit)
+    }
+
+    fn flat(&self) -> String {
+        self.linear(&crate::lower::program::contiguous_strides(self.shape))
+    }
+}
+
+fn identity(op: ReduceOp, ty: &str) -> &'static str {
+    match (op, ty) {
+        (ReduceOp::Sum | ReduceOp::Mean, "float") => "0.0f",
+        (ReduceOp::Sum | ReduceOp::Mean, "double") => "0.0",
+        (ReduceOp::Sum | ReduceOp::Mean, _) => "0",
+        (ReduceOp::Max, "float") => "-tp_inff()",
+        (ReduceOp::Max, "double") => "-tp_inf()",
+        (ReduceOp::Max, _) => "(long long)0x8000000000000000ULL",
+        (ReduceOp::Min, "float") => "tp_inff()",
+        (ReduceOp::Min, "double") => "tp_inf()",
+        (ReduceOp::Min, _) => "0x7fffffffffffffffLL",
+    }
+}
+
+fn combine(op: ReduceOp, acc: &str, v: &str) -> String {
+    match op {
+        ReduceOp::Sum | ReduceOp::Mean => format!("{acc} += {v};"),
+        ReduceOp::Max => format!("{acc} = tp_max({acc}, {v});"),
+        ReduceOp::Min => format!("{acc} = tp_min({acc}, {v});"),
+    }
+}
+
+/// A reduction of `shape` over `axes` with a fused prologue.
+pub fn reduce(
+    program: &Program,
+    k: &Kernel,
+    shape: &[usize],
+    axes: &[usize],
+    prologue: &FusedExpr,
+    ops: &[ReduceOp],
+) -> Result<RenderedKernel, RenderError> {
+    let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
+    let reduced: Vec<usize> = (0..shape.len()).filter(|d| axes.contains(d)).collect();
+    let out_len: usize = kept.iter().map(|&d| shape[d]).product();
+    let red_len: usize = reduced.iter().map(|&d| shape[d]).product();
+    // Outputs side by side in a block when the innermost moving axis is kept (coalesced reads),
+    // else one output per block with every lane on its reduced points.
+    let innermost_kept = (0..shape.len())
+        .rev()
+        .find(|&d| shape[d] > 1)
+        .is_some_and(|d| !axes.contains(&d));
+    let tile = if innermost_kept {
+        out_len.next_power_of_two().min(32)
+    } else {
+        1
+    };
+    let mut params = ParamStruct::default();
+    let operands = operand_fields(program, &mut params, &k.inputs, "in", &k.outputs);
+    let points = out_len * red_len;
+    let extent = kernel_extent(program, k, points);
+    let types: Vec<&str> = prologue
+        .outputs
+        .iter()
+        .map(|&o| compute_type(prologue.dtype(o)))
+        .map(|t| if t == "bool" { "long long" } else { t })
+        .collect();
+    let mut g = String::new();
+    let _ = writeln!(g, "typedef {} tp_idx;", index_type(extent));
+    g.push_str(&constant("TP_BLOCK", "unsigned int", BLOCK));
+    g.push_str(&constant("TP_TILE_O", "unsigned int", tile));
+    g.push_str(&constant("TP_OUT", "tp_idx", out_len));
+    g.push_str(&constant("TP_RED", "tp_idx", red_len));
+    g.push_str(&params.declaration());
+    g.push_str("struct tp_acc {\n");
+    for (j, t) in types.iter().enumerate() {
+        let _ = writeln!(g, "    {t} a{j};");
+    }
+    g.push_str("};\nTP_DEV void tp_init(tp_acc& acc) {\n");
+    for (j, (t, &op)) in types.iter().zip(ops).enumerate() {
+        let _ = writeln!(g, "    acc.a{j} = {};", identity(op, t));
+    }
+    g.push_str("}\nTP_DEV void tp_fold(const tp_params& p, tp_acc& acc, tp_idx o, tp_idx r) {\n");
+    let src = ReducePoint {
+        shape,
+        kept,
+        reduced,
+        operands: &operands,
+    };
+    let outs = cexpr::render(prologue, &src, "v", "    ", &mut g)?;
+    for (j, (v, &op)) in outs.iter().zip(ops).enumerate() {
+        let _ = writeln!(g, "    {}", combine(op, &format!("acc.a{j}"), v));
+    }
+    g.push_str("}\nTP_DEV void tp_merge(tp_acc& acc, const tp_acc& other) {\n");
+    for (j, &op) in ops.iter().enumerate() {
+        let _ = writeln!(
+            g,
+            "    {}",
+            combine(op, &format!("acc.a{j}"), &format!("other.a{j}"))
+        );
+    }
+    g.push_str("}\nTP_DEV void tp_finish(const tp_params& p, tp_idx o, const tp_acc& acc) {\n");
+    for (j, ((&out, t), &op)) in k.outputs.iter().zip(&types).zip(ops).enumerate() {
+        let mut v = format!("acc.a{j}");
+        if op == ReduceOp::Mean {
+            v = format!("({v} / ({t})TP_RED)");
+        }
+        let dtype = program.buffer(out).dtype;
+        let stored = cexpr::to_storage(&cexpr::cast(&v, acc_dtype(t), dtype), dtype);
+        let _ = writeln!(g, "    p.out{j}[o] = {stored};");
+    }
+    g.push_str("}\n");
+    let blocks = out_len.div_ceil(tile);
+    Ok(RenderedKernel {
+        body: Body::Reduce,
+        generated: g,
+        params,
+        launch: LaunchDims::linear(blocks.min(1 << 20)),
+    })
+}
+
+/// The dtype whose compute type is accumulator type `t`.
+fn acc_dtype(t: &str) -> DType {
+    match t {
+        "float" => DType::F32,
+        "double" => DType::F64,
+        _ => DType::I64,
+    }
+}

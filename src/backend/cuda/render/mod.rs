@@ -1,0 +1,201 @@
+//! Rendering: every kernel of a lowered [`Program`] becomes CUDA C.
+//!
+//! A kernel's source is the prelude (`kernels/common.cuh`), a *generated part* and one of the
+//! hand-written bodies of `kernels/` ([`Body`]). The generated part holds the launch constants
+//! the body relies on (`TP_BLOCK`, extents), the parameter struct ([`params`]: one descriptor
+//! yields the C struct and the host packing) and the hooks the body calls: fused expressions
+//! ([`cexpr`]) over strided views ([`index`]) for elementwise kernels, reduction prologues and
+//! the epilogues of matrix products and convolutions ([`fused`]); fixed-function geometry for
+//! the rest ([`fixed`]). Nothing is ever spliced into a body's text.
+
+pub mod cexpr;
+pub mod fixed;
+pub mod fused;
+pub mod index;
+pub mod params;
+
+use super::bodies::{Body, COMMON};
+use crate::ir::ReduceOp;
+use crate::lower::{BufferId, KernelKind, Program, Storage};
+use crate::tensor::DType;
+pub use params::{AddressOf, FieldKind, ParamStruct};
+
+/// Threads per block of every kernel.
+pub const BLOCK: u32 = 256;
+/// The most blocks a grid-stride kernel launches.
+const MAX_BLOCKS: usize = 8192;
+
+/// Why a kernel cannot be rendered.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RenderError {
+    #[error("`{what}` is {value}, beyond what a 32-bit kernel parameter holds")]
+    TooLarge { what: String, value: usize },
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LaunchDims {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+}
+
+impl LaunchDims {
+    /// A 1-D grid of `blocks` blocks of [`BLOCK`] threads.
+    pub fn linear(blocks: usize) -> LaunchDims {
+        LaunchDims {
+            grid: [u32::try_from(blocks.max(1)).unwrap_or(u32::MAX), 1, 1],
+            block: [BLOCK, 1, 1],
+            shared_bytes: 0,
+        }
+    }
+
+    /// A grid-stride launch over `points` items.
+    pub fn over(points: usize) -> LaunchDims {
+        LaunchDims::linear(points.div_ceil(BLOCK as usize).clamp(1, MAX_BLOCKS))
+    }
+}
+
+/// One kernel launch, rendered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RenderedKernel {
+    pub body: Body,
+    /// The generated part of the source (what varies per launch).
+    pub generated: String,
+    pub params: ParamStruct,
+    pub launch: LaunchDims,
+}
+
+impl RenderedKernel {
+    /// The complete CUDA C source NVRTC compiles.
+    pub fn source(&self) -> String {
+        let mut s = String::with_capacity(COMMON.len() + self.generated.len() + 8192);
+        s.push_str(COMMON);
+        s.push_str("\n// ---- generated ----\n");
+        s.push_str(&self.generated);
+        for h in self.body.headers() {
+            s.push('\n');
+            s.push_str(h);
+        }
+        s.push_str("\n// ---- kernels/");
+        s.push_str(self.body.file());
+        s.push_str(" ----\n");
+        s.push_str(self.body.text());
+        s
+    }
+}
+
+/// What running one kernel of a program takes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KernelPlan {
+    /// One launch of a rendered kernel.
+    Launch(RenderedKernel),
+    /// A device copy of `len` f32 elements, then a cross-process reduction (no kernel).
+    AllReduce { op: ReduceOp, len: usize },
+    /// Nothing to do (an empty iteration space).
+    Empty,
+}
+
+/// Renders kernel `index` of `program`.
+pub fn render_kernel(program: &Program, index: usize) -> Result<KernelPlan, RenderError> {
+    let k = &program.kernels[index];
+    Ok(match &k.kind {
+        KernelKind::Elementwise { shape, expr } => {
+            if shape.iter().product::<usize>() == 0 {
+                return Ok(KernelPlan::Empty);
+            }
+            KernelPlan::Launch(fused::elementwise(program, k, shape, expr)?)
+        }
+        KernelKind::Reduce {
+            shape,
+            axes,
+            prologue,
+            ops,
+        } => {
+            let kept: usize = (0..shape.len())
+                .filter(|d| !axes.contains(d))
+                .map(|d| shape[d])
+                .product();
+            if kept == 0 {
+                return Ok(KernelPlan::Empty);
+            }
+            KernelPlan::Launch(fused::reduce(program, k, shape, axes, prologue, ops)?)
+        }
+        KernelKind::AllReduce { op, len } => {
+            expect_f32(
+                "the all-reduce input",
+                program.buffer(k.inputs[0].buffer).dtype,
+            )?;
+            KernelPlan::AllReduce { op: *op, len: *len }
+        }
+        _ => match fixed::render(program, k, index)? {
+            Some(r) => KernelPlan::Launch(r),
+            None => KernelPlan::Empty,
+        },
+    })
+}
+
+/// The index type a kernel touching at most `extent` elements (or points) needs.
+pub fn index_type(extent: usize) -> &'static str {
+    if extent < (1usize << 31) {
+        "unsigned int"
+    } else {
+        "unsigned long long"
+    }
+}
+
+/// A compile-time constant of the generated part. A macro, not a namespace-scope `constexpr`:
+/// NVRTC materialises those as module-scope `.global` variables.
+pub fn constant(name: &str, c_type: &str, value: impl std::fmt::Display) -> String {
+    format!("#define {name} (({c_type}){value})\n")
+}
+
+/// The byte range a buffer occupies in its storage, to decide aliasing.
+fn storage_range(program: &Program, b: BufferId) -> (Storage, usize, usize) {
+    let buf = program.buffer(b);
+    let (start, key) = match buf.storage {
+        Storage::Scratch { device, offset } => (offset, Storage::Scratch { device, offset: 0 }),
+        Storage::State { device, offset } => (offset, Storage::State { device, offset: 0 }),
+        Storage::Constant(i) => (0, Storage::Constant(i)),
+    };
+    (key, start, start + buf.bytes())
+}
+
+/// True when buffers `a` and `b` share bytes.
+pub fn overlaps(program: &Program, a: BufferId, b: BufferId) -> bool {
+    let (ka, sa, ea) = storage_range(program, a);
+    let (kb, sb, eb) = storage_range(program, b);
+    ka == kb && sa < eb && sb < ea
+}
+
+/// Loads through the read-only cache unless the kernel also writes the buffer.
+pub fn load_expr(ptr: &str, index: &str, read_only: bool) -> String {
+    if read_only {
+        format!("__ldg(&{ptr}[{index}])")
+    } else {
+        format!("{ptr}[{index}]")
+    }
+}
+
+/// The largest index a kernel computes: its buffers' lengths and `points` of its space.
+pub fn kernel_extent(program: &Program, k: &crate::lower::Kernel, points: usize) -> usize {
+    k.inputs
+        .iter()
+        .map(|v| v.buffer)
+        .chain(k.outputs.iter().copied())
+        .map(|b| program.buffer(b).len())
+        .fold(points, usize::max)
+}
+
+/// Checks that `dtype` is f32 for a fixed-function operand.
+pub fn expect_f32(what: &str, dtype: DType) -> Result<(), RenderError> {
+    if dtype == DType::F32 {
+        Ok(())
+    } else {
+        Err(RenderError::Unsupported(format!(
+            "{what} is {dtype}; the CUDA kernels of this kind take f32"
+        )))
+    }
+}

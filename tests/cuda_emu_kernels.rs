@@ -1,0 +1,179 @@
+//! Every hand-written and generated kernel of the example training programs (MLP, ResNet-20, a
+//! small convnet with max pooling, dropout and in_top_k)
+//! runs on the emulated device through the CUDA backend's own launch path and matches the CPU
+//! backend on fresh random inputs.
+//!
+//! Each kernel is cut out of its program as a one-kernel program over the same buffers; both
+//! backends get identical random contents in every input buffer, run it, and their outputs are
+//! compared with the tolerances of [`tolerance`] (stated per kernel family, relative to the
+//! largest reference magnitude of the output).
+
+mod cuda_common;
+
+use rand::{Rng, SeedableRng};
+use towerpack::backend::cpu::exec::Prepared as CpuPrepared;
+use towerpack::backend::cpu::memory::Arena;
+use towerpack::backend::cuda::{CudaOptions, CudaSession};
+use towerpack::lower::{BufferId, KernelKind, Program, Region, StateLayout, Storage};
+use towerpack::tensor::{DType, HostTensor};
+
+/// Largest accepted |cuda - cpu| relative to the output's largest |cpu| value (floored at 1).
+fn tolerance(kind: &KernelKind) -> f64 {
+    match kind {
+        // Exactly-rounded +, -, *, / in both; transcendental functions within a few ulp.
+        KernelKind::Elementwise { .. } => 1e-6,
+        // Different summation orders (tree of lanes vs chunked f32 + f64).
+        KernelKind::Reduce { .. } => 1e-5,
+        // Different summation orders over k (tiles of 16 with FMA vs the CPU's GEMM).
+        KernelKind::MatMul(..)
+        | KernelKind::Conv2d(..)
+        | KernelKind::Conv2dBackpropInput(..)
+        | KernelKind::Conv2dBackpropFilter(..) => 1e-5,
+        // exp/log of CUDA's libdevice vs Rust's libm, warp-order sums.
+        KernelKind::Softmax { .. } | KernelKind::SparseSoftmaxCrossEntropy { .. } => 1e-5,
+        // Same operations in the same order.
+        _ => 0.0,
+    }
+}
+
+fn random_tensor(rng: &mut rand_chacha::ChaCha8Rng, dtype: DType, shape: &[usize]) -> HostTensor {
+    let n: usize = shape.iter().product();
+    let values: Vec<f64> = (0..n)
+        .map(|_| match dtype {
+            DType::Bool => f64::from(u8::from(rng.random_bool(0.5))),
+            d if d.is_int() => f64::from(rng.random_range(0..10u8)),
+            _ => rng.random_range(-2.0..2.0),
+        })
+        .collect();
+    HostTensor::from_f64_values(dtype, shape, values).expect("sized")
+}
+
+/// Kernel `i` of `p` alone, fetching its outputs.
+fn single_kernel(p: &Program, i: usize) -> Program {
+    let k = p.kernels[i].clone();
+    let mut one = p.clone();
+    one.fetches = k
+        .outputs
+        .iter()
+        .map(|&b| Region {
+            buffer: b,
+            offset: 0,
+            shape: p.buffer(b).shape.clone(),
+        })
+        .collect();
+    one.kernels = vec![k];
+    one.waits = Vec::new();
+    one.feeds = Vec::new();
+    one.writebacks = Vec::new();
+    one
+}
+
+/// Runs a one-kernel program on the CPU backend with `inputs` written first.
+fn run_cpu(
+    p: &Program,
+    layout: &StateLayout,
+    inputs: &[(BufferId, HostTensor)],
+) -> Vec<HostTensor> {
+    let mut state: Vec<Arena> = layout.arena_bytes.iter().map(|&b| Arena::new(b)).collect();
+    let mut prepared = CpuPrepared::new(p.clone()).expect("cpu prepare");
+    for (b, t) in inputs {
+        let raw = prepared.raw(&mut state, *b).expect("raw");
+        // SAFETY: the tensor has the buffer's dtype and length.
+        unsafe { raw.write_host(0, t) };
+    }
+    prepared.run_kernels(&mut state, 1, None).expect("cpu run");
+    p.kernels[0]
+        .outputs
+        .iter()
+        .map(|&b| {
+            let raw = prepared.raw(&mut state, b).expect("raw");
+            // SAFETY: reads the whole buffer after the kernel finished.
+            unsafe { raw.to_host(0, &p.buffer(b).shape) }
+        })
+        .collect()
+}
+
+/// (max error / scale) of `got` against `want`, NaN-aware (NaN must match NaN).
+fn normalized_error(got: &HostTensor, want: &HostTensor) -> f64 {
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    let scale = w
+        .iter()
+        .filter(|x| x.is_finite())
+        .fold(1.0f64, |m, x| m.max(x.abs()));
+    g.iter().zip(&w).fold(0.0f64, |m, (a, b)| {
+        if a.is_nan() && b.is_nan() || a == b {
+            m
+        } else if a.is_nan() || b.is_nan() {
+            f64::INFINITY
+        } else {
+            m.max((a - b).abs() / scale)
+        }
+    })
+}
+
+fn check_program(index: usize) {
+    let (name, tg, p) = cuda_common::example_programs().swap_remove(index);
+    let p = &p;
+    cuda_common::require_nvrtc();
+    let layout = StateLayout::new(&tg.graph);
+    let options = CudaOptions {
+        cache_dir: None,
+        ..CudaOptions::default()
+    };
+    let mut emu = CudaSession::emulated(tg.graph.clone(), 0, options).expect("emulated session");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xC0DA);
+    let mut failures = Vec::new();
+    let mut worst: Vec<(f64, String)> = Vec::new();
+    for i in 0..p.kernels.len() {
+        let one = single_kernel(p, i);
+        let k = &one.kernels[0];
+        let mut inputs: Vec<(BufferId, HostTensor)> = Vec::new();
+        for v in &k.inputs {
+            let buf = one.buffer(v.buffer);
+            if matches!(buf.storage, Storage::Constant(_))
+                || inputs.iter().any(|(b, _)| *b == v.buffer)
+            {
+                continue;
+            }
+            inputs.push((v.buffer, random_tensor(&mut rng, buf.dtype, &buf.shape)));
+        }
+        let want = run_cpu(&one, &layout, &inputs);
+        let got = emu
+            .run_program(one.clone(), &inputs, &k.outputs)
+            .unwrap_or_else(|e| panic!("{name} k{i} `{}`: {e}", k.name));
+        let err = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| normalized_error(g, w))
+            .fold(0.0, f64::max);
+        worst.push((err, format!("k{i} {} `{}`", k.kind.name(), k.name)));
+        if err > tolerance(&k.kind) {
+            failures.push(format!(
+                "{name} k{i} {} `{}`: error {err:.3e} > {:.0e}",
+                k.kind.name(),
+                k.name,
+                tolerance(&k.kind)
+            ));
+        }
+    }
+    worst.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (e, what) in worst.iter().take(5) {
+        println!("{name}: {e:.3e} {what}");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn every_kernel_of_the_mlp_training_step_matches_the_cpu_backend() {
+    check_program(0);
+}
+
+#[test]
+fn every_kernel_of_the_resnet20_training_step_matches_the_cpu_backend() {
+    check_program(1);
+}
+
+#[test]
+fn every_kernel_of_the_convnet_training_step_matches_the_cpu_backend() {
+    check_program(2);
+}

@@ -1,0 +1,332 @@
+//! Whole training steps on the emulated CUDA device: an MLP trained by the simple trainer, and a
+//! two-tower replicated MLP spread over two emulated devices (gradients averaged across them),
+//! end with the same weights as the CPU backend; a bad label is reported by the device.
+
+mod cuda_common;
+mod train_common;
+
+use towerpack::autodiff::gradients;
+use towerpack::backend::cpu::{CpuOptions, CpuSession};
+use towerpack::backend::cuda::{CudaOptions, CudaSession};
+use towerpack::backend::{BackendError, Feed, Session, Step};
+use towerpack::dsl::{Replication, Strategy, replicate};
+use towerpack::ir::{BinaryOp, Graph, NodeId, Op, Value};
+use towerpack::models::Mlp;
+use towerpack::optim::Optimizer;
+use towerpack::tensor::HostTensor;
+use towerpack::train::{BackendChoice, SimpleTrainer, launch_train_with_config};
+
+fn options() -> CudaOptions {
+    CudaOptions {
+        cache_dir: None,
+        ..CudaOptions::default()
+    }
+}
+
+/// Every variable of `a` within `tol` of `b` (relative to the variable's largest magnitude).
+fn assert_same_variables(a: &dyn Session, b: &dyn Session, tol: f64) {
+    for (id, def) in a.graph().variable_ids() {
+        let (x, y) = (
+            a.read_variable(id).expect("read").to_f64_vec(),
+            b.read_variable(id).expect("read").to_f64_vec(),
+        );
+        let scale = y.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+        for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+            assert!(
+                (p - q).abs() <= tol * scale,
+                "{}[{i}]: cuda-emu {p} vs cpu {q} (scale {scale})",
+                def.name
+            );
+        }
+    }
+}
+
+#[test]
+fn the_simple_trainer_trains_an_mlp_on_the_emulated_device_like_the_cpu_backend() {
+    cuda_common::require_nvrtc();
+    let run = |backend: BackendChoice| {
+        let c = train_common::bare(train_common::config(
+            train_common::mlp_model(0.1),
+            train_common::train_flow(96, 32, 3),
+            None,
+        ))
+        .backend(backend)
+        .max_epoch(2);
+        launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train")
+    };
+    let emu = run(BackendChoice::CudaEmu { devices: 1 });
+    let cpu = run(BackendChoice::Cpu { threads: 2 });
+    assert_eq!(emu.counters.global_step, 6);
+    let moved = {
+        let (id, _) = cpu
+            .session
+            .graph()
+            .variable_ids()
+            .next()
+            .expect("a variable");
+        let fresh = CpuSession::new(cpu.session.graph().clone(), CpuOptions::default());
+        let mut fresh = fresh.expect("cpu");
+        fresh.initialize_variables(7).expect("init");
+        fresh.read_variable(id).expect("read") != cpu.session.read_variable(id).expect("read")
+    };
+    assert!(moved, "training changed the weights");
+    assert_same_variables(&*emu.session, &*cpu.session, 1e-4);
+}
+
+/// A two-tower replicated MLP: tower `t` on logical device `t` with its own variables, the
+/// gradients of both towers averaged on device 0, and both replicas updated with the average
+/// (tower 1's update reads the average across devices).
+struct Replicated {
+    graph: Graph,
+    step: Step,
+    inputs: Vec<Vec<(String, NodeId)>>,
+}
+
+fn replicated_mlp() -> Replicated {
+    let m = Mlp {
+        input_shape: vec![6, 6],
+        hidden: vec![16],
+        classes: 10,
+        weight_decay: 1e-4,
+        dropout_rate: 0.0,
+    };
+    let r = replicate(
+        &m.inputs(),
+        &Replication::new(2, Strategy::Replicated),
+        |x| m.build(x),
+    )
+    .expect("replicate");
+    let mut g = r.graph;
+    let mut per_tower = Vec::new();
+    let mut costs = Vec::new();
+    for t in &r.training {
+        let cost = t.cost.expect("cost");
+        costs.push(cost);
+        let vars = t.gradient_variables(&g);
+        per_tower.push(
+            gradients(
+                &mut g,
+                cost,
+                &vars,
+                &format!("gradients{}", per_tower.len()),
+            )
+            .expect("grads")
+            .grads,
+        );
+    }
+    let half = Value::first(
+        g.add_node_on(
+            "average/half",
+            Op::Constant {
+                value: HostTensor::scalar_f32(0.5),
+            },
+            &[],
+            Some(0),
+        )
+        .expect("constant"),
+    );
+    let mut averaged: Vec<Vec<(towerpack::ir::VarId, Value)>> = vec![Vec::new(), Vec::new()];
+    for (j, ((v0, g0), (v1, g1))) in per_tower[0].iter().zip(&per_tower[1]).enumerate() {
+        let sum = g
+            .add_node_on(
+                &format!("average/sum{j}"),
+                Op::Binary(BinaryOp::Add),
+                &[*g0, *g1],
+                Some(0),
+            )
+            .expect("sum");
+        let avg = g
+            .add_node_on(
+                &format!("average/mean{j}"),
+                Op::Binary(BinaryOp::Mul),
+                &[Value::first(sum), half],
+                Some(0),
+            )
+            .expect("mean");
+        averaged[0].push((*v0, Value::first(avg)));
+        averaged[1].push((*v1, Value::first(avg)));
+    }
+    let opt = Optimizer::momentum(0.1, 0.9);
+    let mut targets = Vec::new();
+    for (t, grads) in averaged.iter().enumerate() {
+        targets.push(
+            opt.apply_gradients(&mut g, grads, &format!("train_op{t}"))
+                .expect("apply")
+                .train_op,
+        );
+    }
+    Replicated {
+        step: Step::new(costs, targets),
+        inputs: r.training.iter().map(|t| t.inputs.clone()).collect(),
+        graph: g,
+    }
+}
+
+fn replicated_feeds(r: &Replicated, step: u64) -> Vec<Feed> {
+    let mut out = Vec::new();
+    for (t, inputs) in r.inputs.iter().enumerate() {
+        let mut s = step * 31 + t as u64;
+        let mut next = move || {
+            s = towerpack::ir::rng::mix64(s.wrapping_add(1));
+            s
+        };
+        for (name, id) in inputs {
+            let t = if name == "label" {
+                HostTensor::from_i32(&[4], (0..4).map(|_| (next() % 10) as i32).collect())
+            } else {
+                HostTensor::from_f32(
+                    &[4, 6, 6],
+                    (0..144)
+                        .map(|_| (next() >> 40) as f32 / 16_777_216.0)
+                        .collect(),
+                )
+            };
+            out.push((*id, t.expect("sized")));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_replicated_mlp_on_two_emulated_devices_averages_like_the_cpu_backend() {
+    cuda_common::require_nvrtc();
+    let r = replicated_mlp();
+    let mut emu = CudaSession::emulated(r.graph.clone(), 2, options()).expect("emu");
+    let mut cpu = CpuSession::new(r.graph.clone(), CpuOptions::default()).expect("cpu");
+    emu.initialize_variables(5).expect("init");
+    cpu.initialize_variables(5).expect("init");
+    // Replicas start equal (as a replicated trainer's initial broadcast makes them).
+    for s in [&mut emu as &mut dyn Session, &mut cpu as &mut dyn Session] {
+        let g = s.graph().clone();
+        for (id, def) in g.variable_ids() {
+            if let Some(base) = def.name.strip_prefix("tower1/") {
+                let src = g.find_variable(base).expect("tower 0 replica");
+                let v = s.read_variable(src).expect("read");
+                s.write_variable(id, &v).expect("write");
+            }
+        }
+    }
+    let program = emu.program(&r.step, 4).expect("program").clone();
+    assert_eq!(program.devices(), 2, "{program}");
+    assert!(
+        program.waits.iter().any(|w| !w.is_empty()),
+        "devices synchronise:\n{program}"
+    );
+    for step in 0..3 {
+        let feeds = replicated_feeds(&r, step);
+        let a = emu.run(&r.step, &feeds).expect("emu step");
+        let b = cpu.run(&r.step, &feeds).expect("cpu step");
+        for (x, y) in a.iter().zip(&b) {
+            let (x, y) = (
+                x.scalar_value().expect("cost"),
+                y.scalar_value().expect("cost"),
+            );
+            assert!(
+                (x - y).abs() <= 1e-5 * y.abs().max(1.0),
+                "step {step}: cost {x} vs {y}"
+            );
+        }
+    }
+    assert_same_variables(&emu, &cpu, 1e-5);
+    // The replicas stayed identical: both applied the same averaged gradient.
+    let g = emu.graph().clone();
+    for (id, def) in g.variable_ids() {
+        if let Some(base) = def.name.strip_prefix("tower1/") {
+            let src = g.find_variable(base).expect("tower 0 replica");
+            assert_eq!(
+                emu.read_variable(id).expect("read"),
+                emu.read_variable(src).expect("read"),
+                "{}",
+                def.name
+            );
+        }
+    }
+}
+
+#[test]
+fn a_label_out_of_range_is_reported_by_the_device_naming_the_kernel() {
+    cuda_common::require_nvrtc();
+    let tg = cuda_common::mlp();
+    let mut emu = CudaSession::emulated(tg.graph.clone(), 1, options()).expect("emu");
+    emu.initialize_variables(1).expect("init");
+    let mut feeds = cuda_common::feeds(&tg, 4, 9);
+    for (id, t) in feeds.iter_mut() {
+        if tg.inputs.iter().any(|(n, i)| n == "label" && i == id) {
+            *t = HostTensor::from_i32(&[4], vec![1, 2, 12, 3]).expect("labels");
+        }
+    }
+    match emu.run(&tg.step, &feeds) {
+        Err(BackendError::Kernel { node, message, .. }) => {
+            assert!(
+                node.contains("SparseSoftmaxCrossEntropy"),
+                "{node}: {message}"
+            );
+            assert!(message.contains("row 2"), "{message}");
+        }
+        other => panic!("expected the device to report the label: {other:?}"),
+    }
+}
+
+/// A stand-in for a two-process job: every participant holds the same data, so a sum doubles.
+struct TwoEqualRanks;
+
+impl towerpack::backend::Collective for TwoEqualRanks {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn size(&self) -> usize {
+        2
+    }
+    fn all_reduce(
+        &self,
+        data: &mut [f32],
+        _op: towerpack::ir::ReduceOp,
+    ) -> Result<(), BackendError> {
+        data.iter_mut().for_each(|x| *x *= 2.0);
+        Ok(())
+    }
+}
+
+#[test]
+fn all_reduce_kernels_go_through_the_sessions_collective() {
+    cuda_common::require_nvrtc();
+    let mut g = Graph::new();
+    let ty = towerpack::ir::TensorType::new(
+        towerpack::tensor::DType::F32,
+        towerpack::ir::Shape::batched(&[3]),
+    );
+    let x = g
+        .add_node(
+            "x",
+            Op::Input {
+                name: "x".into(),
+                ty,
+            },
+            &[],
+        )
+        .expect("input");
+    let y = g
+        .add_node(
+            "y",
+            Op::AllReduce {
+                op: towerpack::ir::ReduceOp::Sum,
+            },
+            &[Value::first(x)],
+        )
+        .expect("all-reduce");
+    let step = Step::fetch(vec![Value::first(y)]);
+    let feeds = vec![(
+        x,
+        HostTensor::from_f32(&[2, 3], vec![1.0, -2.0, 3.5, 0.0, 7.0, -0.25]).expect("x"),
+    )];
+    let mut emu = CudaSession::emulated(g.clone(), 1, options()).expect("emu");
+    let alone = emu.run(&step, &feeds).expect("alone");
+    assert_eq!(alone[0], feeds[0].1, "one participant: the identity");
+    emu.join_collective(std::sync::Arc::new(TwoEqualRanks))
+        .expect("join");
+    let joined = emu.run(&step, &feeds).expect("joined");
+    assert_eq!(
+        joined[0].to_f32_vec(),
+        vec![2.0, -4.0, 7.0, 0.0, 14.0, -0.5]
+    );
+}
