@@ -25,16 +25,14 @@ struct Outcome {
     global_step: u64,
     stopped: Option<String>,
     resumed_at: Option<u64>,
-    buckets: usize,
 }
 
-fn outcome(trainer: &DistributedTrainer, r: TrainReport) -> Outcome {
+fn outcome(r: TrainReport) -> Outcome {
     Outcome {
         variables: variables(r.session.as_ref()),
         global_step: r.counters.global_step,
         stopped: r.stopped,
         resumed_at: r.resumed.map(|x| x.global_step),
-        buckets: trainer.buckets().len(),
     }
 }
 
@@ -70,7 +68,7 @@ fn train_rank(
     let data = rank_data(size * towers, rank * towers, towers, B, steps);
     let mut trainer = DistributedTrainer::new(engine, options);
     let report = trainer.launch(config(&data, B, steps as u64 / 2, 2))?;
-    Ok(outcome(&trainer, report))
+    Ok(outcome(report))
 }
 
 /// One process (SimpleTrainer) at batch `total_batch` over the same examples.
@@ -101,8 +99,6 @@ fn two_ranks_at_batch_b_reach_the_weights_of_one_process_at_batch_2b() {
             max_relative_difference(&o.variables, &reference)
         );
         assert_eq!(o.global_step, steps as u64);
-        // fc0/W (784·32 floats = 98 KiB) is a bucket of its own; the rest share buckets.
-        assert!(o.buckets >= 2, "{} buckets", o.buckets);
         let rel = max_relative_difference(&o.variables, &reference);
         assert!(rel <= 1e-5, "relative difference {rel}");
     }
@@ -158,25 +154,30 @@ impl CollectiveEngine for Counting {
 }
 
 #[test]
-fn each_step_makes_one_all_reduce_per_bucket_not_per_variable() {
-    for (bucket_bytes, expected_buckets) in [(usize::MAX, 1), (8 << 10, 2)] {
-        let outs = run_ranks(2, move |rank, engine| {
+fn each_step_makes_one_all_reduce_per_bucket_and_tower_not_per_variable() {
+    // 4 variables (2 weights, 2 biases): 1 bucket when unbounded; with 8 KiB buckets fc0/W
+    // (98 KiB) alone and the other three (fc1/W 1.3 KiB, biases) together. Each tower of a
+    // rank has its own gradient arena per bucket.
+    for (bucket_bytes, buckets, towers) in [(usize::MAX, 1, 1), (8 << 10, 2, 1), (8 << 10, 2, 2)] {
+        let calls = run_ranks(2, move |rank, engine| {
             let counting = Arc::new(Counting {
                 inner: engine,
                 gradient_calls: AtomicUsize::new(0),
             });
             let options = DistributedOptions {
                 bucket_bytes,
+                towers_per_rank: towers,
                 ..DistributedOptions::default()
             };
-            let o = train_rank(rank, 2, counting.clone(), options, 4).expect("rank");
-            (o.buckets, counting.gradient_calls.load(Ordering::Relaxed))
+            train_rank(rank, 2, counting.clone(), options, 4).expect("rank");
+            counting.gradient_calls.load(Ordering::Relaxed)
         });
-        for (buckets, calls) in outs {
-            // 4 variables (2 weights, 2 biases): 1 bucket when unbounded; with 8 KiB buckets
-            // fc0/W (98 KiB) alone and the other three (fc1/W 1.3 KiB, biases) together.
-            assert_eq!(buckets, expected_buckets);
-            assert_eq!(calls, 4 * buckets, "4 steps × {buckets} buckets");
+        for calls in calls {
+            assert_eq!(
+                calls,
+                4 * buckets * towers,
+                "4 steps × {buckets} buckets × {towers} towers"
+            );
         }
     }
 }
@@ -251,7 +252,7 @@ fn run_with_end(end_on_rank: usize, fail: bool) -> Vec<Result<Outcome, TrainErro
             });
         }
         let mut trainer = DistributedTrainer::new(engine, DistributedOptions::default());
-        trainer.launch(c).map(|r| outcome(&trainer, r))
+        trainer.launch(c).map(outcome)
     })
 }
 
@@ -291,7 +292,7 @@ fn ranks_out_of_step_fail_with_where_each_one_is() {
             ..DistributedOptions::default()
         };
         let mut trainer = DistributedTrainer::new(engine, options);
-        trainer.launch(c).map(|r| outcome(&trainer, r))
+        trainer.launch(c).map(outcome)
     });
     for o in outs {
         let e = o.err().expect("out of step").to_string();
@@ -311,7 +312,7 @@ fn ranks_with_different_graphs_are_refused() {
         let mut c = config(&data, B, 4, 1);
         c.model = Some(Arc::new(model(if rank == 0 { 32 } else { 16 })));
         let mut trainer = DistributedTrainer::new(engine, DistributedOptions::default());
-        trainer.launch(c).map(|r| outcome(&trainer, r))
+        trainer.launch(c).map(outcome)
     });
     let own = outs[1].as_ref().err().expect("rank 1").to_string();
     assert!(own.contains("fc0/W") && own.contains("[784,16]"), "{own}");
@@ -332,10 +333,7 @@ fn resume_with(ranks: usize) -> (Vec<Outcome>, Vec<(String, HostTensor)>) {
             .callback(ModelSaver::new())
             .logdir(&first);
         let mut trainer = DistributedTrainer::new(engine, DistributedOptions::default());
-        trainer
-            .launch(c)
-            .map(|r| outcome(&trainer, r))
-            .expect("first half")
+        trainer.launch(c).map(outcome).expect("first half")
     });
     assert_eq!(outs[0].global_step, 4);
     let total = 2 * B;
@@ -353,10 +351,7 @@ fn resume_with(ranks: usize) -> (Vec<Outcome>, Vec<(String, HostTensor)>) {
             .logdir(&logdir)
             .auto_resume(true);
         let mut trainer = DistributedTrainer::new(engine, DistributedOptions::default());
-        trainer
-            .launch(c)
-            .map(|r| outcome(&trainer, r))
-            .expect("resumed")
+        trainer.launch(c).map(outcome).expect("resumed")
     });
     let uninterrupted = run_ranks(2, move |rank, engine| {
         let data = shard(2, rank, B, steps);
@@ -406,10 +401,7 @@ fn only_the_chief_logs_unless_ranks_log_to_their_own_directories() {
                 ..DistributedOptions::default()
             };
             let mut trainer = DistributedTrainer::new(engine, options);
-            trainer
-                .launch(c)
-                .map(|r| outcome(&trainer, r))
-                .expect("rank")
+            trainer.launch(c).map(outcome).expect("rank")
         });
         let root = dir.path();
         assert!(root.join("stats.json").exists(), "{logging:?}");

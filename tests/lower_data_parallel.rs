@@ -4,60 +4,29 @@
 //! kernels sit on its device; compiled multi-device steps match the reference executor; and a
 //! snapshot shows the 2-tower replicated program.
 
+use towerpack::backend::Session;
 use towerpack::backend::cpu::{CpuOptions, CpuSession};
 use towerpack::backend::reference::ReferenceSession;
-use towerpack::backend::{Feed, Session, Step};
-use towerpack::dsl::{InputSpec, TowerHandle};
-use towerpack::ir::{Graph, rng::mix64};
 use towerpack::lower::{KernelKind, LowerOptions, Program, Storage, lower};
-use towerpack::models::Mlp;
 use towerpack::optim::Optimizer;
-use towerpack::tensor::{DType, HostTensor};
 use towerpack::train::*;
 
-/// The training graph `strategy` builds for a small MLP (8 → 16 → 4, momentum SGD).
-struct Built {
-    graph: Graph,
-    step: Step,
-    towers: Vec<TowerHandle>,
-    signature: Vec<InputSpec>,
-}
+mod training_graphs;
 
-fn mlp() -> Mlp {
-    Mlp {
-        input_shape: vec![8],
-        hidden: vec![16],
-        classes: 4,
-        weight_decay: 1e-4,
-        dropout_rate: 0.0,
-    }
-}
+use training_graphs::{BATCH, Built, build as build_graph, feeds, mlp};
 
+/// The training graph `strategy` builds for the small MLP with momentum SGD.
 fn build(strategy: &dyn TowerStrategy) -> Built {
     let m = mlp();
-    let signature = m.inputs();
     let model = ModelFn::new(
-        signature.clone(),
+        m.inputs(),
         move |x| m.build(x),
         Optimizer::momentum(0.1, 0.9),
     );
-    let mut graph = Graph::new();
-    let mut input = DummyConstantInput::new(vec![vec![4, 8], vec![4]]);
-    input.setup(&signature).expect("input");
-    let mut setup = GraphSetup {
-        graph: &mut graph,
-        seed: 1,
-        input: &mut input,
-        model: Some(std::sync::Arc::new(model)),
-    };
-    let built = strategy.build(&mut setup).expect("build");
-    let cost = built.built.towers[0].cost.expect("cost");
-    Built {
-        step: Step::new(vec![cost], vec![built.train_op]),
-        towers: built.built.towers,
-        signature,
-        graph,
-    }
+    build_graph(model, |setup| {
+        let built = strategy.build(setup).expect("build");
+        (built.built.towers, built.train_op)
+    })
 }
 
 fn two_towers(bucket_bytes: Option<usize>) -> TowerPlacement {
@@ -83,7 +52,7 @@ fn lowered(b: &Built, bucket_bytes: usize) -> Program {
         bucket_bytes,
         ..LowerOptions::default()
     };
-    lower(&b.graph, &b.step, 4, &options).expect("lower")
+    lower(&b.graph, &b.step, BATCH, &options).expect("lower")
 }
 
 /// Kernels writing a variable's state.
@@ -176,32 +145,6 @@ fn the_parameter_server_updates_once_on_its_device() {
         );
         assert_eq!(p.devices(), usize::from(logical).max(1) + 1);
     }
-}
-
-/// Random feeds for every tower's inputs.
-fn feeds(b: &Built, seed: u64) -> Vec<Feed> {
-    let mut state = seed;
-    let mut next = move || {
-        state = mix64(state.wrapping_add(1));
-        state
-    };
-    let mut out = Vec::new();
-    for tower in &b.towers {
-        for spec in &b.signature {
-            let id = tower.input(&spec.name).expect("input");
-            let shape = spec.shape.resolve(4);
-            let n: usize = shape.iter().product();
-            let values: Vec<f64> = (0..n)
-                .map(|_| match spec.dtype {
-                    DType::F32 => (next() >> 40) as f64 / 16_777_216.0 - 0.5,
-                    _ => (next() % 4) as f64,
-                })
-                .collect();
-            let t = HostTensor::from_f64_values(spec.dtype, &shape, values).expect("feed");
-            out.push((id, t));
-        }
-    }
-    out
 }
 
 #[test]

@@ -1,15 +1,20 @@
 //! Scheduling and emission: orders the kernels, decides which assigns write their variable in
 //! place, gives every materialised value a buffer, plans the arena and builds the [`Program`].
+//! The kernels over contiguous ranges (fused updates, bucket all-reduces) are emitted by
+//! [`ranges`].
 
+mod ranges;
+
+use self::ranges::ArenaGroups;
 use super::LowerError;
 use super::arena::{ArenaKernel, ArenaOperand};
+use super::collectives::CollectiveBucket;
 use super::kernelize::{Draft, Kernelized, Operand};
 use super::layout::StateLayout;
 use super::memplan::{self, Interval};
 use super::passes::StepGraph;
 use super::program::{Buffer, BufferId, Kernel, KernelKind, Program, Region, Storage, View};
 use crate::ir::{Op, Value, VarId};
-use smallvec::smallvec;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
 /// The variable a value reads, if it is a `Variable` node's output.
@@ -20,10 +25,11 @@ fn read_of(sg: &StepGraph, v: Value) -> Option<VarId> {
     }
 }
 
-/// A kernel to schedule: an ordinary draft or a fused arena update.
+/// A kernel to schedule: an ordinary draft, a fused arena update or a bucket all-reduce.
 enum Item<'a> {
     Draft(&'a Draft),
     Arena(&'a ArenaKernel),
+    Collective(&'a CollectiveBucket),
 }
 
 impl Item<'_> {
@@ -31,6 +37,15 @@ impl Item<'_> {
         match self {
             Item::Draft(d) => d.anchor,
             Item::Arena(a) => a.anchor,
+            Item::Collective(c) => c.anchor,
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Item::Draft(d) => &d.name,
+            Item::Arena(a) => &a.name,
+            Item::Collective(c) => &c.name,
         }
     }
 
@@ -47,6 +62,7 @@ impl Item<'_> {
                     ArenaOperand::State { .. } => Vec::new(),
                 })
                 .collect(),
+            Item::Collective(c) => c.inputs.clone(),
         }
     }
 
@@ -66,6 +82,7 @@ impl Item<'_> {
                     _ => Vec::new(),
                 })
                 .collect(),
+            Item::Collective(_) => Vec::new(),
         }
     }
 }
@@ -229,13 +246,14 @@ impl Buffers<'_> {
     }
 }
 
-/// Builds the program of a kernelized step with its arena kernels.
+/// Builds the program of a kernelized step with its arena kernels and bucket all-reduces.
 pub fn emit(
     sg: &StepGraph,
     k: Kernelized,
     batch: usize,
     state: StateLayout,
     arenas: Vec<ArenaKernel>,
+    collectives: Vec<CollectiveBucket>,
 ) -> Result<Program, LowerError> {
     let Kernelized {
         drafts,
@@ -247,11 +265,18 @@ pub fn emit(
     let index: HashMap<usize, usize> = alive.iter().enumerate().map(|(a, &d)| (d, a)).collect();
     let mut items: Vec<Item> = alive.iter().map(|&i| Item::Draft(&drafts[i])).collect();
     items.extend(arenas.iter().map(Item::Arena));
+    items.extend(collectives.iter().map(Item::Collective));
     let n = items.len();
-    let prod: HashMap<Value, usize> = producer
+    let mut prod: HashMap<Value, usize> = producer
         .iter()
         .filter_map(|(v, d)| index.get(d).map(|&a| (*v, a)))
         .collect();
+    // A bucket all-reduce produces its members' results (their inputs' bytes, reduced).
+    for (i, item) in items.iter().enumerate() {
+        if let Item::Collective(c) = item {
+            prod.extend(c.outputs.iter().map(|&v| (v, i)));
+        }
+    }
     let mut deps = Deps {
         succ: vec![Vec::new(); n],
         indeg: vec![0; n],
@@ -269,6 +294,7 @@ pub fn emit(
     let is_collective = |item: &Item| match item {
         Item::Draft(d) => matches!(d.kind, KernelKind::AllReduce { .. }),
         Item::Arena(_) => false,
+        Item::Collective(_) => true,
     };
     let mut collectives: Vec<usize> = (0..n).filter(|&i| is_collective(&items[i])).collect();
     collectives.sort_by_key(|&i| items[i].anchor());
@@ -309,7 +335,7 @@ pub fn emit(
     for (o, var) in assigns {
         let candidate = prod.get(&o.base).and_then(|&kidx| match items[kidx] {
             Item::Draft(d) => Some((kidx, d)),
-            Item::Arena(_) => None,
+            Item::Arena(_) | Item::Collective(_) => None,
         });
         let Some((kidx, kd)) = candidate else {
             writebacks.push((o, var));
@@ -365,10 +391,7 @@ pub fn emit(
         let stuck: Vec<String> = (0..n)
             .filter(|&i| indeg[i] > 0)
             .take(6)
-            .map(|i| match items[i] {
-                Item::Draft(d) => format!("`{}`", d.name),
-                Item::Arena(a) => format!("`{}`", a.name),
-            })
+            .map(|i| format!("`{}`", items[i].name()))
             .collect();
         return Err(LowerError::Unsupported {
             node: String::new(),
@@ -400,12 +423,14 @@ pub fn emit(
         kernels.push(match items[i] {
             Item::Draft(d) => emit_draft(&mut bufs, d, t),
             Item::Arena(a) => {
-                let (kernel, bucket) = emit_arena(&mut bufs, a, t, &mut arenas_planned);
+                let (kernel, bucket) = arenas_planned.emit_arena(&mut bufs, a, t);
                 bufs.prog.buckets.push(bucket);
                 kernel
             }
+            Item::Collective(c) => arenas_planned.emit_collective(&mut bufs, c, t),
         });
     }
+    arenas_planned.link_buckets(&mut bufs.prog.buckets);
     let groups = arenas_planned.groups;
     bufs.prog.fetches = fetches.iter().map(|o| bufs.region(o)).collect();
     bufs.prog.writebacks = writebacks
@@ -485,108 +510,4 @@ fn emit_draft(bufs: &mut Buffers<'_>, d: &Draft, t: usize) -> Kernel {
         inputs,
         outputs,
     }
-}
-
-/// The gradient arenas planned so far: each a group of scratch buffers placed back to back,
-/// and the buffer spanning it. Kernels reading the same gradients share the arena.
-#[derive(Default)]
-struct ArenaGroups {
-    groups: Vec<(Vec<usize>, BufferId)>,
-    by_values: HashMap<Vec<Value>, BufferId>,
-}
-
-fn emit_arena(
-    bufs: &mut Buffers<'_>,
-    a: &ArenaKernel,
-    t: usize,
-    arenas: &mut ArenaGroups,
-) -> (Kernel, super::program::Bucket) {
-    let n = a.len();
-    let mut inputs = Vec::with_capacity(a.operands.len());
-    let mut arena_buffers = Vec::new();
-    for o in &a.operands {
-        inputs.push(match o {
-            ArenaOperand::State { vars } => View {
-                buffer: bufs.state_range(vars),
-                offset: 0,
-                strides: smallvec![1],
-            },
-            ArenaOperand::Arena { values } => {
-                let mut members = Vec::with_capacity(values.len());
-                let mut device = 0;
-                for &v in values {
-                    let b = bufs.value(v, None);
-                    bufs.read(b, t);
-                    if let Some(&s) = bufs.scratch_index.get(&b) {
-                        members.push(s);
-                        device = bufs.scratch[s].1.device;
-                    }
-                }
-                let arena = match arenas.by_values.get(values) {
-                    Some(&b) => b,
-                    None => {
-                        let first = bufs.sg.graph.value_name(values[0]);
-                        let last = bufs.sg.graph.value_name(values[values.len() - 1]);
-                        let dtype = bufs.sg.graph.value_type(values[0]).dtype;
-                        let b = bufs.push(Buffer {
-                            name: format!("arena[{first}..{last}]"),
-                            dtype,
-                            shape: vec![n],
-                            storage: Storage::Scratch { device, offset: 0 },
-                        });
-                        arenas.groups.push((members, b));
-                        arenas.by_values.insert(values.clone(), b);
-                        b
-                    }
-                };
-                arena_buffers.push(arena);
-                View {
-                    buffer: arena,
-                    offset: 0,
-                    strides: smallvec![1],
-                }
-            }
-            ArenaOperand::Shared(op) => {
-                let b = bufs.value(op.base, None);
-                bufs.read(b, t);
-                View {
-                    buffer: b,
-                    offset: op.view.offset,
-                    strides: smallvec![0],
-                }
-            }
-        });
-    }
-    let outputs = a
-        .outputs
-        .iter()
-        .map(|vars| bufs.state_range(vars))
-        .collect();
-    let kernel = Kernel {
-        name: a.name.clone(),
-        device: a.device,
-        kind: KernelKind::Elementwise {
-            shape: vec![n],
-            expr: a.expr.clone(),
-        },
-        inputs,
-        outputs,
-    };
-    let offsets = a
-        .sizes
-        .iter()
-        .scan(0, |at, &size| {
-            let offset = *at;
-            *at += size;
-            Some(offset)
-        })
-        .collect();
-    let bucket = super::program::Bucket {
-        kernel: t as u32,
-        arenas: arena_buffers,
-        outputs: a.outputs.clone(),
-        offsets,
-        len: n,
-    };
-    (kernel, bucket)
 }

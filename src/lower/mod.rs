@@ -8,7 +8,9 @@
 //!    convolutions and matrix products;
 //! 3. [`arena`]: identical per-variable update kernels over contiguous variables merge into one
 //!    kernel over the state range and a gradient arena (with data-parallel towers this is the
-//!    fused gradient-averaging kernel), cut into buckets;
+//!    fused gradient-averaging kernel), cut into buckets; then [`collectives`]: the
+//!    per-gradient all-reduces of a distributed step become one in-place all-reduce per
+//!    bucket (over each gradient arena);
 //! 4. [`emit`] with [`memplan`]: scheduling, in-place assigns, buffers and the arena plan;
 //!    then the cross-device waits of programs spread over several devices.
 //!
@@ -16,6 +18,7 @@
 //! it. Lowering never imports a backend.
 
 pub mod arena;
+pub mod collectives;
 mod emit;
 mod error;
 pub mod expr;
@@ -48,9 +51,11 @@ pub struct LowerOptions {
     pub fuse: bool,
     /// Run folding, simplification and CSE.
     pub simplify: bool,
-    /// Merge identical variable updates into kernels over contiguous ranges (needs `fuse`).
+    /// Merge identical variable updates into kernels over contiguous ranges, and all-reduces
+    /// into in-place all-reduces over such ranges (needs `fuse`).
     pub arena_fusion: bool,
-    /// Largest range (bytes of the updated variables) one fused update kernel covers.
+    /// Largest range (bytes of the updated variables) one fused update kernel covers; also
+    /// the largest bucket of all-reduces that feed no fused update.
     pub bucket_bytes: usize,
 }
 
@@ -87,16 +92,24 @@ pub fn lower(
     passes::dce(&mut sg)?;
     let mut kernels = kernelize::kernelize(&sg, batch, options.fuse)?;
     let layout = StateLayout::new(graph);
-    let arenas = if options.fuse && options.arena_fusion {
-        arena::fuse_updates(
+    let (arenas, collectives) = if options.fuse && options.arena_fusion {
+        let arenas = arena::fuse_updates(
             &sg.graph,
             &mut kernels,
             &layout,
             batch,
             options.bucket_bytes,
-        )
+        );
+        let collectives = collectives::fuse_all_reduces(
+            &sg.graph,
+            &mut kernels,
+            &arenas,
+            batch,
+            options.bucket_bytes,
+        );
+        (arenas, collectives)
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
-    emit::emit(&sg, kernels, batch, layout, arenas)
+    emit::emit(&sg, kernels, batch, layout, arenas, collectives)
 }

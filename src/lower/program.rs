@@ -212,8 +212,10 @@ pub enum KernelKind {
         sizes: Vec<usize>,
         inner: usize,
     },
-    /// Copies its input to its output, which the session's collective engine (if any) then
-    /// reduces across the participants of a distributed job (`len` elements).
+    /// Copies its input to its output (nothing to copy when the output is the input's own
+    /// buffer: the in-place all-reduce of a bucket, see [`super::collectives`]), which the
+    /// session's collective engine (if any) then reduces across the participants of a
+    /// distributed job (`len` f32 elements).
     AllReduce { op: ReduceOp, len: usize },
     /// Zero padding of a `shape` input by `(before, after)` per axis.
     Pad {
@@ -310,13 +312,20 @@ impl fmt::Display for Region {
 /// Each arena is one contiguous scratch buffer of `len` elements laid out like the bucket's
 /// state range: member `i`'s gradient at elements `offsets[i]..offsets[i] + sizes[i]`. With
 /// data-parallel towers there is one arena per tower, in the order the kernel reads them, all
-/// with this same layout; the kernel averages them and applies the update in one pass.
+/// with this same layout; the kernel averages them and applies the update in one pass. In a
+/// distributed step, each arena is first all-reduced in place across the job's participants
+/// by one `AllReduce` kernel ([`Bucket::all_reduces`]), so the kernel's average over the
+/// towers is the average over every tower of every participant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bucket {
     /// The kernel, an index into [`Program::kernels`].
     pub kernel: u32,
     /// The gradient arenas the kernel reads (scratch buffers of `len` elements).
     pub arenas: Vec<BufferId>,
+    /// The `AllReduce` kernels (indices into [`Program::kernels`], each before `kernel`) that
+    /// reduce arenas of this bucket in place: one per arena in a distributed step, none
+    /// otherwise. Their input and output are the arena buffer itself.
+    pub all_reduces: Vec<u32>,
     /// The variables the kernel writes: `outputs[j][i]` is member `i` of its output `j` (a
     /// variable and, say, its momentum slot), in arena order.
     pub outputs: Vec<Vec<VarId>>,

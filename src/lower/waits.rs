@@ -3,7 +3,7 @@
 //! dependencies, and reuse of memory another device still reads — computed from the buffers'
 //! extents once the memory plan is known.
 
-use super::program::{BufferId, Program, Storage};
+use super::program::{BufferId, KernelKind, Program, Storage};
 use std::collections::BTreeMap;
 
 /// Which arena a buffer's bytes are in, and where: `(space, device, start, end)` with space 0
@@ -25,7 +25,9 @@ fn overlaps(a: (u8, u16, usize, usize), b: (u8, u16, usize, usize)) -> bool {
 /// For each kernel, the latest kernel of every other device it must wait for: one that writes
 /// what it reads or writes, or reads what it writes (memory the planner reused in schedule
 /// order). Waiting for the latest such kernel of a device covers the earlier ones, since each
-/// device runs its kernels in order.
+/// device runs its kernels in order. `AllReduce` kernels also wait for the previous one
+/// (whatever its device): collectives must reach the engine in program order on every
+/// participant of a distributed job, or different buffers would be paired across processes.
 pub fn cross_device_waits(p: &Program) -> Vec<Vec<u32>> {
     if p.devices() <= 1 {
         return Vec::new();
@@ -39,9 +41,15 @@ pub fn cross_device_waits(p: &Program) -> Vec<Vec<u32>> {
             (reads, writes)
         })
         .collect();
+    let collective = |k: usize| matches!(p.kernels[k].kind, KernelKind::AllReduce { .. });
     let mut waits = vec![Vec::new(); p.kernels.len()];
     for t in 0..p.kernels.len() {
         let (reads_t, writes_t) = &access[t];
+        let previous_collective = if collective(t) {
+            (0..t).rev().find(|&j| collective(j))
+        } else {
+            None
+        };
         let mut latest: BTreeMap<u16, u32> = BTreeMap::new();
         for j in (0..t).rev() {
             let d = p.kernels[j].device;
@@ -55,7 +63,7 @@ pub fn cross_device_waits(p: &Program) -> Vec<Vec<u32>> {
                 || reads_j
                     .iter()
                     .any(|r| writes_t.iter().any(|w| overlaps(*r, *w)));
-            if hazard {
+            if hazard || Some(j) == previous_collective {
                 latest.insert(d, j as u32);
             }
         }

@@ -372,7 +372,8 @@ impl Prepared {
     }
 }
 
-/// `y = all_reduce(x)`: a copy, reduced across the participants when a collective is set.
+/// `y = all_reduce(x)`: a copy (none when `y` is `x` itself: a bucket reduced in place),
+/// reduced across the participants when a collective is set.
 fn all_reduce(
     k: &Kernel,
     x: &RawBuf,
@@ -391,11 +392,20 @@ fn all_reduce(
             ),
         ));
     }
-    // SAFETY: bounds checked above; the output is this kernel's own buffer (the planner never
-    // overlaps a fixed-function kernel's input and output).
+    let in_place = k.inputs[0].buffer == k.outputs[0];
+    if in_place && offset != 0 {
+        return Err(kernel_error(
+            k,
+            format!("in-place all-reduce from element {offset} of its own buffer"),
+        ));
+    }
+    // SAFETY: bounds checked above; the output is this kernel's own buffer, and either the
+    // input itself (in place) or a buffer the planner never overlaps with the input.
     let out = unsafe { y.f32_slice_mut(0, len) };
-    // SAFETY: as above.
-    out.copy_from_slice(unsafe { x.f32_slice(offset, len) });
+    if !in_place {
+        // SAFETY: as above.
+        out.copy_from_slice(unsafe { x.f32_slice(offset, len) });
+    }
     if let Some(c) = collective.filter(|c| c.size() > 1) {
         c.all_reduce(out, op)?;
     }

@@ -353,7 +353,9 @@ impl Prepared {
                         other => kernel_error(k, other),
                     })?,
                 Action::AllReduce { src, dst, op, len } => {
-                    driver.copy_dtod(s.device, *dst, *src, len * 4)?;
+                    if src != dst {
+                        driver.copy_dtod(s.device, *dst, *src, len * 4)?;
+                    }
                     if let Some(c) = collective.filter(|c| c.size() > 1) {
                         let mut bytes = vec![0u8; len * 4];
                         driver.copy_dtoh(s.device, &mut bytes, *dst)?;

@@ -1,8 +1,8 @@
 //! Distributed data parallelism across processes and machines: [`DistributedTrainer`]
 //! (tensorpack's `HorovodTrainer`, alias [`HorovodTrainer`]). One process per rank, each with
 //! its own copy of the variables and its own data; every step, the gradients are averaged across
-//! the ranks by all-reduces ([`buckets`]: one per bucket of at most `bucket_bytes`, not one per
-//! variable), and every rank applies the same update.
+//! the ranks by all-reduces ([`all_reduce`]: lowered to one in-place all-reduce per bucket of
+//! the fused gradient arena, not one per variable), and every rank applies the same update.
 //!
 //! - rank 0 is the chief: it alone runs chief-only callbacks (checkpoints, validation) and the
 //!   session init; its variables are broadcast to the others once callbacks have created
@@ -16,7 +16,7 @@
 //!   where each is. A rank that dies is the engine's business: see
 //!   [`crate::backend::collective`].
 
-pub mod buckets;
+pub mod all_reduce;
 mod sync;
 
 use std::path::PathBuf;
@@ -29,7 +29,7 @@ use crate::dsl::Strategy;
 use crate::ir::{NodeId, Value, VarId};
 use crate::lower::DEFAULT_BUCKET_BYTES;
 
-pub use buckets::{BucketedGradients, GradientBucket, all_reduce_in_buckets};
+pub use all_reduce::all_reduce_gradients;
 
 use self::sync::{Agreement, EpochBroadcast, Point};
 use super::config::{BackendChoice, Resume, TrainConfig};
@@ -55,11 +55,13 @@ pub enum RankLogging {
 /// Options of a [`DistributedTrainer`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct DistributedOptions {
-    /// Training towers inside each rank (sharing one set of variables; their gradients are
-    /// averaged in the graph before the all-reduce).
+    /// Training towers inside each rank (sharing one set of variables, tower `i` on logical
+    /// device `i`): each tower's gradient arena is all-reduced across the ranks, then the
+    /// fused update kernel averages the towers' arenas.
     pub towers_per_rank: usize,
-    /// Largest bucket of gradients one all-reduce carries (bytes of f32 gradients), as
-    /// `lower::LowerOptions::bucket_bytes` (Horovod's tensor-fusion threshold by default).
+    /// Largest bucket of gradients one all-reduce carries (bytes of f32 gradients): the
+    /// `lower::LowerOptions::bucket_bytes` of the fused update kernels, whose gradient arenas
+    /// are the buckets (Horovod's tensor-fusion threshold by default).
     pub bucket_bytes: usize,
     /// How gradients travel: exact f32, or bf16 (half the bytes).
     pub compression: WireFormat,
@@ -99,7 +101,6 @@ pub struct DistributedTrainer {
     options: DistributedOptions,
     agreement: Arc<Agreement>,
     train_op: Option<NodeId>,
-    buckets: Vec<GradientBucket>,
     global_step: u64,
 }
 
@@ -117,7 +118,6 @@ impl DistributedTrainer {
             engine,
             options,
             train_op: None,
-            buckets: Vec::new(),
             global_step: 0,
         }
     }
@@ -187,11 +187,6 @@ impl DistributedTrainer {
         &self.options
     }
 
-    /// The gradient buckets, once the graph is built (one all-reduce each, in order).
-    pub fn buckets(&self) -> &[GradientBucket] {
-        &self.buckets
-    }
-
     /// `config` adapted to this rank: a CPU backend left at "one thread per core" gets the
     /// host's cores shared among the ranks on it (as tensorpack's Horovod trainer sets
     /// `inter_op_parallelism_threads`); then the chief's config is kept, and other ranks drop
@@ -242,19 +237,18 @@ impl DistributedTrainer {
         let towers = build_training_towers_on(setup, k, strategy)?;
         let mut per_tower = Vec::with_capacity(k);
         for (i, t) in towers.iter().enumerate() {
-            let prefix = if k == 1 {
-                "gradients".to_string()
+            let scope = if k == 1 {
+                String::new()
             } else {
-                format!("tower{i}/gradients")
+                format!("tower{i}/")
             };
-            per_tower.push(tower_gradients(setup.graph, t, &prefix)?);
+            let grads = tower_gradients(setup.graph, t, &format!("{scope}gradients"))?;
+            let reduced = all_reduce_gradients(setup.graph, &grads, &format!("{scope}allreduce"))?;
+            per_tower.push(reduced);
         }
-        let local = average_towers(setup.graph, &per_tower)?;
-        let averaged =
-            all_reduce_in_buckets(setup.graph, &local, self.options.bucket_bytes, "allreduce")?;
-        self.buckets = averaged.buckets;
+        let averaged = average_towers(setup.graph, &per_tower)?;
         let (train, processed) =
-            apply_optimizer(setup.graph, model.as_ref(), &averaged.gradients, "train_op")?;
+            apply_optimizer(setup.graph, model.as_ref(), &averaged, "train_op")?;
         let cost = towers[0]
             .cost
             .ok_or_else(|| TrainError::Config("the training tower has no cost".into()))?;
@@ -281,8 +275,9 @@ impl DistributedTrainer {
     }
 }
 
-/// The mean of each variable's gradients over the towers of one rank (the towers share their
-/// variables, so each list has the same variables). One tower: its gradients unchanged.
+/// The mean of each variable's (all-reduced) gradients over the towers of one rank (the towers
+/// share their variables, so each list has the same variables). One tower: its gradients
+/// unchanged. Lowering fuses the mean into the update kernel that reads the towers' arenas.
 fn average_towers(
     graph: &mut crate::ir::Graph,
     per_tower: &[Vec<(VarId, Value)>],
@@ -346,10 +341,10 @@ impl Trainer for DistributedTrainer {
         self.train_op = Some(built.train_op);
         log::info!(
             target: "towerpack",
-            "Rank {} of {}: gradients averaged in {} all-reduce bucket(s) of at most {} bytes{}",
+            "Rank {} of {}: gradients averaged by one in-place all-reduce per gradient arena \
+             (buckets of at most {} bytes){}",
             self.rank(),
             self.size(),
-            self.buckets.len(),
             self.options.bucket_bytes,
             if self.options.compression == WireFormat::Bf16 { ", sent as bf16" } else { "" }
         );

@@ -1,0 +1,188 @@
+//! Emission of the kernels over contiguous ranges of memory: fused updates (one kernel over a
+//! bucket of variables and its gradient arenas, see [`crate::lower::arena`]) and bucket
+//! all-reduces (one in-place `AllReduce` over a range of gradients, see
+//! [`crate::lower::collectives`]). Both ask the memory planner for a *group*: member buffers
+//! placed back to back, spanned by one buffer the kernel reads or writes.
+
+use super::Buffers;
+use crate::ir::Value;
+use crate::lower::arena::{ArenaKernel, ArenaOperand};
+use crate::lower::collectives::CollectiveBucket;
+use crate::lower::program::{Bucket, Buffer, BufferId, Kernel, KernelKind, Storage, View};
+use smallvec::smallvec;
+use std::collections::HashMap;
+
+/// The ranges planned so far: each a group of scratch buffers placed back to back, and the
+/// buffer spanning it. Kernels reading the same values share the range; a bucket all-reduce
+/// registers its range under its members' results too, so the fused update reading those
+/// results reads the very bytes the all-reduce reduced.
+#[derive(Default)]
+pub(super) struct ArenaGroups {
+    pub(super) groups: Vec<(Vec<usize>, BufferId)>,
+    by_values: HashMap<Vec<Value>, BufferId>,
+    /// `(range, kernel)` of every bucket all-reduce emitted.
+    reduced: Vec<(BufferId, u32)>,
+}
+
+impl ArenaGroups {
+    /// The buffer spanning `values` (scratch buffers placed back to back, `len` elements),
+    /// planned on first use. `t` is the schedule position of the kernel reading them.
+    fn range(
+        &mut self,
+        bufs: &mut Buffers<'_>,
+        values: &[Value],
+        len: usize,
+        t: usize,
+    ) -> BufferId {
+        let mut members = Vec::with_capacity(values.len());
+        let mut device = 0;
+        for &v in values {
+            let b = bufs.value(v, None);
+            bufs.read(b, t);
+            if let Some(&s) = bufs.scratch_index.get(&b) {
+                members.push(s);
+                device = bufs.scratch[s].1.device;
+            }
+        }
+        if let Some(&b) = self.by_values.get(values) {
+            return b;
+        }
+        let first = bufs.sg.graph.value_name(values[0]);
+        let last = bufs.sg.graph.value_name(values[values.len() - 1]);
+        let dtype = bufs.sg.graph.value_type(values[0]).dtype;
+        let b = bufs.push(Buffer {
+            name: format!("arena[{first}..{last}]"),
+            dtype,
+            shape: vec![len],
+            storage: Storage::Scratch { device, offset: 0 },
+        });
+        self.groups.push((members, b));
+        self.by_values.insert(values.to_vec(), b);
+        b
+    }
+
+    /// The fused update kernel `a` at schedule position `t`, and its bucket.
+    pub(super) fn emit_arena(
+        &mut self,
+        bufs: &mut Buffers<'_>,
+        a: &ArenaKernel,
+        t: usize,
+    ) -> (Kernel, Bucket) {
+        let n = a.len();
+        let mut inputs = Vec::with_capacity(a.operands.len());
+        let mut arena_buffers = Vec::new();
+        for o in &a.operands {
+            inputs.push(match o {
+                ArenaOperand::State { vars } => View {
+                    buffer: bufs.state_range(vars),
+                    offset: 0,
+                    strides: smallvec![1],
+                },
+                ArenaOperand::Arena { values } => {
+                    let arena = self.range(bufs, values, n, t);
+                    arena_buffers.push(arena);
+                    View {
+                        buffer: arena,
+                        offset: 0,
+                        strides: smallvec![1],
+                    }
+                }
+                ArenaOperand::Shared(op) => {
+                    let b = bufs.value(op.base, None);
+                    bufs.read(b, t);
+                    View {
+                        buffer: b,
+                        offset: op.view.offset,
+                        strides: smallvec![0],
+                    }
+                }
+            });
+        }
+        let outputs = a
+            .outputs
+            .iter()
+            .map(|vars| bufs.state_range(vars))
+            .collect();
+        let kernel = Kernel {
+            name: a.name.clone(),
+            device: a.device,
+            kind: KernelKind::Elementwise {
+                shape: vec![n],
+                expr: a.expr.clone(),
+            },
+            inputs,
+            outputs,
+        };
+        let bucket = Bucket {
+            kernel: t as u32,
+            arenas: arena_buffers,
+            all_reduces: Vec::new(),
+            outputs: a.outputs.clone(),
+            offsets: offsets(&a.sizes),
+            len: n,
+        };
+        (kernel, bucket)
+    }
+
+    /// The bucket all-reduce `c` at schedule position `t`: one `AllReduce` kernel whose input
+    /// and output are the range of its members' inputs. Each member's result is given its
+    /// input's buffer.
+    pub(super) fn emit_collective(
+        &mut self,
+        bufs: &mut Buffers<'_>,
+        c: &CollectiveBucket,
+        t: usize,
+    ) -> Kernel {
+        let range = if let [single] = c.inputs[..] {
+            let b = bufs.value(single, None);
+            bufs.read(b, t);
+            b
+        } else {
+            let b = self.range(bufs, &c.inputs, c.len(), t);
+            self.by_values.insert(c.outputs.clone(), b);
+            b
+        };
+        for (&input, &output) in c.inputs.iter().zip(&c.outputs) {
+            let b = bufs.value(input, None);
+            bufs.of_value.insert(output, b);
+        }
+        self.reduced.push((range, t as u32));
+        Kernel {
+            name: c.name.clone(),
+            device: c.device,
+            kind: KernelKind::AllReduce {
+                op: c.op,
+                len: c.len(),
+            },
+            inputs: vec![View {
+                buffer: range,
+                offset: 0,
+                strides: smallvec![1],
+            }],
+            outputs: vec![range],
+        }
+    }
+
+    /// Tells every bucket which all-reduce kernels reduce its arenas.
+    pub(super) fn link_buckets(&self, buckets: &mut [Bucket]) {
+        for b in buckets {
+            b.all_reduces = b
+                .arenas
+                .iter()
+                .filter_map(|a| self.reduced.iter().find(|(r, _)| r == a).map(|&(_, k)| k))
+                .collect();
+        }
+    }
+}
+
+/// Element offset of each member of a range of `sizes`.
+fn offsets(sizes: &[usize]) -> Vec<usize> {
+    sizes
+        .iter()
+        .scan(0, |at, &size| {
+            let offset = *at;
+            *at += size;
+            Some(offset)
+        })
+        .collect()
+}
