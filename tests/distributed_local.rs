@@ -417,3 +417,26 @@ fn only_the_chief_logs_unless_ranks_log_to_their_own_directories() {
         }
     }
 }
+
+#[test]
+fn selecting_nccl_without_it_gives_one_clear_error() {
+    let options = DistributedOptions {
+        gradient_engine: GradientEngine::Nccl,
+        ..DistributedOptions::default()
+    };
+    // Not under mpirun: a job of one process, whose gradient engine would be NCCL.
+    let e = match DistributedTrainer::from_environment(options) {
+        Ok(_) => panic!("this machine has no GPU: NCCL cannot be used"),
+        Err(e) => e.to_string(),
+    };
+    eprintln!("selecting NCCL here: {e}");
+    if cfg!(feature = "nccl") {
+        assert!(
+            e.contains("collective engine `nccl` is unavailable")
+                && (e.contains("libnccl") || e.contains("CUDA driver") || e.contains("GPU 0")),
+            "{e}"
+        );
+    } else {
+        assert!(e.contains("built without the `nccl` feature"), "{e}");
+    }
+}

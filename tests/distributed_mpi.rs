@@ -100,6 +100,10 @@ fn mpi_rank() {
         return;
     };
     let dir = PathBuf::from(dir);
+    #[cfg(feature = "nccl")]
+    if mode == "nccl" {
+        return nccl_rank(&dir);
+    }
     let engine = MpiEngine::init_from_env().expect("MPI");
     let rank = engine.rank();
     std::fs::write(
@@ -113,6 +117,23 @@ fn mpi_rank() {
         Err(e) => {
             std::fs::write(dir.join(format!("rank{rank}.error")), e.to_string())
                 .expect("error file");
+            panic!("rank {rank}: {e}");
+        }
+    }
+}
+
+/// A rank asking for NCCL gradients: records the trainer's error (or its absence) and fails.
+#[cfg(feature = "nccl")]
+fn nccl_rank(dir: &Path) {
+    let rank = std::env::var("OMPI_COMM_WORLD_RANK").expect("an Open MPI rank");
+    let options = DistributedOptions {
+        gradient_engine: GradientEngine::Nccl,
+        ..DistributedOptions::default()
+    };
+    match DistributedTrainer::from_environment(options) {
+        Ok(_) => std::fs::write(dir.join(format!("rank{rank}.json")), "{}").expect("file"),
+        Err(e) => {
+            std::fs::write(dir.join(format!("rank{rank}.error")), e.to_string()).expect("file");
             panic!("rank {rank}: {e}");
         }
     }
@@ -376,5 +397,28 @@ fn the_chiefs_checkpoint_resumes_the_job_with_another_number_of_ranks() {
         let vars = rank_variables(out);
         let rel = max_relative_difference(&vars, &reference);
         assert!(rel <= 1e-5, "rank {r}: relative difference {rel}");
+    }
+}
+
+#[cfg(feature = "nccl")]
+#[test]
+fn selecting_nccl_without_libnccl_fails_every_rank_with_one_clear_error() {
+    if towerpack::backend::collective::nccl::missing_libraries().is_none() {
+        eprintln!("NCCL and a CUDA driver are present: the guard has nothing to refuse here");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ok, output, took) = finish(mpirun(2, &[], "nccl", dir.path()), Duration::from_secs(60));
+    assert!(!ok, "the ranks started without NCCL:\n{output}");
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+    for r in 0..2 {
+        let error = std::fs::read_to_string(dir.path().join(format!("rank{r}.error")))
+            .unwrap_or_else(|_| panic!("rank {r} left no error:\n{output}"));
+        eprintln!("rank {r}: {error}");
+        assert!(
+            error.contains("collective engine `nccl` is unavailable: ")
+                && error.contains("(ranks [0, 1] cannot load NCCL)"),
+            "rank {r}: {error}"
+        );
     }
 }

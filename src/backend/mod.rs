@@ -82,6 +82,26 @@ pub trait Collective: Send + Sync {
     fn size(&self) -> usize;
     /// Replaces `data` by its elementwise reduction over every participant's `data`.
     fn all_reduce(&self, data: &mut [f32], op: crate::ir::ReduceOp) -> Result<(), BackendError>;
+
+    /// Reduces, in place, `len` f32 values at address `ptr` of CUDA device `ordinal` (memory of
+    /// the device's primary context), when this engine reduces device memory itself (NCCL):
+    /// the CUDA backend then skips the trip through host memory. `Ok(false)` (the default)
+    /// when it does not; the caller then reduces through host memory with
+    /// [`Collective::all_reduce`].
+    ///
+    /// # Safety
+    /// `ptr` must address `len` f32 of device memory of `ordinal`, allocated in its primary
+    /// context, that no other work reads or writes until this returns.
+    unsafe fn all_reduce_device(
+        &self,
+        ordinal: usize,
+        ptr: u64,
+        len: usize,
+        op: crate::ir::ReduceOp,
+    ) -> Result<bool, BackendError> {
+        let _ = (ordinal, ptr, len, op);
+        Ok(false)
+    }
 }
 
 /// A graph bound to variable storage on some device(s): the executor interface of trainers.

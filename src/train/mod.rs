@@ -81,7 +81,9 @@ pub use data_parallel::{
     ReplicatedTrainer, SyncMultiGPUTrainerParameterServer, SyncMultiGPUTrainerReplicated,
     TowerDevices, TowerPlacement,
 };
-pub use distributed::{DistributedOptions, DistributedTrainer, HorovodTrainer, RankLogging};
+pub use distributed::{
+    DistributedOptions, DistributedTrainer, GradientEngine, HorovodTrainer, RankLogging,
+};
 pub use engine::{TrainReport, launch_train_with_config};
 pub use error::TrainError;
 pub use input::{DummyConstantInput, FeedInput, InputSource, QueueInput};

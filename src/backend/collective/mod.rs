@@ -4,13 +4,16 @@
 //! distributed trainer needs besides: broadcasts, explicit wire formats, the local rank.
 //!
 //! Engines: `mpi` (Open MPI through rsmpi, feature `mpi`; one process per rank, with a
-//! heartbeat watchdog so a lost rank ends the job with an error naming it instead of a hang) and
-//! [`local`] (ranks as threads of one process: tests and single-machine experiments). The NCCL
-//! engine for GPU ranks plugs in here: see [`share_bootstrap_id`].
+//! heartbeat watchdog so a lost rank ends the job with an error naming it instead of a hang),
+//! [`local`] (ranks as threads of one process: tests and single-machine experiments) and
+//! `nccl` (feature `nccl`: gradient all-reduces of GPU ranks on device memory, bootstrapped
+//! over another engine with [`share_bootstrap_id`]).
 
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "nccl")]
+pub mod nccl;
 mod watch;
 pub mod wire;
 
@@ -134,18 +137,35 @@ pub fn launched_by_mpi() -> bool {
 /// The bootstrap of a second engine over a first one: `root` creates an opaque id (NCCL's
 /// `ncclUniqueId`, 128 bytes) and every participant receives it. The NCCL engine of GPU ranks
 /// is created this way over MPI: `ncclGetUniqueId` on rank 0, this broadcast, then
-/// `ncclCommInitRank(size, id, rank)` on every rank.
+/// `ncclCommInitRank(size, id, rank)` on every rank. When `make` fails on the root, every
+/// participant gets an error (the root's says why), so none waits for the others.
 pub fn share_bootstrap_id<const N: usize>(
     engine: &dyn CollectiveEngine,
     root: usize,
-    make: impl FnOnce() -> [u8; N],
+    make: impl FnOnce() -> Result<[u8; N], String>,
 ) -> Result<[u8; N], CollectiveError> {
-    let mut id = if engine.rank() == root {
-        make()
-    } else {
-        [0u8; N]
-    };
-    engine.broadcast(&mut id, root)?;
+    // Byte 0: whether the root made an id; then the id.
+    let mut message = vec![0u8; N + 1];
+    let mut failure = None;
+    if engine.rank() == root {
+        match make() {
+            Ok(id) => {
+                message[0] = 1;
+                message[1..].copy_from_slice(&id);
+            }
+            Err(e) => failure = Some(e),
+        }
+    }
+    engine.broadcast(&mut message, root)?;
+    if message[0] != 1 {
+        let reason = failure.unwrap_or_else(|| "see its log".into());
+        return Err(CollectiveError::Unavailable {
+            engine: "bootstrap".into(),
+            reason: format!("rank {root} could not create the shared id: {reason}"),
+        });
+    }
+    let mut id = [0u8; N];
+    id.copy_from_slice(&message[1..]);
     Ok(id)
 }
 
@@ -209,19 +229,29 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn a_bootstrap_id_made_on_the_root_reaches_every_participant() {
+    fn a_bootstrap_id_made_on_the_root_reaches_every_participant_or_its_failure_does() {
         let members = LocalGroup::new(3, Duration::from_secs(10));
         let threads: Vec<_> = members
             .into_iter()
             .map(|m| {
                 std::thread::spawn(move || {
                     let m: Arc<dyn CollectiveEngine> = m;
-                    share_bootstrap_id(m.as_ref(), 1, || [7u8; 128]).expect("bootstrap")
+                    let ok = share_bootstrap_id(m.as_ref(), 1, || Ok([7u8; 128]));
+                    let failed =
+                        share_bootstrap_id(m.as_ref(), 0, || Err::<[u8; 4], _>("no".into()));
+                    (ok, failed)
                 })
             })
             .collect();
-        for t in threads {
-            assert_eq!(t.join().expect("member"), [7u8; 128]);
+        for (rank, t) in threads.into_iter().enumerate() {
+            let (ok, failed) = t.join().expect("member");
+            assert_eq!(ok.expect("bootstrap"), [7u8; 128]);
+            let e = failed.expect_err("the root failed").to_string();
+            let why = if rank == 0 { "no" } else { "see its log" };
+            assert!(
+                e.contains(&format!("rank 0 could not create the shared id: {why}")),
+                "{e}"
+            );
         }
     }
 

@@ -81,6 +81,28 @@ fn kernel_error(k: &Kernel, e: impl std::fmt::Display) -> BackendError {
     }
 }
 
+/// Lets `collective` reduce `len` f32 at `dst` of `device` in place when it works on device
+/// memory (NCCL) and `driver`'s addresses are real device addresses; `false` when the caller
+/// must reduce through host memory.
+fn reduce_on_device(
+    driver: &dyn Driver,
+    collective: &dyn Collective,
+    device: usize,
+    dst: DevicePtr,
+    len: usize,
+    op: ReduceOp,
+) -> Result<bool, BackendError> {
+    let Some(ordinal) = driver.cuda_ordinal(device) else {
+        return Ok(false);
+    };
+    // The engine works on its own stream: this device's earlier work must be done.
+    driver.synchronize(device)?;
+    // SAFETY: `dst` is the kernel's output, `len` f32 allocated by the GPU driver in the
+    // device's primary context; the device is idle (synchronised above), and the next work is
+    // submitted by this thread after the call returns.
+    unsafe { collective.all_reduce_device(ordinal, dst.0, len, op) }
+}
+
 /// The device a buffer lives on (`None` for constants, which every device holds).
 fn home(program: &Program, b: BufferId) -> Option<usize> {
     match program.buffer(b).storage {
@@ -356,7 +378,9 @@ impl Prepared {
                     if src != dst {
                         driver.copy_dtod(s.device, *dst, *src, len * 4)?;
                     }
-                    if let Some(c) = collective.filter(|c| c.size() > 1) {
+                    if let Some(c) = collective.filter(|c| c.size() > 1)
+                        && !reduce_on_device(driver, c, s.device, *dst, *len, *op)?
+                    {
                         let mut bytes = vec![0u8; len * 4];
                         driver.copy_dtoh(s.device, &mut bytes, *dst)?;
                         let mut values: Vec<f32> = bytes

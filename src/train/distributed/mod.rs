@@ -52,6 +52,19 @@ pub enum RankLogging {
     PerRank,
 }
 
+/// Which engine carries the gradient all-reduces of a [`DistributedTrainer`] made by
+/// [`DistributedTrainer::from_environment`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GradientEngine {
+    /// The job's engine (MPI for a launched job): gradients travel through host memory.
+    #[default]
+    Job,
+    /// NCCL on this rank's GPU (feature `nccl`; CUDA device 0 of the process: give each rank
+    /// its own GPU with `CUDA_VISIBLE_DEVICES`), bootstrapped over the job's engine, which
+    /// keeps carrying control messages and watching the ranks.
+    Nccl,
+}
+
 /// Options of a [`DistributedTrainer`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct DistributedOptions {
@@ -69,6 +82,8 @@ pub struct DistributedOptions {
     pub broadcast_every_epoch: bool,
     /// Where non-chief ranks log.
     pub logging: RankLogging,
+    /// The engine of gradient all-reduces (for [`DistributedTrainer::from_environment`]).
+    pub gradient_engine: GradientEngine,
 }
 
 impl Default for DistributedOptions {
@@ -79,6 +94,7 @@ impl Default for DistributedOptions {
             compression: WireFormat::F32,
             broadcast_every_epoch: false,
             logging: RankLogging::ChiefOnly,
+            gradient_engine: GradientEngine::Job,
         }
     }
 }
@@ -124,26 +140,17 @@ impl DistributedTrainer {
 
     /// The trainer of this process's place in its job: an MPI rank when started by an MPI
     /// launcher (feature `mpi`; timeouts from `MpiOptions::from_env`), else a job of one
-    /// process. Errors when started by a launcher in a build without the `mpi` feature.
+    /// process; with [`GradientEngine::Nccl`], gradients then go through NCCL on the rank's
+    /// GPU. Errors when started by a launcher in a build without the `mpi` feature, when NCCL
+    /// is asked for in a build without the `nccl` feature, and (on every rank alike) when
+    /// libnccl, the CUDA driver or the GPU is missing on any rank.
     pub fn from_environment(options: DistributedOptions) -> Result<DistributedTrainer, TrainError> {
-        if !launched_by_mpi() {
-            return Ok(DistributedTrainer::new(
-                Arc::new(SingleProcess::default()),
-                options,
-            ));
-        }
-        #[cfg(feature = "mpi")]
-        {
-            let engine = crate::backend::collective::mpi::MpiEngine::init_from_env()
-                .map_err(sync::collective)?;
-            Ok(DistributedTrainer::new(engine, options))
-        }
-        #[cfg(not(feature = "mpi"))]
-        Err(TrainError::Config(
-            "this process was started by an MPI launcher, but towerpack was built without the \
-             `mpi` feature (cargo build --features mpi)"
-                .into(),
-        ))
+        let job = job_engine()?;
+        let engine = match options.gradient_engine {
+            GradientEngine::Job => job,
+            GradientEngine::Nccl => nccl_engine(job)?,
+        };
+        Ok(DistributedTrainer::new(engine, options))
     }
 
     /// This process's rank.
@@ -272,6 +279,44 @@ impl DistributedTrainer {
                 ..BuiltGraph::default()
             },
         })
+    }
+}
+
+/// The engine of this process's job: MPI under a launcher, else a job of one process.
+fn job_engine() -> Result<Arc<dyn CollectiveEngine>, TrainError> {
+    if !launched_by_mpi() {
+        return Ok(Arc::new(SingleProcess::default()));
+    }
+    #[cfg(feature = "mpi")]
+    {
+        let engine = crate::backend::collective::mpi::MpiEngine::init_from_env()
+            .map_err(sync::collective)?;
+        Ok(engine)
+    }
+    #[cfg(not(feature = "mpi"))]
+    Err(TrainError::Config(
+        "this process was started by an MPI launcher, but towerpack was built without the \
+         `mpi` feature (cargo build --features mpi)"
+            .into(),
+    ))
+}
+
+/// NCCL on CUDA device 0 of this process, bootstrapped over `job`.
+fn nccl_engine(job: Arc<dyn CollectiveEngine>) -> Result<Arc<dyn CollectiveEngine>, TrainError> {
+    #[cfg(feature = "nccl")]
+    {
+        let engine =
+            crate::backend::collective::nccl::NcclEngine::init(job, 0).map_err(sync::collective)?;
+        Ok(engine)
+    }
+    #[cfg(not(feature = "nccl"))]
+    {
+        drop(job);
+        Err(TrainError::Config(
+            "DistributedOptions::gradient_engine is GradientEngine::Nccl, but towerpack was \
+             built without the `nccl` feature (cargo build --features mpi,nccl)"
+                .into(),
+        ))
     }
 }
 

@@ -139,6 +139,11 @@ impl Driver for GpuDriver {
         self.gpus.get(device).map_or(Arch(80), |g| g.arch)
     }
 
+    fn cuda_ordinal(&self, device: usize) -> Option<usize> {
+        // GPU `i` of this driver is CUDA device `i` (see `new`), in its primary context.
+        (device < self.gpus.len()).then_some(device)
+    }
+
     fn load_module(&self, device: usize, ptx: &str) -> Result<ModuleId, CudaError> {
         self.gpu(device, "cuModuleLoadData")?;
         let image = CString::new(ptx).map_err(|_| CudaError::Driver {

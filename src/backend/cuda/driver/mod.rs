@@ -94,4 +94,10 @@ pub trait Driver: Send + Sync {
     fn lane_instructions(&self) -> Option<u64> {
         None
     }
+    /// The CUDA ordinal of `device` when its [`DevicePtr`]s are real device addresses of its
+    /// primary context (the GPU driver), so a collective engine may reduce them in place.
+    fn cuda_ordinal(&self, device: usize) -> Option<usize> {
+        let _ = device;
+        None
+    }
 }
