@@ -15,8 +15,9 @@
 //! variables with their own kernels, which read the same arenas.
 //!
 //! [`Program::buckets`](super::Program::buckets) lists every merged kernel with its arenas and
-//! member offsets: what a backend needs to render it (the CUDA backend) and what a collective
-//! engine needs to reduce a bucket's arenas across processes in one call before its kernel runs.
+//! member offsets: what a backend needs to render it (the CUDA backend). In a distributed step,
+//! [`super::collectives`] reduces each arena across processes with one in-place `AllReduce`
+//! kernel before the bucket's kernel runs.
 
 use super::expr::ExprOp;
 use super::kernelize::{Draft, Kernelized, Operand};

@@ -307,7 +307,7 @@ impl fmt::Display for Region {
 }
 
 /// A fused update kernel over a bucket of contiguous variables (see [`super::arena`]): what a
-/// backend or a collective engine needs to find the gradient arenas of the bucket.
+/// backend needs to find the gradient arenas of the bucket, and the all-reduces over them.
 ///
 /// Each arena is one contiguous scratch buffer of `len` elements laid out like the bucket's
 /// state range: member `i`'s gradient at elements `offsets[i]..offsets[i] + sizes[i]`. With

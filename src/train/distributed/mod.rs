@@ -384,15 +384,17 @@ impl Trainer for DistributedTrainer {
         }
         let built = self.build(setup)?;
         self.train_op = Some(built.train_op);
-        log::info!(
-            target: "towerpack",
-            "Rank {} of {}: gradients averaged by one in-place all-reduce per gradient arena \
-             (buckets of at most {} bytes){}",
-            self.rank(),
-            self.size(),
-            self.options.bucket_bytes,
-            if self.options.compression == WireFormat::Bf16 { ", sent as bf16" } else { "" }
-        );
+        if self.size() > 1 {
+            log::info!(
+                target: "towerpack",
+                "Rank {} of {}: gradients averaged by one in-place all-reduce per gradient \
+                 arena (buckets of at most {} bytes{})",
+                self.rank(),
+                self.size(),
+                self.options.bucket_bytes,
+                if self.options.compression == WireFormat::Bf16 { ", sent as bf16" } else { "" }
+            );
+        }
         Ok(built.built)
     }
 
