@@ -3,7 +3,8 @@
 //! lie — no concatenation, no slicing, no copy — before its update kernel; gradients that feed
 //! no fused update (per-variable gradient scales) also travel in in-place buckets; compiled
 //! steps with a stand-in collective match the reference executor with the collective written
-//! into the graph; a snapshot shows the program of one rank.
+//! into the graph; ranks whose steps differ (the chief's summaries) issue the same all-reduces
+//! in the same order; a snapshot shows the program of one rank.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use towerpack::backend::collective::SingleProcess;
 use towerpack::backend::cpu::{CpuOptions, CpuSession};
 use towerpack::backend::cuda::{CudaOptions, CudaSession};
 use towerpack::backend::reference::ReferenceSession;
-use towerpack::backend::{BackendError, Collective, Session};
+use towerpack::backend::{BackendError, Collective, Session, Step};
 use towerpack::ir::{BinaryOp, Graph, Op, ReduceOp, Value};
 use towerpack::lower::{KernelKind, LowerOptions, Program, Storage, lower};
 use towerpack::optim::{GradientProcessor, Optimizer};
@@ -268,11 +269,17 @@ fn check_against_reference(b: &Built, session: &mut dyn Session, what: &str) {
         let f = feeds(b, s);
         let want = reference.run(&b.step, &f).expect("reference");
         let got = session.run(&b.step, &f).expect("compiled");
-        let (w, g) = (want[0].to_f64_vec()[0], got[0].to_f64_vec()[0]);
-        assert!(
-            (w - g).abs() < 1e-5 * w.abs().max(1.0),
-            "{what}: cost {g} vs {w}"
-        );
+        assert_eq!(got.len(), want.len(), "{what}");
+        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+            let (w, g) = (w.to_f64_vec(), g.to_f64_vec());
+            let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            for (x, y) in w.iter().zip(&g) {
+                assert!(
+                    (x - y).abs() < 1e-5 * scale,
+                    "{what}: fetch {i}: {y} vs {x}"
+                );
+            }
+        }
     }
     for (id, def) in b.graph.variable_ids() {
         let (w, g) = (
@@ -325,13 +332,15 @@ fn the_cuda_backend_runs_the_in_place_bucket_all_reduces_through_its_collective(
     if let Err(e) = towerpack::backend::cuda::nvrtc::ensure_nvrtc() {
         panic!("this test needs NVRTC: {e} (pip install nvidia-cuda-nvrtc-cu12==12.9.86)");
     }
-    let b = distributed(2, Variant::Momentum);
-    let options = CudaOptions {
-        lower: lower_options(),
-        cache_dir: None,
-    };
-    let mut emu = CudaSession::emulated(b.graph.clone(), 2, options).expect("cuda-emu");
-    check_against_reference(&b, &mut emu, "cuda-emu, 2 towers");
+    for variant in [Variant::Momentum, Variant::ScaledBiases] {
+        let b = distributed(2, variant);
+        let options = CudaOptions {
+            lower: lower_options(),
+            cache_dir: None,
+        };
+        let mut emu = CudaSession::emulated(b.graph.clone(), 2, options).expect("cuda-emu");
+        check_against_reference(&b, &mut emu, &format!("cuda-emu, 2 towers, {variant:?}"));
+    }
 }
 
 /// The program, then each bucket: its update kernel, its arenas and the all-reduce of each,
@@ -369,4 +378,145 @@ fn snapshot_of_a_two_tower_rank_program() {
     insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
         insta::assert_snapshot!("lower_distributed_two_tower_rank_program", describe(&b, &p));
     });
+}
+
+/// The value a step reading `name` at the start of the step fetches (a parameter summary).
+fn variable_read(g: &Graph, name: &str) -> Value {
+    let var = g.find_variable(name).expect("variable");
+    g.node_ids()
+        .find(|&id| matches!(g.node(id).op, Op::Variable { var: v } if v == var))
+        .map(Value::first)
+        .expect("read")
+}
+
+/// Tower 0's gradient of `name` before its all-reduce (a gradient summary).
+fn gradient_before_all_reduce(g: &Graph, name: &str) -> Value {
+    g.node_ids()
+        .filter(|&id| {
+            matches!(g.node(id).op, Op::AllReduce { .. })
+                && g.node(id).name.ends_with(&format!("/{name}"))
+        })
+        .min()
+        .map(|id| g.inputs(id)[0])
+        .expect("all-reduce")
+}
+
+/// `(device, op, elements)` of every all-reduce kernel, in program order.
+fn collective_sequence(p: &Program) -> Vec<(u16, ReduceOp, usize)> {
+    all_reduces(p)
+        .into_iter()
+        .map(|i| match p.kernels[i].kind {
+            KernelKind::AllReduce { op, len } => (p.kernels[i].device, op, len),
+            _ => unreachable!("all_reduces"),
+        })
+        .collect()
+}
+
+/// The chief of a job fetches summaries the other ranks do not (a variable's value, a
+/// gradient), which changes what its step fuses — an update whose variable is fetched is not
+/// fused, a gradient that is fetched cannot be reduced in place — yet every rank must issue
+/// the same all-reduces in the same order, or the job pairs different buffers (or hangs). The
+/// chief's steps match the reference too: arenas that are a part of a bucket's range, and
+/// members copied into the range, are reduced.
+#[test]
+fn ranks_whose_steps_differ_issue_the_same_all_reduces() {
+    let mut parts = 0;
+    for (towers, variant) in [
+        (1, Variant::Momentum),
+        (2, Variant::Momentum),
+        (2, Variant::ClippedAdam),
+        (2, Variant::ScaledBiases),
+    ] {
+        let b = distributed(towers, variant);
+        let g = &b.graph;
+        let summaries = [
+            vec![variable_read(g, "fc0/b")],
+            vec![variable_read(g, "linear/W")],
+            vec![gradient_before_all_reduce(g, "linear/W")],
+            vec![
+                gradient_before_all_reduce(g, "fc0/W"),
+                variable_read(g, "linear/b"),
+            ],
+        ];
+        for bucket_bytes in [1 << 20, 600] {
+            let options = LowerOptions {
+                bucket_bytes,
+                ..LowerOptions::default()
+            };
+            let worker = lower(g, &b.step, BATCH, &options).expect("lower");
+            let want = collective_sequence(&worker);
+            assert!(!want.is_empty(), "{worker}");
+            for extra in &summaries {
+                let mut fetches = b.step.fetches.clone();
+                fetches.extend(extra.iter().copied());
+                let step = Step::new(fetches, b.step.targets.clone());
+                let chief = lower(g, &step, BATCH, &options).expect("lower");
+                let what = format!(
+                    "{towers} tower(s), {variant:?}, {bucket_bytes} bytes, chief also fetches {}",
+                    extra
+                        .iter()
+                        .map(|&v| g.value_name(v))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                assert_eq!(
+                    collective_sequence(&chief),
+                    want,
+                    "{what}:\nworker:\n{worker}\nchief:\n{chief}"
+                );
+                for &k in &all_reduces(&chief) {
+                    in_place(&chief, k);
+                }
+                for bucket in &chief.buckets {
+                    // Arenas of all-reduced gradients each lie in a reduced range (with
+                    // clipping, the update reads the clipped average instead).
+                    let reduced = !matches!(variant, Variant::ClippedAdam);
+                    let want_reduces = if reduced { bucket.arenas.len() } else { 0 };
+                    assert_eq!(bucket.all_reduces.len(), want_reduces, "{what}");
+                    for (&arena, &k) in bucket.arenas.iter().zip(&bucket.all_reduces) {
+                        assert!(k < bucket.kernel, "{what}: reduced before the update");
+                        let range = chief.kernels[k as usize].outputs[0];
+                        let (
+                            Storage::Scratch { offset: a, .. },
+                            Storage::Scratch { offset: r, .. },
+                        ) = (chief.buffer(arena).storage, chief.buffer(range).storage)
+                        else {
+                            panic!("{what}: scratch arenas");
+                        };
+                        let (a_len, r_len) = (
+                            chief.buffer(arena).shape.iter().product::<usize>(),
+                            chief.buffer(range).shape.iter().product::<usize>(),
+                        );
+                        assert!(
+                            r <= a && a + 4 * a_len <= r + 4 * r_len,
+                            "{what}: {arena} lies in {range}"
+                        );
+                        parts += usize::from(a_len < r_len);
+                    }
+                }
+                if bucket_bytes == 600 {
+                    let chief_built = Built {
+                        graph: g.clone(),
+                        step,
+                        towers: b.towers.clone(),
+                        signature: b.signature.clone(),
+                    };
+                    let mut cpu = CpuSession::new(
+                        g.clone(),
+                        CpuOptions {
+                            threads: 2,
+                            lower: options,
+                            ..CpuOptions::default()
+                        },
+                    )
+                    .expect("cpu");
+                    check_against_reference(&chief_built, &mut cpu, &what);
+                }
+            }
+        }
+    }
+    assert!(
+        parts > 0,
+        "some fused update reads a part of a bucket's range"
+    );
 }

@@ -16,8 +16,9 @@
 //!
 //! [`Program::buckets`](super::Program::buckets) lists every merged kernel with its arenas and
 //! member offsets: what a backend needs to render it (the CUDA backend). In a distributed step,
-//! [`super::collectives`] reduces each arena across processes with one in-place `AllReduce`
-//! kernel before the bucket's kernel runs.
+//! [`super::collectives`] reduces each arena across processes before the bucket's kernel runs:
+//! one in-place `AllReduce` kernel over the range of a bucket of all-reduces, which the arena is
+//! or is a contiguous part of.
 
 use super::expr::ExprOp;
 use super::kernelize::{Draft, Kernelized, Operand};
@@ -90,13 +91,16 @@ fn read_of(graph: &Graph, v: Value) -> Option<VarId> {
 }
 
 /// Merges update drafts into arena kernels. `assigned` maps each assigned value to its
-/// variable; the merged assigns are removed from `k.assigns`.
+/// variable; the merged assigns are removed from `k.assigns`. `all_reduced` gives the bucket
+/// and member index of every all-reduce result ([`super::collectives`]): an arena of such
+/// results only holds consecutive members of one bucket, so it lies inside the bucket's range.
 pub fn fuse_updates(
     graph: &Graph,
     k: &mut Kernelized,
     layout: &StateLayout,
     batch: usize,
     bucket_bytes: usize,
+    all_reduced: &HashMap<Value, (u32, u32)>,
 ) -> Vec<ArenaKernel> {
     let assigned: HashMap<Value, VarId> = k
         .assigns
@@ -226,7 +230,14 @@ pub fn fuse_updates(
                     .zip(&b.roles)
                     .all(|(ra, rb)| match (ra.1, rb.1, ra.2, rb.2) {
                         (Some(x), Some(y), _, _) => next(x, y),
-                        (_, _, Some(x), Some(y)) => device_of(x) == device_of(y),
+                        (_, _, Some(x), Some(y)) => {
+                            let next_member = match (all_reduced.get(&x), all_reduced.get(&y)) {
+                                (None, None) => true,
+                                (Some(a), Some(b)) => a.0 == b.0 && b.1 == a.1 + 1,
+                                _ => false,
+                            };
+                            device_of(x) == device_of(y) && next_member
+                        }
                         _ => true,
                     })
         };

@@ -8,7 +8,7 @@ mod ranges;
 use self::ranges::ArenaGroups;
 use super::LowerError;
 use super::arena::{ArenaKernel, ArenaOperand};
-use super::collectives::CollectiveBucket;
+use super::collectives::{CollectiveBucket, CollectivePlan};
 use super::kernelize::{Draft, Kernelized, Operand};
 use super::layout::StateLayout;
 use super::memplan::{self, Interval};
@@ -254,6 +254,7 @@ pub fn emit(
     state: StateLayout,
     arenas: Vec<ArenaKernel>,
     collectives: Vec<CollectiveBucket>,
+    collective_plan: &CollectivePlan,
 ) -> Result<Program, LowerError> {
     let Kernelized {
         drafts,
@@ -267,11 +268,13 @@ pub fn emit(
     items.extend(arenas.iter().map(Item::Arena));
     items.extend(collectives.iter().map(Item::Collective));
     let n = items.len();
-    let mut prod: HashMap<Value, usize> = producer
+    let computed_by: HashMap<Value, usize> = producer
         .iter()
         .filter_map(|(v, d)| index.get(d).map(|&a| (*v, a)))
         .collect();
-    // A bucket all-reduce produces its members' results (their inputs' bytes, reduced).
+    // A bucket all-reduce produces its members' results (their range's bytes, reduced); it
+    // reads what the kernels computed (a member's input, or its copy into the range).
+    let mut prod = computed_by.clone();
     for (i, item) in items.iter().enumerate() {
         if let Item::Collective(c) = item {
             prod.extend(c.outputs.iter().map(|&v| (v, i)));
@@ -282,22 +285,33 @@ pub fn emit(
         indeg: vec![0; n],
     };
     for (i, item) in items.iter().enumerate() {
+        let producers = match item {
+            Item::Collective(_) => &computed_by,
+            _ => &prod,
+        };
         for b in item.bases() {
-            if let Some(&j) = prod.get(&b) {
+            if let Some(&j) = producers.get(&b) {
                 deps.add(j, i);
             }
         }
     }
     // Collectives run in one order on every participant of a distributed job (a mismatch
     // would pair different buffers across processes): each all-reduce waits for the previous
-    // one in topological order. Anchors are topological, so this adds no cycle.
-    let is_collective = |item: &Item| match item {
-        Item::Draft(d) => matches!(d.kind, KernelKind::AllReduce { .. }),
-        Item::Arena(_) => false,
-        Item::Collective(_) => true,
+    // one in the plan's order, which is the whole graph's (not the step's) and topological.
+    let collective_order = |item: &Item| match item {
+        Item::Draft(d) if matches!(d.kind, KernelKind::AllReduce { .. }) => {
+            let order = collective_plan
+                .slot(&d.name)
+                .map_or(usize::MAX, |s| s.order);
+            Some((order, d.anchor))
+        }
+        Item::Collective(c) => Some((c.order, c.anchor)),
+        _ => None,
     };
-    let mut collectives: Vec<usize> = (0..n).filter(|&i| is_collective(&items[i])).collect();
-    collectives.sort_by_key(|&i| items[i].anchor());
+    let mut collectives: Vec<usize> = (0..n)
+        .filter(|&i| collective_order(&items[i]).is_some())
+        .collect();
+    collectives.sort_by_key(|&i| collective_order(&items[i]));
     for pair in collectives.windows(2) {
         deps.add(pair[0], pair[1]);
     }
@@ -431,7 +445,6 @@ pub fn emit(
         });
     }
     arenas_planned.link_buckets(&mut bufs.prog.buckets);
-    let groups = arenas_planned.groups;
     bufs.prog.fetches = fetches.iter().map(|o| bufs.region(o)).collect();
     bufs.prog.writebacks = writebacks
         .iter()
@@ -447,15 +460,19 @@ pub fn emit(
         }
     }
     let intervals: Vec<Interval> = bufs.scratch.iter().map(|(_, iv)| iv.clone()).collect();
-    let group_members: Vec<Vec<usize>> = groups.iter().map(|(m, _)| m.clone()).collect();
+    let group_members: Vec<Vec<usize>> = arenas_planned
+        .groups
+        .iter()
+        .map(|(m, _)| m.clone())
+        .collect();
     let plan = memplan::plan_grouped(&intervals, &group_members, n);
     for ((b, _), off) in bufs.scratch.iter().zip(&plan.offsets) {
         if let Storage::Scratch { offset, .. } = &mut bufs.prog.buffers[b.0 as usize].storage {
             *offset = *off;
         }
     }
-    for (members, arena) in &groups {
-        let first = plan.offsets[members[0]];
+    for (arena, first) in arenas_planned.starts() {
+        let first = plan.offsets[first];
         if let Storage::Scratch { offset, .. } = &mut bufs.prog.buffers[arena.0 as usize].storage {
             *offset = first;
         }

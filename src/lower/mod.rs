@@ -10,7 +10,8 @@
 //!    kernel over the state range and a gradient arena (with data-parallel towers this is the
 //!    fused gradient-averaging kernel), cut into buckets; then [`collectives`]: the
 //!    per-gradient all-reduces of a distributed step become one in-place all-reduce per
-//!    bucket (over each gradient arena);
+//!    bucket, planned on the whole graph (each gradient arena is a bucket's range or part of
+//!    it);
 //! 4. [`emit`] with [`memplan`]: scheduling, in-place assigns, buffers and the arena plan;
 //!    then the cross-device waits of programs spread over several devices.
 //!
@@ -55,7 +56,7 @@ pub struct LowerOptions {
     /// into in-place all-reduces over such ranges (needs `fuse`).
     pub arena_fusion: bool,
     /// Largest range (bytes of the updated variables) one fused update kernel covers; also
-    /// the largest bucket of all-reduces that feed no fused update.
+    /// the largest bucket of all-reduces (per device).
     pub bucket_bytes: usize,
 }
 
@@ -92,24 +93,24 @@ pub fn lower(
     passes::dce(&mut sg)?;
     let mut kernels = kernelize::kernelize(&sg, batch, options.fuse)?;
     let layout = StateLayout::new(graph);
+    // Bucketed all-reduces are planned on the whole graph: the same on every participant of
+    // a job whatever its step.
+    let plan = collectives::CollectivePlan::new(graph, options.bucket_bytes)?;
     let (arenas, collectives) = if options.fuse && options.arena_fusion {
+        let all_reduced = plan.value_slots(&kernels);
         let arenas = arena::fuse_updates(
             &sg.graph,
             &mut kernels,
             &layout,
             batch,
             options.bucket_bytes,
+            &all_reduced,
         );
-        let collectives = collectives::fuse_all_reduces(
-            &sg.graph,
-            &mut kernels,
-            &arenas,
-            batch,
-            options.bucket_bytes,
-        );
+        let collectives =
+            collectives::fuse_all_reduces(&sg.graph, &mut kernels, &arenas, &plan, batch);
         (arenas, collectives)
     } else {
         (Vec::new(), Vec::new())
     };
-    emit::emit(&sg, kernels, batch, layout, arenas, collectives)
+    emit::emit(&sg, kernels, batch, layout, arenas, collectives, &plan)
 }

@@ -323,8 +323,10 @@ pub struct Bucket {
     /// The gradient arenas the kernel reads (scratch buffers of `len` elements).
     pub arenas: Vec<BufferId>,
     /// The `AllReduce` kernels (indices into [`Program::kernels`], each before `kernel`) that
-    /// reduce arenas of this bucket in place: one per arena in a distributed step, none
-    /// otherwise. Their input and output are the arena buffer itself.
+    /// reduce arenas of this bucket in place: one per arena of all-reduced gradients in a
+    /// distributed step, none otherwise. Their input and output are the range of a bucket of
+    /// all-reduces, which is the arena buffer itself or contains it (the arena then starts
+    /// at its first member's place in the range).
     pub all_reduces: Vec<u32>,
     /// The variables the kernel writes: `outputs[j][i]` is member `i` of its output `j` (a
     /// variable and, say, its momentum slot), in arena order.

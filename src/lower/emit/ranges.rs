@@ -15,13 +15,19 @@ use std::collections::HashMap;
 /// The ranges planned so far: each a group of scratch buffers placed back to back, and the
 /// buffer spanning it. Kernels reading the same values share the range; a bucket all-reduce
 /// registers its range under its members' results too, so the fused update reading those
-/// results reads the very bytes the all-reduce reduced.
+/// results reads the very bytes the all-reduce reduced. A fused update whose arena is a
+/// contiguous part of a bucket's range (its members are consecutive members of the bucket)
+/// reads a buffer over that part: no group of its own, it starts where its first member lies.
 #[derive(Default)]
 pub(super) struct ArenaGroups {
     pub(super) groups: Vec<(Vec<usize>, BufferId)>,
     by_values: HashMap<Vec<Value>, BufferId>,
-    /// `(range, kernel)` of every bucket all-reduce emitted.
-    reduced: Vec<(BufferId, u32)>,
+    /// Every bucket all-reduce emitted: the results of its members, in range order.
+    reduced: Vec<(Vec<Value>, u32)>,
+    /// The all-reduce kernel reducing each range, or the part of one, it spans.
+    reduced_by: HashMap<BufferId, u32>,
+    /// Buffers over a part of a group, with the scratch index of their first member.
+    parts: Vec<(BufferId, usize)>,
 }
 
 impl ArenaGroups {
@@ -61,6 +67,56 @@ impl ArenaGroups {
         b
     }
 
+    /// Each range or part of one with the scratch index of its first member: the buffer's
+    /// offset is that member's.
+    pub(super) fn starts(&self) -> impl Iterator<Item = (BufferId, usize)> + '_ {
+        self.groups
+            .iter()
+            .filter_map(|(members, b)| Some((*b, *members.first()?)))
+            .chain(self.parts.iter().copied())
+    }
+
+    /// The arena of a fused update over `values` (`len` elements) at schedule position `t`:
+    /// the range of a bucket all-reduce, or a part of it when `values` are consecutive
+    /// members of that bucket's results, else a range of its own.
+    fn arena(
+        &mut self,
+        bufs: &mut Buffers<'_>,
+        values: &[Value],
+        len: usize,
+        t: usize,
+    ) -> BufferId {
+        if !self.by_values.contains_key(values)
+            && let Some(kernel) = self
+                .reduced
+                .iter()
+                .find(|(outputs, _)| outputs.windows(values.len()).any(|w| w == values))
+                .map(|&(_, k)| k)
+        {
+            let first = bufs.value(values[0], None);
+            if let Some(&s) = bufs.scratch_index.get(&first) {
+                let name = format!(
+                    "arena[{}..{}]",
+                    bufs.sg.graph.value_name(values[0]),
+                    bufs.sg.graph.value_name(values[values.len() - 1])
+                );
+                let b = bufs.push(Buffer {
+                    name,
+                    dtype: bufs.sg.graph.value_type(values[0]).dtype,
+                    shape: vec![len],
+                    storage: Storage::Scratch {
+                        device: bufs.scratch[s].1.device,
+                        offset: 0,
+                    },
+                });
+                self.parts.push((b, s));
+                self.reduced_by.insert(b, kernel);
+                self.by_values.insert(values.to_vec(), b);
+            }
+        }
+        self.range(bufs, values, len, t)
+    }
+
     /// The fused update kernel `a` at schedule position `t`, and its bucket.
     pub(super) fn emit_arena(
         &mut self,
@@ -79,7 +135,7 @@ impl ArenaGroups {
                     strides: smallvec![1],
                 },
                 ArenaOperand::Arena { values } => {
-                    let arena = self.range(bufs, values, n, t);
+                    let arena = self.arena(bufs, values, n, t);
                     arena_buffers.push(arena);
                     View {
                         buffer: arena,
@@ -125,8 +181,8 @@ impl ArenaGroups {
     }
 
     /// The bucket all-reduce `c` at schedule position `t`: one `AllReduce` kernel whose input
-    /// and output are the range of its members' inputs. Each member's result is given its
-    /// input's buffer.
+    /// and output are the range of its members (each member's input, reduced in place, or the
+    /// copy its all-reduce became). Each member's result is given its range member's buffer.
     pub(super) fn emit_collective(
         &mut self,
         bufs: &mut Buffers<'_>,
@@ -146,7 +202,8 @@ impl ArenaGroups {
             let b = bufs.value(input, None);
             bufs.of_value.insert(output, b);
         }
-        self.reduced.push((range, t as u32));
+        self.reduced.push((c.outputs.clone(), t as u32));
+        self.reduced_by.insert(range, t as u32);
         Kernel {
             name: c.name.clone(),
             device: c.device,
@@ -163,13 +220,14 @@ impl ArenaGroups {
         }
     }
 
-    /// Tells every bucket which all-reduce kernels reduce its arenas.
+    /// Tells every bucket which all-reduce kernels reduce its arenas (the range each arena is,
+    /// or is a part of).
     pub(super) fn link_buckets(&self, buckets: &mut [Bucket]) {
         for b in buckets {
             b.all_reduces = b
                 .arenas
                 .iter()
-                .filter_map(|a| self.reduced.iter().find(|(r, _)| r == a).map(|&(_, k)| k))
+                .filter_map(|a| self.reduced_by.get(a).copied())
                 .collect();
         }
     }

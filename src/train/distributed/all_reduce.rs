@@ -1,11 +1,10 @@
 //! The gradient all-reduces of a distributed step, at graph level: one `AllReduce {op=mean}`
 //! node per tower gradient of every variable, on the gradient's device. Nothing here
-//! concatenates or slices: lowering ([`crate::lower::collectives`]) places the gradients of
-//! each bucket back to back — the gradient arena the fused update kernel of that bucket reads
-//! — and reduces the whole arena in place with ONE all-reduce, before the update kernel runs.
-//! So the buckets are the fused updates' buckets (`bucket_bytes`), and gradients that feed no
-//! fused update (an optimizer lowering cannot fuse) still travel in buckets of at most
-//! `bucket_bytes`, reduced in place.
+//! concatenates or slices: lowering ([`crate::lower::collectives`]) cuts these nodes, in
+//! topological order, into buckets of at most `bucket_bytes` (the same on every rank whatever
+//! its step), places the gradients of each bucket back to back and reduces the whole range in
+//! place with ONE all-reduce, before the fused update kernels reading it (whose gradient
+//! arenas are that range or parts of it) run.
 
 use std::collections::HashSet;
 
