@@ -52,6 +52,11 @@ pub struct LowerOptions {
     pub arena_fusion: bool,
     /// Largest range (bytes of the updated variables) one fused update kernel covers.
     pub bucket_bytes: usize,
+    /// Let convolution epilogues compute per-channel reductions of their output (batch-norm
+    /// statistics and gradient sums; see [`Epilogue::reductions`]; needs `fuse`). The CPU
+    /// backend runs them; the CUDA backend turns this off (its renderer has no deterministic
+    /// cross-block reduction in epilogues yet).
+    pub epilogue_reductions: bool,
 }
 
 /// Default bucket size of fused updates: Horovod's tensor-fusion threshold.
@@ -64,6 +69,7 @@ impl Default for LowerOptions {
             simplify: true,
             arena_fusion: true,
             bucket_bytes: DEFAULT_BUCKET_BYTES,
+            epilogue_reductions: true,
         }
     }
 }
@@ -85,7 +91,7 @@ pub fn lower(
         passes::cse(&mut sg)?;
     }
     passes::dce(&mut sg)?;
-    let mut kernels = kernelize::kernelize(&sg, batch, options.fuse)?;
+    let mut kernels = kernelize::kernelize(&sg, batch, options.fuse, options.epilogue_reductions)?;
     let layout = StateLayout::new(graph);
     let arenas = if options.fuse && options.arena_fusion {
         arena::fuse_updates(

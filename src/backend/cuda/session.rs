@@ -32,7 +32,11 @@ pub struct CudaOptions {
 impl Default for CudaOptions {
     fn default() -> CudaOptions {
         CudaOptions {
-            lower: LowerOptions::default(),
+            // Epilogues with reductions have no CUDA rendering yet (see `LowerOptions`).
+            lower: LowerOptions {
+                epilogue_reductions: false,
+                ..LowerOptions::default()
+            },
             cache_dir: nvrtc::default_cache_dir(),
         }
     }
