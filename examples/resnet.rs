@@ -34,8 +34,10 @@ use towerpack::train::checkpoint::atomic::write_atomically;
 use towerpack::train::checkpoint::format::encode;
 use towerpack::train::logdir::{LogDirAction, set_logger_dir};
 use towerpack::train::{
-    BackendChoice, Callback, ModelDesc, ModelFn, OfflinePredictor, PredictConfig, SaverRestore,
-    SimpleTrainer, TrainConfig, TrainContext, TrainError, Trainer, launch_train_with_config,
+    AsyncTrainer, BackendChoice, Callback, DistributedOptions, DistributedTrainer, ModelDesc,
+    ModelFn, OfflinePredictor, ParameterServerTrainer, PredictConfig, ReplicatedTrainer,
+    SaverRestore, SimpleTrainer, TrainConfig, TrainContext, TrainError, TrainReport, Trainer,
+    launch_train_with_config,
 };
 
 /// Command-line flags.
@@ -51,7 +53,7 @@ struct Args {
     /// Seed of the initial weights, the data order and the augmentations.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Last epoch (default: 8 on the embedded digits, 64 on CIFAR-10 as in tensorpack).
+    /// Last epoch (default: 10 on the embedded digits, 64 on CIFAR-10 as in tensorpack).
     #[arg(long)]
     max_epoch: Option<u64>,
     /// Steps per epoch (default: one pass over the training data per tower).
@@ -72,6 +74,10 @@ struct Args {
     /// CPU worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Where to run: cpu, cuda (GPUs; `cuda:2` two of them), cuda-emu (the CUDA kernels on
+    /// emulated devices, slow: for debugging) or reference (the op-by-op oracle, slower).
+    #[arg(long, default_value = "cpu")]
+    device: BackendChoice,
     /// Start afresh: an existing logdir is backed up to `<logdir>.<timestamp>` instead of resumed.
     #[arg(long)]
     fresh: bool,
@@ -99,6 +105,44 @@ struct Args {
 enum TrainerKind {
     /// SimpleTrainer: one tower.
     Simple,
+    /// SyncMultiGPUTrainerParameterServer: `--towers` towers share one set of variables;
+    /// gradients averaged and applied once.
+    Ps,
+    /// SyncMultiGPUTrainerReplicated: a replica per tower, all-reduce average, every replica
+    /// updated (replica 0 broadcast at start).
+    Replicated,
+    /// AsyncMultiGPUTrainer: every tower applies its own update.
+    Async,
+    /// HorovodTrainer: one process per MPI rank (`mpirun -np N`, built with `--features mpi`),
+    /// each on its own shard of the data; `--towers` towers inside each rank.
+    Distributed,
+}
+
+/// The trainer a run uses: one process, or one rank of a distributed job.
+enum Runner {
+    Local(Box<dyn Trainer>),
+    Distributed(Box<DistributedTrainer>),
+}
+
+impl Runner {
+    /// This process's rank and the number of ranks (0 of 1 unless distributed).
+    fn rank_and_size(&self) -> (usize, usize) {
+        match self {
+            Runner::Local(_) => (0, 1),
+            Runner::Distributed(d) => (d.rank(), d.size()),
+        }
+    }
+
+    fn is_chief(&self) -> bool {
+        self.rank_and_size().0 == 0
+    }
+
+    fn launch(&mut self, config: TrainConfig) -> Result<TrainReport, TrainError> {
+        match self {
+            Runner::Local(trainer) => launch_train_with_config(config, trainer.as_mut()),
+            Runner::Distributed(trainer) => trainer.launch(config),
+        }
+    }
 }
 
 /// The data sets of a run: augmented training batches, validation batches, and the validation
@@ -142,38 +186,41 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
         return Err("--batch and --towers must be at least 1".into());
     }
     let net = CifarResNet::new((args.depth - 2) / 6);
-    let data = load_data(args)?;
-    let backend = BackendChoice::Cpu {
-        threads: args.threads,
+    let backend = match args.device {
+        BackendChoice::Cpu { .. } => BackendChoice::Cpu {
+            threads: args.threads,
+        },
+        other => other,
     };
     let model = resnet_model(&net);
     if args.predict {
+        let data = load_data(args, (0, 1))?;
         return predict(args, model, &data.validation_set, backend);
     }
-    let mut trainer = make_trainer(args)?;
+    let mut runner = make_trainer(args)?;
+    let data = load_data(args, runner.rank_and_size())?;
     let steps_per_epoch = args
         .steps_per_epoch
         .unwrap_or((data.train_len / (args.batch * args.towers)).max(1) as u64);
     if args.bench {
-        return bench(
-            args,
-            model,
-            data,
-            backend,
-            trainer.as_mut(),
-            steps_per_epoch,
-        );
+        return bench(args, model, data, backend, &mut runner);
     }
 
-    let action = if args.fresh {
-        LogDirAction::Backup
+    // Only the chief writes the logdir of a distributed job.
+    let logdir = if runner.is_chief() {
+        let action = if args.fresh {
+            LogDirAction::Backup
+        } else {
+            LogDirAction::Keep
+        };
+        set_logger_dir(&args.logdir, action)?
     } else {
-        LogDirAction::Keep
+        args.logdir.clone()
     };
-    let logdir = set_logger_dir(&args.logdir, action)?;
     let (max_epoch, schedule) = if data.embedded {
-        // One epoch at 0.01 to warm up, then tensorpack's 0.1 → 0.01 → 0.001, scaled to 8 epochs.
-        (8, vec![(1, 0.1), (5, 0.01), (7, 0.001)])
+        // One epoch at 0.01 to warm up, then tensorpack's 0.1 → 0.01 → 0.001, scaled to 10
+        // epochs.
+        (10, vec![(1, 0.1), (5, 0.01), (8, 0.001)])
     } else {
         (64, vec![(1, 0.1), (32, 0.01), (48, 0.001)])
     };
@@ -196,7 +243,7 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     .logdir(&logdir)
     .auto_resume(true);
     let started = Instant::now();
-    let report = launch_train_with_config(config, trainer.as_mut())?;
+    let report = runner.launch(config)?;
     if let Some(&(_, error)) = report.history("validation_error").last() {
         println!(
             "epoch {}: validation accuracy {:.2}% ({} held-out images), {:.0} s",
@@ -220,23 +267,40 @@ fn resnet_model(net: &CifarResNet) -> Arc<dyn ModelDesc> {
     ))
 }
 
-/// The trainer of `--trainer` with `--towers`.
-fn make_trainer(args: &Args) -> Result<Box<dyn Trainer>, Box<dyn Error>> {
-    match args.trainer {
-        TrainerKind::Simple if args.towers == 1 => Ok(Box::new(SimpleTrainer::new())),
-        TrainerKind::Simple => Err(format!(
-            "--trainer simple trains one tower; for --towers {} choose a data-parallel trainer",
-            args.towers
-        )
-        .into()),
-    }
+/// The trainer of `--trainer` with `--towers`. Switching to data parallelism is this one
+/// choice: the model, the data and the callbacks stay the same.
+fn make_trainer(args: &Args) -> Result<Runner, Box<dyn Error>> {
+    let towers = args.towers;
+    Ok(match args.trainer {
+        TrainerKind::Simple if towers == 1 => Runner::Local(Box::new(SimpleTrainer::new())),
+        TrainerKind::Simple => {
+            return Err(format!(
+                "--trainer simple trains one tower; for --towers {towers} choose ps, replicated \
+                 or async"
+            )
+            .into());
+        }
+        TrainerKind::Ps => Runner::Local(Box::new(ParameterServerTrainer::new(towers))),
+        TrainerKind::Replicated => Runner::Local(Box::new(ReplicatedTrainer::new(towers))),
+        TrainerKind::Async => Runner::Local(Box::new(AsyncTrainer::new(towers))),
+        TrainerKind::Distributed => {
+            let options = DistributedOptions {
+                towers_per_rank: towers,
+                ..DistributedOptions::default()
+            };
+            Runner::Distributed(Box::new(DistributedTrainer::from_environment(options)?))
+        }
+    })
 }
 
 /// Loads the training and validation sets: CIFAR-10 from `--data`, else the embedded digits.
 /// Training images are augmented as tensorpack's recipe does (random 32×32 crops of the image
 /// zero-padded to 40×40; horizontal flips only for CIFAR — a flipped digit is another symbol);
 /// both sets have the training set's per-pixel mean subtracted.
-fn load_data(args: &Args) -> Result<Data, Box<dyn Error>> {
+///
+/// `(rank, ranks)`: a rank of a distributed job trains on its own equal share of the training
+/// set, shuffled with its own seed (the mean image is still the whole set's).
+fn load_data(args: &Args, (rank, ranks): (usize, usize)) -> Result<Data, Box<dyn Error>> {
     let (train, validation, embedded) = match &args.data {
         Some(dir) => (
             load_cifar10(dir, CifarSplit::Train)?,
@@ -262,8 +326,10 @@ fn load_data(args: &Args) -> Result<Data, Box<dyn Error>> {
         augmentors.push(Arc::new(Flip::horizontal()));
     }
     augmentors.push(Arc::clone(&subtract_mean));
-    let train_flow =
-        AugmentImageComponent::new(train.to_flow(Some(args.seed))?, 0, augmentors, args.seed);
+    let share = train.len() / ranks;
+    let train = train.slice(rank * share, share)?;
+    let seed = args.seed + rank as u64;
+    let train_flow = AugmentImageComponent::new(train.to_flow(Some(seed))?, 0, augmentors, seed);
     let validation = validation.subtract_image(&mean)?;
     Ok(Data {
         train_len: train.len(),
@@ -280,8 +346,7 @@ fn bench(
     model: Arc<dyn ModelDesc>,
     data: Data,
     backend: BackendChoice,
-    trainer: &mut dyn Trainer,
-    _steps_per_epoch: u64,
+    runner: &mut Runner,
 ) -> Result<(), Box<dyn Error>> {
     const WARMUP: u64 = 5;
     let config = TrainConfig {
@@ -296,7 +361,11 @@ fn bench(
     .max_epoch(1)
     .seed(args.seed)
     .backend(backend);
-    let report = launch_train_with_config(config, trainer)?;
+    let report = runner.launch(config)?;
+    let (rank, ranks) = runner.rank_and_size();
+    if rank != 0 {
+        return Ok(());
+    }
     let timer = report
         .callback::<StepTimer>()
         .ok_or("the step timer did not run")?;
@@ -312,14 +381,16 @@ fn bench(
     let total: f64 = times.iter().sum();
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
-    let images = (args.batch * args.towers) as f64 * times.len() as f64;
+    let images = (args.batch * args.towers * ranks) as f64 * times.len() as f64;
     println!(
         "{}",
         serde_json::json!({
             "model": format!("resnet{}", args.depth),
             "batch": args.batch,
             "towers": args.towers,
+            "ranks": ranks,
             "threads": args.threads,
+            "device": backend.to_string(),
             "trainer": format!("{:?}", args.trainer).to_lowercase(),
             "steps": times.len(),
             "images_per_sec": (images / total * 10.0).round() / 10.0,

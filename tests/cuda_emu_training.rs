@@ -14,7 +14,10 @@ use towerpack::ir::{BinaryOp, Graph, NodeId, Op, Value};
 use towerpack::models::Mlp;
 use towerpack::optim::Optimizer;
 use towerpack::tensor::HostTensor;
-use towerpack::train::{BackendChoice, SimpleTrainer, launch_train_with_config};
+use towerpack::train::{
+    BackendChoice, ParameterServerTrainer, ReplicatedTrainer, SimpleTrainer,
+    launch_train_with_config,
+};
 
 fn options() -> CudaOptions {
     CudaOptions {
@@ -71,6 +74,37 @@ fn the_simple_trainer_trains_an_mlp_on_the_emulated_device_like_the_cpu_backend(
     };
     assert!(moved, "training changed the weights");
     assert_same_variables(&*emu.session, &*cpu.session, 1e-4);
+}
+
+/// The data-parallel trainers put their towers on CUDA devices through the same placement as on
+/// the CPU: replicated and parameter-server training on two emulated devices (the fused
+/// per-bucket averaging kernel rendered to CUDA, reading the other device's gradient arena)
+/// ends with the CPU backend's weights.
+#[test]
+fn data_parallel_trainers_on_two_emulated_devices_train_like_the_cpu_backend() {
+    cuda_common::require_nvrtc();
+    let run = |backend: BackendChoice, replicated: bool| {
+        let c = train_common::bare(train_common::config(
+            train_common::mlp_model(0.1),
+            train_common::train_flow(96, 16, 3),
+            None,
+        ))
+        .backend(backend)
+        .max_epoch(1);
+        let report = if replicated {
+            launch_train_with_config(c, &mut ReplicatedTrainer::new(2))
+        } else {
+            launch_train_with_config(c, &mut ParameterServerTrainer::new(2))
+        };
+        report.expect("train")
+    };
+    for replicated in [true, false] {
+        let emu = run(BackendChoice::CudaEmu { devices: 2 }, replicated);
+        let cpu = run(BackendChoice::Cpu { threads: 2 }, replicated);
+        // steps_per_epoch is the flow's length (6 batches), whatever the tower count.
+        assert_eq!(emu.counters.global_step, 6);
+        assert_same_variables(&*emu.session, &*cpu.session, 1e-4);
+    }
 }
 
 /// A two-tower replicated MLP: tower `t` on logical device `t` with its own variables, the

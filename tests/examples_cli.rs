@@ -153,6 +153,27 @@ fn resnet_bench_prints_one_json_line() {
 }
 
 #[test]
+fn resnet_switches_to_data_parallel_trainers_with_one_flag() {
+    for trainer in ["ps", "replicated", "async"] {
+        let out = run_small(&[
+            "--bench",
+            "--bench-steps",
+            "1",
+            "--towers",
+            "2",
+            "--trainer",
+            trainer,
+        ]);
+        assert!(out.status.success(), "{trainer}: {}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let json: serde_json::Value =
+            serde_json::from_str(stdout.lines().last().expect("a line")).expect("JSON");
+        assert_eq!(json["trainer"], trainer);
+        assert_eq!(json["towers"], 2);
+    }
+}
+
+#[test]
 fn user_mistakes_are_one_clear_error_not_a_panic() {
     let dir = tempfile::tempdir().expect("tempdir");
     let missing = dir.path().join("no-such-dir");
@@ -164,6 +185,8 @@ fn user_mistakes_are_one_clear_error_not_a_panic() {
         (vec!["--depth", "21"], "--depth must be 6n + 2"),
         (vec!["--bogus-flag"], "unexpected argument '--bogus-flag'"),
         (vec!["--predict"], "--load"),
+        (vec!["--towers", "2"], "--trainer simple trains one tower"),
+        (vec!["--device", "tpu"], "unknown device `tpu`"),
     ];
     for (args, expected) in cases {
         let out = run(&args);

@@ -2,7 +2,7 @@
 //! size) and host values against variable declarations. Errors name the input or variable.
 
 use super::{BackendError, Feed};
-use crate::ir::{Dim, Graph, Op, VarId, VariableDef};
+use crate::ir::{Dim, Graph, Op, TensorType, VarId, VariableDef};
 use crate::tensor::HostTensor;
 
 /// Checks every feed against its input's type and returns the batch size they bind (1 when no
@@ -29,7 +29,7 @@ pub fn bind_feeds(graph: &Graph, feeds: &[Feed]) -> Result<usize, BackendError> 
             return Err(BackendError::FeedMismatch {
                 input: name.clone(),
                 expected: ty.to_string(),
-                got: format!("{}{:?}", value.dtype(), shape),
+                got: TensorType::of_host(value).to_string(),
             });
         }
         if ty.shape.has_batch() {
@@ -65,7 +65,7 @@ pub fn variable<'g>(
         return Err(BackendError::VariableMismatch {
             variable: def.name.clone(),
             expected: def.ty.to_string(),
-            got: format!("{}{:?}", value.dtype(), value.shape()),
+            got: TensorType::of_host(value).to_string(),
         });
     }
     Ok((def, shape))

@@ -205,7 +205,7 @@ impl Graph {
                 return Err(IrError::InitializerMismatch {
                     name: def.name.clone(),
                     ty: def.ty.to_string(),
-                    got: format!("{}{:?}", v.dtype(), v.shape()),
+                    got: TensorType::of_host(v).to_string(),
                 });
             }
         }

@@ -182,6 +182,12 @@ impl TensorType {
         TensorType { dtype, shape }
     }
 
+    /// The (static) type of a host tensor: how errors print a value next to the type it should
+    /// have had (`f32[2,3]`).
+    pub fn of_host(t: &crate::tensor::HostTensor) -> TensorType {
+        TensorType::new(t.dtype(), Shape::fixed(t.shape()))
+    }
+
     /// An `f32` tensor type of the given shape.
     pub fn f32(shape: Shape) -> TensorType {
         TensorType::new(DType::F32, shape)

@@ -15,6 +15,8 @@ use crate::ir::{Conv2dAttrs, Graph, NodeId, Op, PoolAttrs, Value, VarId, window_
 use crate::tensor::DType;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+mod epilogue_reductions;
+
 /// A kernel operand: a view of a materialised value.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Operand {
@@ -709,7 +711,7 @@ impl Former<'_> {
             }
             let (g_anchor, g_name) = (self.drafts[gi].anchor, self.drafts[gi].name.clone());
             let kd = &mut self.drafts[k];
-            let epilogue = Some(Epilogue { expr: epi });
+            let epilogue = Some(Epilogue::elementwise(epi));
             kd.kind = match kd.kind.clone() {
                 KernelKind::Conv2d(g, _) => KernelKind::Conv2d(g, epilogue),
                 KernelKind::Conv2dBackpropInput(g, _) => {
@@ -785,7 +787,14 @@ fn pool_geom(a: &PoolAttrs, x: &[usize], y: &[usize]) -> PoolGeom {
 }
 
 /// Forms the kernels of `sg` for batch size `batch`.
-pub fn kernelize(sg: &StepGraph, batch: usize, fuse: bool) -> Result<Kernelized, LowerError> {
+/// With `epilogue_reductions`, per-channel reductions of convolution outputs join the
+/// convolutions' epilogues (see [`Epilogue::reductions`]).
+pub fn kernelize(
+    sg: &StepGraph,
+    batch: usize,
+    fuse: bool,
+    epilogue_reductions: bool,
+) -> Result<Kernelized, LowerError> {
     let graph = &sg.graph;
     let order = sg.live_nodes()?;
     let pos: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
@@ -861,6 +870,9 @@ pub fn kernelize(sg: &StepGraph, batch: usize, fuse: bool) -> Result<Kernelized,
             .map(|o| o.base)
             .collect();
         f.fuse_epilogues(&external);
+        if epilogue_reductions {
+            f.fuse_epilogue_reductions();
+        }
     }
     Ok(Kernelized {
         drafts: f.drafts,

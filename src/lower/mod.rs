@@ -58,6 +58,11 @@ pub struct LowerOptions {
     /// Largest range (bytes of the updated variables) one fused update kernel covers; also
     /// the largest bucket of all-reduces (per device).
     pub bucket_bytes: usize,
+    /// Let convolution epilogues compute per-channel reductions of their output (batch-norm
+    /// statistics and gradient sums; see [`Epilogue::reductions`]; needs `fuse`). The CPU
+    /// backend runs them; the CUDA backend turns this off (its renderer has no deterministic
+    /// cross-block reduction in epilogues yet).
+    pub epilogue_reductions: bool,
 }
 
 /// Default bucket size of fused updates: Horovod's tensor-fusion threshold.
@@ -70,6 +75,7 @@ impl Default for LowerOptions {
             simplify: true,
             arena_fusion: true,
             bucket_bytes: DEFAULT_BUCKET_BYTES,
+            epilogue_reductions: true,
         }
     }
 }
@@ -91,7 +97,7 @@ pub fn lower(
         passes::cse(&mut sg)?;
     }
     passes::dce(&mut sg)?;
-    let mut kernels = kernelize::kernelize(&sg, batch, options.fuse)?;
+    let mut kernels = kernelize::kernelize(&sg, batch, options.fuse, options.epilogue_reductions)?;
     let layout = StateLayout::new(graph);
     // Bucketed all-reduces are planned on the whole graph: the same on every participant of
     // a job whatever its step.

@@ -156,9 +156,33 @@ pub struct PoolGeom {
 /// `Load(0)` is the kernel's own result element; `Load(i)` for `i ≥ 1` reads the kernel's extra
 /// input `main_inputs + i - 1` through its view over the output space. Its outputs are the
 /// kernel's outputs.
+///
+/// With `reductions` (only when lowered with [`LowerOptions::epilogue_reductions`]), the last
+/// `reductions.len()` outputs of `expr` are not stored per point: output `j` of them is
+/// reduced with `reductions[j]` over every axis but the last (the channels), into a `[channels]`
+/// buffer — batch-norm statistics and gradient sums gathered while the output is in cache.
+/// Only `Sum` and `Mean` are used. The other outputs come first and are stored as usual.
+///
+/// [`LowerOptions::epilogue_reductions`]: super::LowerOptions::epilogue_reductions
 #[derive(Clone, Debug, PartialEq)]
 pub struct Epilogue {
     pub expr: FusedExpr,
+    pub reductions: Vec<ReduceOp>,
+}
+
+impl Epilogue {
+    /// An epilogue that stores every output of `expr`.
+    pub fn elementwise(expr: FusedExpr) -> Epilogue {
+        Epilogue {
+            expr,
+            reductions: Vec::new(),
+        }
+    }
+
+    /// Number of outputs stored per point (the kernel's first outputs).
+    pub fn stored_outputs(&self) -> usize {
+        self.expr.outputs.len() - self.reductions.len()
+    }
 }
 
 /// What a kernel computes. Inputs and outputs are listed on the [`Kernel`].
@@ -488,10 +512,18 @@ fn write_conv(f: &mut fmt::Formatter<'_>, g: &ConvGeom) -> fmt::Result {
 }
 
 fn write_epilogue(f: &mut fmt::Formatter<'_>, e: Option<&Epilogue>) -> fmt::Result {
-    match e {
-        Some(e) => write!(f, "\n      epilogue: {}", e.expr),
-        None => Ok(()),
+    let Some(e) = e else { return Ok(()) };
+    write!(f, "\n      epilogue: {}", e.expr)?;
+    if !e.reductions.is_empty() {
+        let names: Vec<&str> = e.reductions.iter().map(|o| o.name()).collect();
+        write!(
+            f,
+            "\n      per channel: {} of the last {} outputs",
+            names.join(","),
+            names.len()
+        )?;
     }
+    Ok(())
 }
 
 impl fmt::Display for Program {

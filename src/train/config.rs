@@ -117,6 +117,22 @@ fn check_cuda_placement(
     Ok(())
 }
 
+impl std::fmt::Display for BackendChoice {
+    /// The `--device` spelling ([`FromStr`](std::str::FromStr) reads it back).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (name, count) = match *self {
+            BackendChoice::Cpu { threads } => ("cpu", threads),
+            BackendChoice::Reference => ("reference", 0),
+            BackendChoice::Cuda { devices } => ("cuda", devices),
+            BackendChoice::CudaEmu { devices } => ("cuda-emu", devices),
+        };
+        match count {
+            0 => write!(f, "{name}"),
+            n => write!(f, "{name}:{n}"),
+        }
+    }
+}
+
 impl std::str::FromStr for BackendChoice {
     type Err = String;
 

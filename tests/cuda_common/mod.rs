@@ -85,17 +85,25 @@ pub fn convnet() -> TrainGraph {
     tg
 }
 
+/// The lowering options of the CUDA session (no epilogue reductions).
+pub fn cuda_lowering() -> LowerOptions {
+    LowerOptions {
+        epilogue_reductions: false,
+        ..LowerOptions::default()
+    }
+}
+
 /// The op-coverage graph of [`ops`] as a step fetching every result.
 pub fn ops_program() -> (Graph, Program) {
     let c = ops::build();
     let step = Step::new(c.fetches.iter().map(|f| f.1).collect(), Vec::new());
-    let p = lower(&c.graph, &step, ops::N, &LowerOptions::default()).expect("lower ops");
+    let p = lower(&c.graph, &step, ops::N, &cuda_lowering()).expect("lower ops");
     (c.graph, p)
 }
 
 /// The lowered training programs the CUDA tests cover: (name, graph, program).
 pub fn example_programs() -> Vec<(&'static str, TrainGraph, Program)> {
-    let opts = LowerOptions::default();
+    let opts = cuda_lowering();
     [
         ("mlp", mlp(), 4),
         ("resnet20", resnet20(), 2),

@@ -12,10 +12,11 @@ use super::kernels::pool::Pool2dGeometry;
 use super::kernels::{self, Conv2dGeometry, Epilogue, KernelError, MatRef, Padding2d};
 use super::memory::{Arena, RawBuf};
 use crate::backend::{BackendError, Collective};
-use crate::ir::PoolKind;
+use crate::ir::{PoolKind, ReduceOp};
 use crate::lower::{ConvGeom, Kernel, KernelKind, PoolGeom, Program, Storage, View};
 use crate::tensor::DType;
 use rayon::prelude::*;
+use std::sync::Mutex;
 
 /// Elementwise kernels smaller than this run on one thread.
 const PARALLEL_POINTS: usize = 1 << 15;
@@ -190,7 +191,10 @@ impl Prepared {
                     };
                     (r.prologue(), shape.iter().product())
                 }
-                Step::Fixed(Some(f)) => (f, self.program.buffers[k.outputs[0].0 as usize].len()),
+                Step::Fixed(Some(f)) => {
+                    self.check_epilogue_outputs(k)?;
+                    (f, self.program.buffers[k.outputs[0].0 as usize].len())
+                }
                 Step::Fixed(None) | Step::Bucket(..) => continue,
             };
             for i in 0..prog.operands() {
@@ -211,6 +215,31 @@ impl Prepared {
                         ),
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that an epilogue's stored outputs hold the kernel's output points and its
+    /// reductions one value per channel (the output's last axis).
+    fn check_epilogue_outputs(&self, k: &Kernel) -> Result<(), BackendError> {
+        let Some(e) = k.kind.epilogue() else {
+            return Ok(());
+        };
+        let out = self.program.buffer(k.outputs[0]);
+        let channels = out.shape.last().copied().unwrap_or(1);
+        for (j, b) in k.outputs.iter().enumerate() {
+            let want = if j < e.stored_outputs() {
+                out.len()
+            } else {
+                channels
+            };
+            let got = self.program.buffer(*b).len();
+            if got != want || k.outputs.len() != e.expr.outputs.len() {
+                return Err(kernel_error(
+                    k,
+                    format!("epilogue output {j} ({b}) has {got} elements, expected {want}"),
+                ));
             }
         }
         Ok(())
@@ -486,10 +515,16 @@ struct FusedEpilogue<'a> {
     outputs: Vec<RawBuf>,
     /// Flat position of row 0 of the block the kernel hands over.
     base: usize,
+    /// Outputs stored per point; the rest are per-channel reductions (`ops`).
+    stored: usize,
+    ops: &'a [ReduceOp],
+    /// Per-block column sums of the reductions, keyed by the block's first row.
+    partials: Mutex<Vec<(usize, Vec<f64>)>>,
 }
 
 impl Epilogue for FusedEpilogue<'_> {
     fn apply(&self, rows: &mut [f32], first_row: usize, cols: usize) {
+        let mut sums = vec![0.0; self.ops.len() * cols];
         // SAFETY: operand extents were checked when the program was prepared; the kernel hands
         // out disjoint row blocks, so the extra outputs' positions are disjoint too.
         unsafe {
@@ -498,20 +533,61 @@ impl Epilogue for FusedEpilogue<'_> {
                 self.base + first_row * cols,
                 &self.inputs,
                 &self.outputs,
+                self.stored,
+                cols,
+                &mut sums,
             )
         };
+        if !self.ops.is_empty() {
+            // A poisoned lock means another block panicked; its partial is simply missing.
+            let mut partials = self.partials.lock().unwrap_or_else(|e| e.into_inner());
+            partials.push((first_row, sums));
+        }
+    }
+}
+
+impl FusedEpilogue<'_> {
+    /// Writes the reductions after the kernel ran over `rows × cols` outputs: the blocks' sums
+    /// are added in row order (so results depend only on the block boundaries, which depend on
+    /// the shapes and the thread count), means divided by `rows`.
+    fn finish(self, rows: usize, cols: usize) {
+        if self.ops.is_empty() {
+            return;
+        }
+        let mut partials = self
+            .partials
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
+        partials.sort_by_key(|(first_row, _)| *first_row);
+        for (j, op) in self.ops.iter().enumerate() {
+            let mut total = vec![0.0f64; cols];
+            for (_, sums) in &partials {
+                for (t, x) in total.iter_mut().zip(&sums[j * cols..(j + 1) * cols]) {
+                    *t += x;
+                }
+            }
+            let scale = match op {
+                ReduceOp::Mean => 1.0 / rows.max(1) as f64,
+                _ => 1.0,
+            };
+            for (c, t) in total.iter().enumerate() {
+                // SAFETY: a reduction output holds `cols` elements (checked at preparation)
+                // and belongs to this kernel.
+                unsafe { self.outputs[self.stored + j].set_f64(c, t * scale) };
+            }
+        }
     }
 }
 
 fn epilogue<'a>(
     step: &'a Step,
-    k: &Kernel,
+    k: &'a Kernel,
     ins: &[RawBuf],
     outs: &[RawBuf],
     base: usize,
 ) -> Option<FusedEpilogue<'a>> {
-    match step {
-        Step::Fixed(Some(program)) => {
+    match (step, k.kind.epilogue()) {
+        (Step::Fixed(Some(program)), Some(e)) => {
             // Operand 0 is the rows themselves; the placeholder is never read.
             let mut inputs = vec![outs[0]];
             inputs.extend_from_slice(&ins[k.kind.main_inputs()..]);
@@ -520,6 +596,9 @@ fn epilogue<'a>(
                 inputs,
                 outputs: outs.to_vec(),
                 base,
+                stored: e.stored_outputs(),
+                ops: &e.reductions,
+                partials: Mutex::new(Vec::new()),
             })
         }
         _ => None,
@@ -613,7 +692,11 @@ fn run_kernel(
             let w = slice(&ins[1], &k.inputs[1], cg.filter_len(), "conv2d")?;
             let y = slice_mut(&outs[0], "conv2d")?;
             match epilogue(step, k, ins, outs, 0) {
-                Some(e) => kernels::conv2d_forward(&cg, x, w, y, &e),
+                Some(e) => {
+                    kernels::conv2d_forward(&cg, x, w, y, &e)?;
+                    e.finish(cg.output_len() / g.o.max(1), g.o);
+                    Ok(())
+                }
                 None => kernels::conv2d_forward(&cg, x, w, y, &none),
             }
         }
@@ -633,7 +716,11 @@ fn run_kernel(
             )?;
             let dx = slice_mut(&outs[0], "conv2d_backprop_input")?;
             match epilogue(step, k, ins, outs, 0) {
-                Some(e) => kernels::conv2d_backward_input(&cg, dy, w, dx, &e),
+                Some(e) => {
+                    kernels::conv2d_backward_input(&cg, dy, w, dx, &e)?;
+                    e.finish(cg.input_len() / g.c.max(1), g.c);
+                    Ok(())
+                }
                 None => kernels::conv2d_backward_input(&cg, dy, w, dx, &none),
             }
         }

@@ -77,6 +77,8 @@ pub struct FusedProgram {
     invariant: Vec<bool>,
     /// The periods the invariant loads rely on: a run may hoist only from a start they divide.
     invariant_periods: Vec<usize>,
+    /// The first `Load(0)` of `f32` (as an epilogue: the kernel's own value, unchanged).
+    raw_load: Option<u32>,
 }
 
 impl FusedProgram {
@@ -120,7 +122,13 @@ impl FusedProgram {
             };
             invariant.push(v);
         }
+        let raw_load = expr
+            .ops
+            .iter()
+            .position(|(op, dt)| *op == ExprOp::Load(0) && class(*dt) == Class::F32)
+            .map(|i| i as u32);
         FusedProgram {
+            raw_load,
             expr: expr.clone(),
             classes,
             slots,
@@ -270,20 +278,31 @@ impl FusedProgram {
 
     /// Runs as an epilogue on `rows` (the producing kernel's result for flat positions
     /// `first..first + rows.len()`, read as operand 0): output 0 is written back into `rows`,
-    /// outputs `1..` into `outputs[1..]`.
+    /// outputs `1..stored` into `outputs[1..stored]`, and each output `stored + j` is summed per
+    /// column (rows are `cols` wide) into `sums[j·cols..(j + 1)·cols]`.
     ///
     /// # Safety
-    /// As [`FusedProgram::run`] for operands `1..` and `outputs[1..]`.
+    /// As [`FusedProgram::run`] for operands `1..` and `outputs[1..stored]`.
+    #[allow(clippy::too_many_arguments)] // the rows, their operands and the column sums.
     pub unsafe fn run_epilogue(
         &self,
         rows: &mut [f32],
         first: usize,
         inputs: &[RawBuf],
         outputs: &[RawBuf],
+        stored: usize,
+        cols: usize,
+        sums: &mut [f64],
     ) {
         // SAFETY: forwarded from the caller's contract.
         self.with_regs(|regs, idx| unsafe {
-            self.run_epilogue_with(regs, idx, rows, first, inputs, outputs)
+            let sink = EpilogueSink {
+                outputs,
+                stored,
+                cols,
+                sums,
+            };
+            self.run_epilogue_with(regs, idx, rows, first, inputs, sink)
         })
     }
 
@@ -295,11 +314,20 @@ impl FusedProgram {
         rows: &mut [f32],
         first: usize,
         inputs: &[RawBuf],
-        outputs: &[RawBuf],
+        sink: EpilogueSink<'_>,
     ) {
         // Operand 0 (the rows) is contiguous, so never invariant: hoisting does not read it.
         // SAFETY: forwarded from the caller's contract.
         let hoisted = unsafe { self.hoist(regs, idx, first, first + rows.len(), inputs, None) };
+        let EpilogueSink {
+            outputs,
+            stored,
+            cols,
+            sums,
+        } = sink;
+        // Per-column partial sums of one chunk, in f32 (a chunk adds at most CHUNK / cols
+        // values to a column), flushed into the f64 sums after each chunk.
+        let mut part = vec![0.0f32; cols * self.expr.outputs.len().saturating_sub(stored)];
         let mut done = 0;
         while done < rows.len() {
             let n = (rows.len() - done).min(CHUNK);
@@ -307,9 +335,16 @@ impl FusedProgram {
             let local = &rows[done..done + n];
             // SAFETY: forwarded from the caller's contract.
             unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, Some(local), hoisted) };
-            for (o, &v) in self.expr.outputs.iter().enumerate() {
+            if stored < self.expr.outputs.len() {
+                self.fold_reductions(regs, stored, s, n, &mut part, sums);
+            }
+            for (o, &v) in self.expr.outputs.iter().enumerate().take(stored) {
+                let lanes = self.slots[v as usize] * CHUNK;
+                if o == 0 && Some(v) == self.raw_load {
+                    // The epilogue leaves the kernel's value as it is.
+                    continue;
+                }
                 if o == 0 {
-                    let lanes = self.slots[v as usize] * CHUNK;
                     match self.classes[v as usize] {
                         Class::F32 => {
                             rows[done..done + n].copy_from_slice(&regs.f32[lanes..lanes + n])
@@ -331,6 +366,63 @@ impl FusedProgram {
             }
             done += n;
         }
+    }
+
+    /// Folds the chunk's reduction outputs (`stored..`) into their columns (see
+    /// [`FusedProgram::run_epilogue`]): per-column f32 partials of the chunk, added to `sums`.
+    fn fold_reductions(
+        &self,
+        regs: &Regs,
+        stored: usize,
+        s: usize,
+        n: usize,
+        part: &mut [f32],
+        sums: &mut [f64],
+    ) {
+        let reduced = self.expr.outputs.len() - stored;
+        let cols = part.len() / reduced.max(1);
+        if cols == 0 {
+            return;
+        }
+        vectorized!({
+            for (j, &v) in self.expr.outputs[stored..].iter().enumerate() {
+                let at = self.slots[v as usize] * CHUNK;
+                let converted: Vec<f32>;
+                let lanes: &[f32] = match self.classes[v as usize] {
+                    Class::F32 => &regs.f32[at..at + n],
+                    _ => {
+                        converted = regs.f64[at..at + n].iter().map(|&x| x as f32).collect();
+                        &converted
+                    }
+                };
+                let part = &mut part[j * cols..(j + 1) * cols];
+                let phase = s % cols;
+                if phase == 0 && n.is_multiple_of(cols) {
+                    // Whole rows (the common case): no per-column index arithmetic.
+                    for row in lanes.chunks_exact(cols) {
+                        part.iter_mut().zip(row).for_each(|(p, &x)| *p += x);
+                    }
+                } else {
+                    let (mut at, mut phase) = (0, phase);
+                    while at < n {
+                        let m = (cols - phase).min(n - at);
+                        part[phase..phase + m]
+                            .iter_mut()
+                            .zip(&lanes[at..at + m])
+                            .for_each(|(p, &x)| *p += x);
+                        at += m;
+                        phase = 0;
+                    }
+                }
+                for (t, p) in sums[j * cols..(j + 1) * cols]
+                    .iter_mut()
+                    .zip(part.iter_mut())
+                {
+                    *t += f64::from(*p);
+                    *p = 0.0;
+                }
+            }
+        })
     }
 
     /// Computes the invariant values once, if every chunk of `start..end` will see the same
@@ -483,6 +575,14 @@ impl FusedProgram {
             }
         }
     }
+}
+
+/// Where an epilogue's outputs go: stored outputs, and per-column sums of the others.
+struct EpilogueSink<'a> {
+    outputs: &'a [RawBuf],
+    stored: usize,
+    cols: usize,
+    sums: &'a mut [f64],
 }
 
 /// A destination or source of lanes, by register class.

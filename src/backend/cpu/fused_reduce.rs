@@ -23,6 +23,10 @@ pub struct ReduceProgram {
     out_len: usize,
     /// Number of input points folded into each output element (for means).
     count: usize,
+    /// `(block, inner)` when the output index is `offset + (f / block)·inner + f % inner`
+    /// (a reduction over middle axes, e.g. global average pooling of `[N, H, W, C]` over
+    /// `H, W`): each block of `block` points folds periodically into its own `inner` outputs.
+    blocked: Option<(usize, usize)>,
 }
 
 fn identity(op: ReduceOp) -> f64 {
@@ -72,7 +76,14 @@ impl ReduceProgram {
             acc *= shape[d];
         }
         let (cshape, cs) = coalesce(shape, &[&out_strides]);
+        let blocked = match (cshape.as_slice(), cs[0].as_slice()) {
+            (&[_, mid, inner], &[outer_stride, 0, 1]) if outer_stride == inner && inner > 0 => {
+                Some((mid * inner, inner))
+            }
+            _ => None,
+        };
         ReduceProgram {
+            blocked,
             prologue: FusedProgram::new(prologue, shape, views),
             ops: ops.to_vec(),
             out_access: Access::classify(0, &cshape, &cs[0]),
@@ -96,6 +107,7 @@ impl ReduceProgram {
         let mut idx = vec![0usize; super::fused::CHUNK];
         let ops = &self.ops;
         let out_access = &self.out_access;
+        let blocked = self.blocked;
         // Per-column f32 partials of the periodic case, reused across chunks.
         let period = match out_access {
             Access::Periodic { period, .. } => *period,
@@ -172,6 +184,22 @@ impl ReduceProgram {
                             let c = (first + t) % period;
                             acc[j][c] = combine(op, acc[j][c], f64::from(part[c]));
                             part[c] = identity(op) as f32;
+                        }
+                    }
+                    return;
+                }
+                if let (Some((block, inner)), Access::General { offset, .. }) =
+                    (blocked, out_access)
+                {
+                    for (j, &op) in ops.iter().enumerate() {
+                        if matches!(op, ReduceOp::Sum | ReduceOp::Mean) {
+                            fold_blocked(lanes[j], s, block, inner, &mut acc[j][*offset..]);
+                        } else {
+                            for (t, &x) in lanes[j].iter().enumerate() {
+                                let f = s + t;
+                                let o = offset + f / block * inner + f % inner;
+                                acc[j][o] = combine(op, acc[j][o], f64::from(x));
+                            }
                         }
                     }
                     return;
@@ -268,6 +296,34 @@ impl ReduceProgram {
                 unsafe { outputs[j].set_f64(i, v) };
             }
         }
+    }
+}
+
+/// Adds the lanes of a chunk at flat position `s` to `acc[(f / block)·inner + f % inner]`
+/// (`block` a multiple of `inner`): per block segment, f32 partials per column, then one f64
+/// addition per column.
+fn fold_blocked(lanes: &[f32], s: usize, block: usize, inner: usize, acc: &mut [f64]) {
+    let mut part = vec![0.0f32; inner];
+    let mut k = 0;
+    while k < lanes.len() {
+        let f = s + k;
+        let (o, within) = (f / block, f % block);
+        let seg = &lanes[k..k + (block - within).min(lanes.len() - k)];
+        let (mut at, mut phase) = (0, within % inner);
+        while at < seg.len() {
+            let m = (inner - phase).min(seg.len() - at);
+            part[phase..phase + m]
+                .iter_mut()
+                .zip(&seg[at..at + m])
+                .for_each(|(p, &x)| *p += x);
+            at += m;
+            phase = 0;
+        }
+        for (a, p) in acc[o * inner..(o + 1) * inner].iter_mut().zip(&mut part) {
+            *a += f64::from(*p);
+            *p = 0.0;
+        }
+        k += seg.len();
     }
 }
 

@@ -9,8 +9,8 @@
 
 use super::exec::Prepared;
 use super::memory::{Arena, RawBuf};
-use crate::backend::{BackendError, Collective, Device, Feed, Placement, Session, Step};
-use crate::ir::{Dim, Graph, Op, VarId, verify};
+use crate::backend::{BackendError, Collective, Device, Feed, Placement, Session, Step, binding};
+use crate::ir::{Graph, Op, VarId, verify};
 use crate::lower::{LowerOptions, StateLayout, lower};
 use crate::tensor::HostTensor;
 use std::collections::HashMap;
@@ -222,51 +222,6 @@ impl CpuSession {
                 reason: "program cache lost an entry".into(),
             })
     }
-
-    /// Checks the feeds against their inputs and returns the batch size they bind.
-    fn bind_feeds(&self, feeds: &[Feed]) -> Result<usize, BackendError> {
-        let mut batch: Option<(usize, String)> = None;
-        for (id, value) in feeds {
-            let node = self
-                .graph
-                .try_node(*id)
-                .ok_or_else(|| BackendError::UnknownValue(format!("#{}", id.index())))?;
-            let Op::Input { name, ty } = &node.op else {
-                return Err(BackendError::FeedNotInput {
-                    node: node.name.clone(),
-                });
-            };
-            let shape = value.shape();
-            let fits = value.dtype() == ty.dtype
-                && shape.len() == ty.rank()
-                && ty.shape.dims().iter().zip(shape).all(|(d, &s)| match d {
-                    Dim::Fixed(n) => *n == s,
-                    Dim::Batch => true,
-                });
-            if !fits {
-                return Err(BackendError::FeedMismatch {
-                    input: name.clone(),
-                    expected: ty.to_string(),
-                    got: format!("{}{:?}", value.dtype(), shape),
-                });
-            }
-            if ty.shape.has_batch() {
-                let n = shape[0];
-                match &batch {
-                    Some((b, _)) if *b != n => {
-                        return Err(BackendError::BatchMismatch {
-                            input: name.clone(),
-                            expected: *b,
-                            got: n,
-                        });
-                    }
-                    None => batch = Some((n, name.clone())),
-                    _ => {}
-                }
-            }
-        }
-        Ok(batch.map_or(1, |(b, _)| b))
-    }
 }
 
 fn state_raw(
@@ -298,7 +253,7 @@ impl Session for CpuSession {
     }
 
     fn run(&mut self, step: &Step, feeds: &[Feed]) -> Result<Vec<HostTensor>, BackendError> {
-        let batch = self.bind_feeds(feeds)?;
+        let batch = binding::bind_feeds(&self.graph, feeds)?;
         let devices = self.prepared(step, batch)?.program.devices();
         if devices > 1 {
             self.ensure_device_pools(devices)?;
@@ -383,13 +338,8 @@ impl Session for CpuSession {
     }
 
     fn read_variable(&self, var: VarId) -> Result<HostTensor, BackendError> {
-        let def = self
-            .graph
-            .variables()
-            .get(var.0 as usize)
-            .ok_or(BackendError::UnknownVariable(var.0))?;
+        let (def, shape) = binding::variable(&self.graph, var, None)?;
         let slot = self.layout.slot(var);
-        let shape = def.ty.shape.to_static().unwrap_or_default();
         let bytes =
             &self.state[usize::from(slot.device)].bytes()[slot.offset..slot.offset + slot.bytes];
         HostTensor::from_le_bytes(def.ty.dtype, &shape, bytes).map_err(|e| {
@@ -402,19 +352,7 @@ impl Session for CpuSession {
     }
 
     fn write_variable(&mut self, var: VarId, value: &HostTensor) -> Result<(), BackendError> {
-        let def = self
-            .graph
-            .variables()
-            .get(var.0 as usize)
-            .ok_or(BackendError::UnknownVariable(var.0))?;
-        let shape = def.ty.shape.to_static().unwrap_or_default();
-        if value.dtype() != def.ty.dtype || value.shape() != shape.as_slice() {
-            return Err(BackendError::VariableMismatch {
-                variable: def.name.clone(),
-                expected: def.ty.to_string(),
-                got: format!("{}{:?}", value.dtype(), value.shape()),
-            });
-        }
+        binding::variable(&self.graph, var, Some(value))?;
         let slot = self.layout.slot(var);
         let bytes = value.to_le_bytes();
         self.state[usize::from(slot.device)].bytes_mut()[slot.offset..slot.offset + slot.bytes]

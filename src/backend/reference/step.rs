@@ -20,7 +20,7 @@ pub(crate) struct StepOutcome {
 
 /// `dtype[shape]` of a host tensor, as the IR prints types.
 fn describe(t: &HostTensor) -> String {
-    TensorType::new(t.dtype(), Shape::fixed(t.shape())).to_string()
+    TensorType::of_host(t).to_string()
 }
 
 /// True when a host tensor of `got` may stand for a value of graph dtype `want` under `p`:

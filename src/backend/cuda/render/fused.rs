@@ -154,6 +154,12 @@ pub fn epilogue(
     g.push_str("TP_DEV void tp_epilogue(const tp_params& p, tp_idx flat, float acc) {\n");
     match k.kind.epilogue() {
         None => g.push_str(&stores(program, &k.outputs[..1], &["acc".into()], "flat")),
+        Some(e) if !e.reductions.is_empty() => {
+            return Err(RenderError::Unsupported(format!(
+                "`{}`: epilogue reductions (lower with `epilogue_reductions: false`)",
+                k.name
+            )));
+        }
         Some(e) => {
             let shape = &program.buffer(k.outputs[0]).shape;
             let src = FlatPoint {
