@@ -16,6 +16,13 @@ use crate::tensor::DType;
 /// Points per chunk.
 pub const CHUNK: usize = 256;
 
+/// How far ahead (in points) the chunk loops prefetch their contiguous operands. Chunks of cold
+/// operands otherwise arrive one short burst at a time, each waiting on memory: on ResNet-20 the
+/// loads were ~7% of the training step (its epilogues read 2–3 full-size tensors each); two
+/// chunks ahead, the backward-input convolution with batch norm's backward epilogue
+/// (128×32×32×16) went from ~6.0 to ~5.3 ms, and the step gained ~10% (see the commit).
+const PREFETCH_AHEAD: usize = 2 * CHUNK;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Class {
     F32,
@@ -140,6 +147,17 @@ impl FusedProgram {
         }
     }
 
+    /// Prefetches what the contiguous operands from `first` on read at flat positions
+    /// `start..start + n`.
+    #[inline]
+    fn prefetch(&self, inputs: &[RawBuf], first: usize, start: usize, n: usize) {
+        for (access, input) in self.accesses.iter().zip(inputs).skip(first) {
+            if let Access::Contiguous { offset } = access {
+                input.prefetch(offset + start, n);
+            }
+        }
+    }
+
     /// The access pattern of operand `i`.
     pub fn access(&self, i: usize) -> &Access {
         &self.accesses[i]
@@ -195,8 +213,11 @@ impl FusedProgram {
         // SAFETY: forwarded from the caller's contract.
         let hoisted = unsafe { self.hoist(regs, idx, start, end, inputs, None) };
         let mut s = start;
+        self.prefetch(inputs, 0, start, PREFETCH_AHEAD.min(end - start));
         while s < end {
             let n = (end - s).min(CHUNK);
+            let ahead = (end - s).saturating_sub(PREFETCH_AHEAD).min(n);
+            self.prefetch(inputs, 0, s + PREFETCH_AHEAD, ahead);
             // SAFETY: forwarded from the caller's contract.
             unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, None, hoisted) };
             for (o, &v) in self.expr.outputs.iter().enumerate() {
@@ -239,8 +260,11 @@ impl FusedProgram {
         // SAFETY: forwarded from the caller's contract.
         let hoisted = unsafe { self.hoist(regs, idx, start, end, inputs, None) };
         let mut s = start;
+        self.prefetch(inputs, 0, start, PREFETCH_AHEAD.min(end - start));
         while s < end {
             let n = (end - s).min(CHUNK);
+            let ahead = (end - s).saturating_sub(PREFETCH_AHEAD).min(n);
+            self.prefetch(inputs, 0, s + PREFETCH_AHEAD, ahead);
             // SAFETY: forwarded from the caller's contract.
             unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, None, hoisted) };
             for (o, &v) in self.expr.outputs.iter().enumerate() {
@@ -329,9 +353,13 @@ impl FusedProgram {
         // values to a column), flushed into the f64 sums after each chunk.
         let mut part = vec![0.0f32; cols * self.expr.outputs.len().saturating_sub(stored)];
         let mut done = 0;
+        // Operand 0 is the rows themselves, already in cache.
+        self.prefetch(inputs, 1, first, PREFETCH_AHEAD.min(rows.len()));
         while done < rows.len() {
             let n = (rows.len() - done).min(CHUNK);
             let s = first + done;
+            let ahead = (rows.len() - done).saturating_sub(PREFETCH_AHEAD).min(n);
+            self.prefetch(inputs, 1, s + PREFETCH_AHEAD, ahead);
             let local = &rows[done..done + n];
             // SAFETY: forwarded from the caller's contract.
             unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, Some(local), hoisted) };
@@ -1013,5 +1041,27 @@ mod tests {
         for width in [1, 3, 17, 48, 100] {
             assert!(!add_column_sums(&[0.0; 300], &mut vec![0.0; width]));
         }
+    }
+
+    /// Prefetch ranges past the end of a buffer (the chunk loops ask for up to two chunks past
+    /// the last) are clamped, and values are untouched.
+    #[test]
+    fn prefetch_is_clamped_and_changes_nothing() {
+        let mut data: Vec<f32> = (0..100).map(|i| i as f32).collect();
+        let buf = RawBuf {
+            ptr: data.as_mut_ptr().cast(),
+            dtype: DType::F32,
+            len: data.len(),
+        };
+        for (start, n) in [
+            (0, 100),
+            (90, 1000),
+            (100, 5),
+            (usize::MAX - 3, 100),
+            (5, usize::MAX),
+        ] {
+            buf.prefetch(start, n);
+        }
+        assert!(data.iter().enumerate().all(|(i, &x)| x == i as f32));
     }
 }
