@@ -84,8 +84,8 @@ fn case(seed: u64) -> (Graph, Vec<Feed>, Step) {
         fetches: Vec::new(),
         rng: ChaCha8Rng::seed_from_u64(seed),
     };
-    let channels = [1, 3, 16, 17][c.rng.random_range(0..4)];
-    let outs = [2, 5, 16, 32][c.rng.random_range(0..4)];
+    let channels = [1, 3, 16, 17, 64][c.rng.random_range(0..5)];
+    let outs = [2, 5, 16, 32, 64][c.rng.random_range(0..5)];
     let k = c.rng.random_range(1..4);
     let s = c.rng.random_range(1..3);
     let attrs = Conv2dAttrs {

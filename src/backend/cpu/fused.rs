@@ -16,6 +16,13 @@ use crate::tensor::DType;
 /// Points per chunk.
 pub const CHUNK: usize = 256;
 
+/// How far ahead (in points) the chunk loops prefetch their contiguous operands. Chunks of cold
+/// operands otherwise arrive one short burst at a time, each waiting on memory: on ResNet-20 the
+/// loads were ~7% of the training step (its epilogues read 2–3 full-size tensors each); two
+/// chunks ahead, the backward-input convolution with batch norm's backward epilogue
+/// (128×32×32×16) went from ~6.0 to ~5.3 ms, and the step gained ~10% (see the commit).
+const PREFETCH_AHEAD: usize = 2 * CHUNK;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Class {
     F32,
@@ -140,6 +147,17 @@ impl FusedProgram {
         }
     }
 
+    /// Prefetches what the contiguous operands from `first` on read at flat positions
+    /// `start..start + n`.
+    #[inline]
+    fn prefetch(&self, inputs: &[RawBuf], first: usize, start: usize, n: usize) {
+        for (access, input) in self.accesses.iter().zip(inputs).skip(first) {
+            if let Access::Contiguous { offset } = access {
+                input.prefetch(offset + start, n);
+            }
+        }
+    }
+
     /// The access pattern of operand `i`.
     pub fn access(&self, i: usize) -> &Access {
         &self.accesses[i]
@@ -195,8 +213,11 @@ impl FusedProgram {
         // SAFETY: forwarded from the caller's contract.
         let hoisted = unsafe { self.hoist(regs, idx, start, end, inputs, None) };
         let mut s = start;
+        self.prefetch(inputs, 0, start, PREFETCH_AHEAD.min(end - start));
         while s < end {
             let n = (end - s).min(CHUNK);
+            let ahead = (end - s).saturating_sub(PREFETCH_AHEAD).min(n);
+            self.prefetch(inputs, 0, s + PREFETCH_AHEAD, ahead);
             // SAFETY: forwarded from the caller's contract.
             unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, None, hoisted) };
             for (o, &v) in self.expr.outputs.iter().enumerate() {
@@ -239,8 +260,11 @@ impl FusedProgram {
         // SAFETY: forwarded from the caller's contract.
         let hoisted = unsafe { self.hoist(regs, idx, start, end, inputs, None) };
         let mut s = start;
+        self.prefetch(inputs, 0, start, PREFETCH_AHEAD.min(end - start));
         while s < end {
             let n = (end - s).min(CHUNK);
+            let ahead = (end - s).saturating_sub(PREFETCH_AHEAD).min(n);
+            self.prefetch(inputs, 0, s + PREFETCH_AHEAD, ahead);
             // SAFETY: forwarded from the caller's contract.
             unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, None, hoisted) };
             for (o, &v) in self.expr.outputs.iter().enumerate() {
@@ -329,9 +353,13 @@ impl FusedProgram {
         // values to a column), flushed into the f64 sums after each chunk.
         let mut part = vec![0.0f32; cols * self.expr.outputs.len().saturating_sub(stored)];
         let mut done = 0;
+        // Operand 0 is the rows themselves, already in cache.
+        self.prefetch(inputs, 1, first, PREFETCH_AHEAD.min(rows.len()));
         while done < rows.len() {
             let n = (rows.len() - done).min(CHUNK);
             let s = first + done;
+            let ahead = (rows.len() - done).saturating_sub(PREFETCH_AHEAD).min(n);
+            self.prefetch(inputs, 1, s + PREFETCH_AHEAD, ahead);
             let local = &rows[done..done + n];
             // SAFETY: forwarded from the caller's contract.
             unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, Some(local), hoisted) };
@@ -397,6 +425,11 @@ impl FusedProgram {
                 };
                 let part = &mut part[j * cols..(j + 1) * cols];
                 let phase = s % cols;
+                let sums = &mut sums[j * cols..(j + 1) * cols];
+                if phase == 0 && n.is_multiple_of(cols) && add_column_sums(lanes, sums) {
+                    // Narrow whole rows: summed in registers, straight into `sums`.
+                    continue;
+                }
                 if phase == 0 && n.is_multiple_of(cols) {
                     // Whole rows (the common case): no per-column index arithmetic.
                     for row in lanes.chunks_exact(cols) {
@@ -414,10 +447,7 @@ impl FusedProgram {
                         phase = 0;
                     }
                 }
-                for (t, p) in sums[j * cols..(j + 1) * cols]
-                    .iter_mut()
-                    .zip(part.iter_mut())
-                {
+                for (t, p) in sums.iter_mut().zip(part.iter_mut()) {
                     *t += f64::from(*p);
                     *p = 0.0;
                 }
@@ -583,6 +613,55 @@ struct EpilogueSink<'a> {
     stored: usize,
     cols: usize,
     sums: &'a mut [f64],
+}
+
+/// Adds the column sums of whole rows `lanes` (rows `sums.len()` wide) to `sums`, when the rows
+/// are 16, 32 or 64 wide (the channel counts of convolutions); returns whether it did. The
+/// columns are summed in `f32` registers (row `r` into accumulator `r mod K`, the `K`
+/// accumulators added in order: enough independent additions to hide their latency), so the
+/// result depends only on the rows, never on scheduling.
+#[inline(always)]
+pub(super) fn add_column_sums(lanes: &[f32], sums: &mut [f64]) -> bool {
+    match sums.len() {
+        16 => add_sums(&column_sums::<16, 4>(lanes), sums),
+        32 => add_sums(&column_sums::<32, 2>(lanes), sums),
+        64 => add_sums(&column_sums::<64, 1>(lanes), sums),
+        _ => return false,
+    }
+    true
+}
+
+#[inline(always)]
+fn add_sums(part: &[f32], sums: &mut [f64]) {
+    sums.iter_mut()
+        .zip(part)
+        .for_each(|(t, &p)| *t += f64::from(p));
+}
+
+/// Per-column sums of the whole `W`-wide rows of `lanes` (a partial last row is ignored; callers
+/// pass whole rows), over `K` interleaved accumulators.
+#[inline(always)]
+fn column_sums<const W: usize, const K: usize>(lanes: &[f32]) -> [f32; W] {
+    let mut acc = [[0.0f32; W]; K];
+    let mut rest = lanes;
+    'rows: loop {
+        for a in acc.iter_mut() {
+            let Some((row, tail)) = rest.split_first_chunk::<W>() else {
+                break 'rows;
+            };
+            for c in 0..W {
+                a[c] += row[c];
+            }
+            rest = tail;
+        }
+    }
+    let mut total = acc[0];
+    for a in &acc[1..] {
+        for c in 0..W {
+            total[c] += a[c];
+        }
+    }
+    total
 }
 
 /// A destination or source of lanes, by register class.
@@ -925,5 +1004,64 @@ fn cast(r: &mut Regs, from: Class, to: Class, dt: DType, a: usize, out: usize, n
             Class::I64 => i64[out + j] = y as i64,
             Class::Bool => bool[out + j] = y != 0.0,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The register-accumulated column sums against plain `f64` sums, for every width they take
+    /// and row counts that do not divide the accumulators (including none and one).
+    #[test]
+    fn column_sums_match_plain_sums() {
+        let mut seed = 12345u32;
+        let mut next = || {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (seed >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0
+        };
+        for width in [16, 32, 64] {
+            for rows in [0, 1, 2, 3, 5, 7, 8, 13, 32] {
+                let lanes: Vec<f32> = (0..rows * width).map(|_| next()).collect();
+                let mut got = vec![0.5f64; width];
+                assert!(add_column_sums(&lanes, &mut got));
+                for c in 0..width {
+                    let want = 0.5
+                        + (0..rows)
+                            .map(|r| f64::from(lanes[r * width + c]))
+                            .sum::<f64>();
+                    assert!(
+                        (got[c] - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "width {width}, {rows} rows, column {c}: {} vs {want}",
+                        got[c]
+                    );
+                }
+            }
+        }
+        for width in [1, 3, 17, 48, 100] {
+            assert!(!add_column_sums(&[0.0; 300], &mut vec![0.0; width]));
+        }
+    }
+
+    /// Prefetch ranges past the end of a buffer (the chunk loops ask for up to two chunks past
+    /// the last) are clamped, and values are untouched.
+    #[test]
+    fn prefetch_is_clamped_and_changes_nothing() {
+        let mut data: Vec<f32> = (0..100).map(|i| i as f32).collect();
+        let buf = RawBuf {
+            ptr: data.as_mut_ptr().cast(),
+            dtype: DType::F32,
+            len: data.len(),
+        };
+        for (start, n) in [
+            (0, 100),
+            (90, 1000),
+            (100, 5),
+            (usize::MAX - 3, 100),
+            (5, usize::MAX),
+        ] {
+            buf.prefetch(start, n);
+        }
+        assert!(data.iter().enumerate().all(|(i, &x)| x == i as f32));
     }
 }

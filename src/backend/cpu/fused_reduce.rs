@@ -7,7 +7,7 @@
 //! combined in block order: results depend on the thread count only through that number.
 
 use super::access::{Access, coalesce};
-use super::fused::FusedProgram;
+use super::fused::{FusedProgram, add_column_sums};
 use super::kernels::simd::vectorized;
 use super::memory::RawBuf;
 use crate::ir::ReduceOp;
@@ -127,8 +127,14 @@ impl ReduceProgram {
                         let part = &mut parts[j];
                         let sums = matches!(op, ReduceOp::Sum | ReduceOp::Mean);
                         if sums && s.is_multiple_of(period) && n.is_multiple_of(period) {
-                            // Whole rows (the common case): the same additions in the same
-                            // order as below, without per-column index arithmetic.
+                            // Whole rows (the common case), without per-column index
+                            // arithmetic: 16, 32 or 64 columns are summed in registers, others
+                            // in the same order as below. Chunks start at multiples of `CHUNK`
+                            // whatever the blocks, so which way a chunk goes depends on the
+                            // shape only.
+                            if add_column_sums(lanes[j], &mut acc[j][..period]) {
+                                continue;
+                            }
                             for seg in lanes[j].chunks_exact(period) {
                                 part.iter_mut().zip(seg).for_each(|(a, &x)| *a += x);
                             }

@@ -93,6 +93,29 @@ macro_rules! convert_in {
 }
 
 impl RawBuf {
+    /// Asks the CPU to bring elements `start..start + n` (clamped to the buffer) into the cache:
+    /// a hint with no effect on values.
+    #[inline]
+    pub fn prefetch(&self, start: usize, n: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let size = self.dtype.size_bytes();
+            let end = start.saturating_add(n).min(self.len) * size;
+            let mut at = start.min(self.len) * size;
+            while at < end {
+                // SAFETY: SSE is part of x86_64; a prefetch never faults or changes memory (and
+                // the address is inside the buffer).
+                unsafe {
+                    _mm_prefetch::<_MM_HINT_T0>(self.ptr.wrapping_add(at).cast_const().cast())
+                };
+                at += 64;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (start, n);
+    }
+
     /// The element at `i`, widened to `f64`.
     ///
     /// # Safety
