@@ -9,18 +9,15 @@
 
 use std::collections::{HashMap, HashSet};
 
-use crate::dsl::Strategy;
-use crate::ir::{BinaryOp, Graph, NodeId, Op, Value, VarId};
+use crate::ir::{Graph, NodeId, Op, Value, VarId};
 use crate::optim::{Optimizer, VariableUpdate};
-use crate::tensor::HostTensor;
 use crate::train::error::TrainError;
-use crate::train::tower_trainer::{
-    TowerGraph, TowerStrategy, TowerTrainer, build_training_towers_on,
-};
+use crate::train::tower_trainer::{TowerGraph, TowerStrategy, TowerTrainer};
 use crate::train::trainer::{BuiltGraph, GraphSetup};
 
 use super::{
-    DataParallelStrategy, ParameterDevice, TowerPlacement, main_loss, process, tower_gradient_rows,
+    DataParallelStrategy, ParameterDevice, SharedTowers, TowerPlacement, build_shared_towers,
+    divide_by_count, main_loss, process,
 };
 
 /// Towers sharing variables, each applying its own update (see [`AsyncTrainer`]).
@@ -85,14 +82,14 @@ impl TowerStrategy for AsyncTowers {
     }
 
     fn build(&self, setup: &mut GraphSetup<'_>) -> Result<TowerGraph, TrainError> {
-        let n = self.towers.devices.check(&self.name())?;
-        let parameter_device = self
-            .parameter_device
-            .unwrap_or_else(|| ParameterDevice::default_for(n));
-        let (ps, extra) = parameter_device.logical(n, &self.name())?;
-        let model = setup.model()?;
-        let towers = build_training_towers_on(setup, n, Strategy::Shared)?;
-        let rows = tower_gradient_rows(setup.graph, &towers)?;
+        let SharedTowers {
+            model,
+            towers,
+            rows,
+            device: ps,
+            extra,
+        } = build_shared_towers(setup, &self.towers, self.parameter_device, &self.name())?;
+        let n = towers.len();
         let mut per_tower = Vec::with_capacity(n);
         let mut main = None;
         for (t, tower) in towers.iter().enumerate() {
@@ -154,18 +151,7 @@ fn scale(
 ) -> Result<Value, TrainError> {
     let device = graph.node(g.node).device;
     let scope = format!("{tower}/scale_gradient/{}", graph.variable(var).name);
-    let dtype = graph.value_type(g).dtype;
-    let inverse = HostTensor::scalar(dtype, 1.0 / towers as f64);
-    let name = graph.unique_name(&format!("{scope}/inverse_count"));
-    let inverse = graph.add_node_on(&name, Op::Constant { value: inverse }, &[], device)?;
-    let name = graph.unique_name(&scope);
-    let scaled = graph.add_node_on(
-        &name,
-        Op::Binary(BinaryOp::Mul),
-        &[g, Value::first(inverse)],
-        device,
-    )?;
-    Ok(Value::first(scaled))
+    divide_by_count(graph, &scope, &scope, g, towers, device)
 }
 
 /// The end-of-step value of every variable the optimizer updates when it is applied to

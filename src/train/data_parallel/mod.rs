@@ -25,9 +25,8 @@
 //! pass ([`crate::lower::arena`]) merges the per-variable updates over the bucket. Where the
 //! update needs every gradient first (global-norm clipping) it stays per variable, still
 //! averaged. [`Program::buckets`](crate::lower::Program::buckets) lists every fused kernel with
-//! its arenas and member offsets: the place for a collective engine (MPI, NCCL) to all-reduce
-//! (mean) each arena of a bucket across processes right before the bucket's kernel runs, one
-//! call per bucket and local tower (the CPU executor does not do this yet).
+//! its arenas and member offsets; across processes, the distributed trainer's all-reduces are
+//! bucketed over the same arenas ([`crate::lower::collectives`]).
 
 mod async_update;
 mod parameter_server;
@@ -44,6 +43,7 @@ pub use replicated::{
 pub use crate::backend::Device;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::backend::Placement;
 use crate::dsl::TowerHandle;
@@ -53,7 +53,11 @@ use crate::tensor::HostTensor;
 
 use super::error::TrainError;
 use super::model::ModelDesc;
-use super::tower_trainer::{TowerStrategy, TowerTrainer, tower_gradients};
+use super::tower_trainer::{
+    TowerStrategy, TowerTrainer, build_training_towers_on, tower_gradients,
+};
+use super::trainer::GraphSetup;
+use crate::dsl::Strategy;
 
 /// The towers of a data-parallel strategy: where they run, and the bucket size of their fused
 /// averaging-and-update kernels.
@@ -251,6 +255,66 @@ fn main_variable(graph: &Graph, tower: &TowerHandle, var: VarId) -> Result<VarId
         })
 }
 
+/// Towers sharing one set of variables kept on a parameter device: what the parameter-server
+/// and asynchronous strategies start from.
+struct SharedTowers {
+    model: Arc<dyn ModelDesc>,
+    towers: Vec<TowerHandle>,
+    rows: Vec<GradientRow>,
+    /// The logical device of the variables and their updates.
+    device: u16,
+    /// The device to add to the placement for it (the host), if any.
+    extra: Option<Device>,
+}
+
+/// Builds the training towers of `placement` over shared variables on `parameter_device`
+/// (default: [`ParameterDevice::default_for`] the tower count), and their gradients.
+fn build_shared_towers(
+    setup: &mut GraphSetup<'_>,
+    placement: &TowerPlacement,
+    parameter_device: Option<ParameterDevice>,
+    trainer: &str,
+) -> Result<SharedTowers, TrainError> {
+    let n = placement.devices.check(trainer)?;
+    let (device, extra) = parameter_device
+        .unwrap_or_else(|| ParameterDevice::default_for(n))
+        .logical(n, trainer)?;
+    let model = setup.model()?;
+    let towers = build_training_towers_on(setup, n, Strategy::Shared)?;
+    let rows = tower_gradient_rows(setup.graph, &towers)?;
+    Ok(SharedTowers {
+        model,
+        towers,
+        rows,
+        device,
+        extra,
+    })
+}
+
+/// `value · (1/count)` on `device`: a constant `{scope}/inverse_count` times `value`, the
+/// product named `product`.
+fn divide_by_count(
+    graph: &mut Graph,
+    scope: &str,
+    product: &str,
+    value: Value,
+    count: usize,
+    device: Option<u16>,
+) -> Result<Value, TrainError> {
+    let dtype = graph.value_type(value).dtype;
+    let inverse = HostTensor::scalar(dtype, 1.0 / count as f64);
+    let name = graph.unique_name(&format!("{scope}/inverse_count"));
+    let inverse = graph.add_node_on(&name, Op::Constant { value: inverse }, &[], device)?;
+    let name = graph.unique_name(product);
+    let scaled = graph.add_node_on(
+        &name,
+        Op::Binary(BinaryOp::Mul),
+        &[value, Value::first(inverse)],
+        device,
+    )?;
+    Ok(Value::first(scaled))
+}
+
 /// `(g₀ + g₁ + … + gₙ₋₁) · (1/n)` on logical device `device`, summed in tower order (so every
 /// replica computes the bit-identical average); the gradient itself when `n == 1`.
 fn average(
@@ -275,18 +339,8 @@ fn average(
             Some(device),
         )?);
     }
-    let dtype = graph.value_type(first).dtype;
-    let inverse = HostTensor::scalar(dtype, 1.0 / grads.len() as f64);
-    let name = graph.unique_name(&format!("{scope}/inverse_count"));
-    let inverse = graph.add_node_on(&name, Op::Constant { value: inverse }, &[], Some(device))?;
-    let name = graph.unique_name(&format!("{scope}/mean"));
-    let mean = graph.add_node_on(
-        &name,
-        Op::Binary(BinaryOp::Mul),
-        &[sum, Value::first(inverse)],
-        Some(device),
-    )?;
-    Ok(Value::first(mean))
+    let product = format!("{scope}/mean");
+    divide_by_count(graph, scope, &product, sum, grads.len(), Some(device))
 }
 
 /// Runs the model's gradient processors over `grads`, logging their warnings.

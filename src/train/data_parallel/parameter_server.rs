@@ -2,15 +2,13 @@
 //! share one set of variables kept on a [`ParameterDevice`]; there the towers' gradients are
 //! averaged and applied once per step.
 
-use crate::dsl::Strategy;
 use crate::train::error::TrainError;
-use crate::train::tower_trainer::{
-    TowerGraph, TowerStrategy, TowerTrainer, apply_optimizer, build_training_towers_on,
-};
+use crate::train::tower_trainer::{TowerGraph, TowerStrategy, TowerTrainer, apply_optimizer};
 use crate::train::trainer::{BuiltGraph, GraphSetup};
 
 use super::{
-    DataParallelStrategy, ParameterDevice, TowerPlacement, average, main_loss, tower_gradient_rows,
+    DataParallelStrategy, ParameterDevice, SharedTowers, TowerPlacement, average,
+    build_shared_towers, main_loss,
 };
 
 /// Towers sharing one set of variables on a parameter device (see [`ParameterServerTrainer`]).
@@ -66,14 +64,13 @@ impl TowerStrategy for ParameterServerTowers {
     }
 
     fn build(&self, setup: &mut GraphSetup<'_>) -> Result<TowerGraph, TrainError> {
-        let n = self.towers.devices.check(&self.name())?;
-        let parameter_device = self
-            .parameter_device
-            .unwrap_or_else(|| ParameterDevice::default_for(n));
-        let (ps, extra) = parameter_device.logical(n, &self.name())?;
-        let model = setup.model()?;
-        let towers = build_training_towers_on(setup, n, Strategy::Shared)?;
-        let rows = tower_gradient_rows(setup.graph, &towers)?;
+        let SharedTowers {
+            model,
+            towers,
+            rows,
+            device: ps,
+            extra,
+        } = build_shared_towers(setup, &self.towers, self.parameter_device, &self.name())?;
         let mut averaged = Vec::with_capacity(rows.len());
         for row in &rows {
             let var = row.vars[0];
