@@ -60,15 +60,11 @@ impl BackendChoice {
     ) -> Result<Box<dyn Session>, TrainError> {
         Ok(match self {
             BackendChoice::Cpu { threads } => {
-                let mut lower = LowerOptions::default();
-                if let Some(bytes) = bucket_bytes {
-                    lower.bucket_bytes = bytes;
-                }
-                let options = CpuOptions {
+                let mut options = CpuOptions {
                     threads,
-                    lower,
                     ..CpuOptions::default()
                 };
+                set_bucket_bytes(&mut options.lower, bucket_bytes);
                 let mut session = CpuSession::new(graph, options)?;
                 session.place(placement)?;
                 Box::new(session)
@@ -91,10 +87,15 @@ impl BackendChoice {
 /// The CUDA backend's options with the trainer's bucket size.
 fn cuda_options(bucket_bytes: Option<usize>) -> CudaOptions {
     let mut options = CudaOptions::default();
-    if let Some(bytes) = bucket_bytes {
-        options.lower.bucket_bytes = bytes;
-    }
+    set_bucket_bytes(&mut options.lower, bucket_bytes);
     options
+}
+
+/// A backend's lowering options with the trainer's bucket size, when it sets one.
+fn set_bucket_bytes(lower: &mut LowerOptions, bucket_bytes: Option<usize>) {
+    if let Some(bytes) = bucket_bytes {
+        lower.bucket_bytes = bytes;
+    }
 }
 
 /// The CUDA backend runs logical device `d` on its device `d`: a placement may only spell that
