@@ -133,6 +133,14 @@ impl Runner {
         }
     }
 
+    /// This process's share of `len` training examples: all of them, or its rank's shard.
+    fn shard(&self, len: usize) -> std::ops::Range<usize> {
+        match self {
+            Runner::Local(_) => 0..len,
+            Runner::Distributed(d) => d.shard(len),
+        }
+    }
+
     fn is_chief(&self) -> bool {
         self.rank_and_size().0 == 0
     }
@@ -194,11 +202,11 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     };
     let model = resnet_model(&net);
     if args.predict {
-        let data = load_data(args, (0, 1))?;
+        let data = load_data(args, None)?;
         return predict(args, model, &data.validation_set, backend);
     }
     let mut runner = make_trainer(args)?;
-    let data = load_data(args, runner.rank_and_size())?;
+    let data = load_data(args, Some(&runner))?;
     let steps_per_epoch = args
         .steps_per_epoch
         .unwrap_or((data.train_len / (args.batch * args.towers)).max(1) as u64);
@@ -300,9 +308,10 @@ fn make_trainer(args: &Args) -> Result<Runner, Box<dyn Error>> {
 /// zero-padded to 40×40; horizontal flips only for CIFAR — a flipped digit is another symbol);
 /// both sets have the training set's per-pixel mean subtracted.
 ///
-/// `(rank, ranks)`: a rank of a distributed job trains on its own equal share of the training
-/// set, shuffled with its own seed (the mean image is still the whole set's).
-fn load_data(args: &Args, (rank, ranks): (usize, usize)) -> Result<Data, Box<dyn Error>> {
+/// With a `runner`, a rank of a distributed job trains on its own shard of the training set
+/// ([`DistributedTrainer::shard`]), shuffled with its own seed (the mean image is still the
+/// whole set's); without one (`--predict`), the whole set.
+fn load_data(args: &Args, runner: Option<&Runner>) -> Result<Data, Box<dyn Error>> {
     let (train, validation, embedded) = match &args.data {
         Some(dir) => (
             load_cifar10(dir, CifarSplit::Train)?,
@@ -328,8 +337,11 @@ fn load_data(args: &Args, (rank, ranks): (usize, usize)) -> Result<Data, Box<dyn
         augmentors.push(Arc::new(Flip::horizontal()));
     }
     augmentors.push(Arc::clone(&subtract_mean));
-    let share = train.len() / ranks;
-    let train = train.slice(rank * share, share)?;
+    let (rank, shard) = match runner {
+        Some(r) => (r.rank_and_size().0, r.shard(train.len())),
+        None => (0, 0..train.len()),
+    };
+    let train = train.slice(shard.start, shard.len())?;
     let seed = args.seed + rank as u64;
     let train_flow = AugmentImageComponent::new(train.to_flow(Some(seed))?, 0, augmentors, seed);
     let validation = validation.subtract_image(&mean)?;
