@@ -110,8 +110,6 @@ pub(crate) fn create_slot(
     Ok(graph.declare_variable(slot)?)
 }
 
-/// Errors when some `Assign` node already writes `var` (a step may assign a variable once, so
-/// state shared by all variables must be updated by a single optimizer application).
 /// The first of `name`, `name_1`, `name_2`, … that no update assigns yet, created if needed
 /// (TF's uniquified non-slot variables): two optimizers of one graph — a GAN's generator and
 /// discriminator — each get their own step-wide state, e.g. Adam's `beta1_power` and
@@ -123,7 +121,10 @@ pub(crate) fn get_or_create_unassigned(
     init: Initializer,
     flags: VarFlags,
 ) -> Result<VarId, OptimError> {
-    for k in 0.. {
+    // Every assigned candidate is a distinct variable of the graph, so one of the first
+    // `variables + 1` names is free.
+    let candidates = graph.variables().len() + 1;
+    for k in 0..candidates {
         let candidate = if k == 0 {
             name.to_string()
         } else {
@@ -134,9 +135,13 @@ pub(crate) fn get_or_create_unassigned(
             return Ok(var);
         }
     }
-    unreachable!("the candidate names are unbounded")
+    Err(OptimError::AlreadyAssigned {
+        variable: name.to_string(),
+    })
 }
 
+/// Errors when some `Assign` node already writes `var` (a step may assign a variable once, so
+/// state shared by all variables must be updated by a single optimizer application).
 pub(crate) fn ensure_unassigned(graph: &Graph, var: VarId) -> Result<(), OptimError> {
     let assigned = graph
         .node_ids()
