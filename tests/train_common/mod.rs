@@ -265,28 +265,28 @@ pub fn close(a: f64, b: f64, rel: f64) -> bool {
 
 /// Every global variable of a finished run, by name, as little-endian bytes.
 pub fn variable_bytes(session: &dyn towerpack::backend::Session) -> Vec<(String, Vec<u8>)> {
-    let graph = session.graph();
-    towerpack::tower::VarCollection::Global
-        .variables(graph)
-        .into_iter()
-        .map(|id| {
-            let value = session.read_variable(id).expect("read");
-            (graph.variable(id).name.clone(), value.to_le_bytes())
-        })
-        .collect()
+    map_global_variables(session, HostTensor::to_le_bytes)
 }
 
 /// Every global variable of a finished run, by name, as f64 values.
 pub fn global_variable_values(
     session: &dyn towerpack::backend::Session,
 ) -> std::collections::BTreeMap<String, Vec<f64>> {
+    map_global_variables(session, HostTensor::to_f64_vec)
+}
+
+/// `(name, f(value))` of every global variable of a finished run.
+fn map_global_variables<T, C: FromIterator<(String, T)>>(
+    session: &dyn towerpack::backend::Session,
+    f: impl Fn(&HostTensor) -> T,
+) -> C {
     let graph = session.graph();
     towerpack::tower::VarCollection::Global
         .variables(graph)
         .into_iter()
         .map(|id| {
             let value = session.read_variable(id).expect("read");
-            (graph.variable(id).name.clone(), value.to_f64_vec())
+            (graph.variable(id).name.clone(), f(&value))
         })
         .collect()
 }
