@@ -201,7 +201,6 @@ pub fn mul_wide(
     blend(&mut r64[d as usize], &out, m);
 }
 
-/// `mul.wide.{s,u}16`: 16×16 → 32.
 /// 16-bit `op`: operands extended from 16 bits (sign-extended when `signed`), evaluated as the
 /// 32-bit op, truncated back to 16 bits (the low bits of every op on extended values are the
 /// 16-bit result).
@@ -222,6 +221,7 @@ pub fn int16(op: IntOp, signed: bool, r: &mut [[u32; WARP]], m: u32, d: u32, a: 
     }
 }
 
+/// `mul.wide.{s,u}16`: 16×16 → 32.
 pub fn mul_wide16(r: &mut [[u32; WARP]], m: u32, signed: bool, d: u32, a: u32, b: u32) {
     if signed {
         map2_32(r, m, d, a, b, |x, y| {
