@@ -214,11 +214,7 @@ pub fn int16(op: IntOp, signed: bool, r: &mut [[u32; WARP]], m: u32, d: u32, a: 
     };
     let mut t = [r[a as usize].map(ext), r[b as usize].map(ext), [0u32; WARP]];
     int32(op, &mut t, m, 2, 0, 1);
-    for lane in 0..WARP {
-        if m & (1 << lane) != 0 {
-            r[d as usize][lane] = t[2][lane] & 0xffff;
-        }
-    }
+    blend(&mut r[d as usize], &t[2].map(|x| x & 0xffff), m);
 }
 
 /// `mul.wide.{s,u}16`: 16×16 → 32.
