@@ -33,6 +33,7 @@ fn assert_same_variables(a: &dyn Session, b: &dyn Session, tol: f64) {
             a.read_variable(id).expect("read").to_f64_vec(),
             b.read_variable(id).expect("read").to_f64_vec(),
         );
+        assert_eq!(x.len(), y.len(), "{}: element counts", def.name);
         let scale = y.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
         for (i, (p, q)) in x.iter().zip(&y).enumerate() {
             assert!(

@@ -36,8 +36,12 @@ impl Case {
     }
 }
 
+/// A `[N, C]` input of `dtype`.
 fn input(g: &mut Graph, name: &str, dtype: DType) -> Value {
-    let ty = TensorType::new(dtype, Shape::batched(&[C]));
+    typed_input(g, name, TensorType::new(dtype, Shape::batched(&[C])))
+}
+
+fn typed_input(g: &mut Graph, name: &str, ty: TensorType) -> Value {
     Value::first(
         g.add_node(
             name,
@@ -47,7 +51,7 @@ fn input(g: &mut Graph, name: &str, dtype: DType) -> Value {
             },
             &[],
         )
-        .expect("input"),
+        .unwrap_or_else(|e| panic!("{name}: {e}")),
     )
 }
 
@@ -61,16 +65,10 @@ pub fn build() -> Case {
         input(&mut g, "i", DType::I32),
         input(&mut g, "j", DType::I32),
     );
-    let counter = Value::first(
-        g.add_node(
-            "counter",
-            Op::Input {
-                name: "counter".into(),
-                ty: TensorType::new(DType::I64, Shape::fixed(&[])),
-            },
-            &[],
-        )
-        .expect("counter"),
+    let counter = typed_input(
+        &mut g,
+        "counter",
+        TensorType::new(DType::I64, Shape::fixed(&[])),
     );
     let mut c = Case {
         graph: g,

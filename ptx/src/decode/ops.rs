@@ -86,6 +86,36 @@ pub(super) fn float_flags(mods: &mut Mods) -> FFlags {
     }
 }
 
+/// `shl`, or `shr` (arithmetic on signed types); `None` for other names.
+fn shift_op(name: &str, signed: bool) -> Option<ShiftOp> {
+    match name {
+        "shl" => Some(ShiftOp::Shl),
+        "shr" if signed => Some(ShiftOp::ShrS),
+        "shr" => Some(ShiftOp::ShrU),
+        _ => None,
+    }
+}
+
+/// The integer arithmetic every width decodes alike: `add`, `sub`, `mul.lo`, `div`, `rem`,
+/// `min`, `max` (signed or unsigned by `signed`); `None` for other names (and `mul` without
+/// `.lo`).
+fn int_arith(name: &str, signed: bool, mods: &mut Mods) -> Option<IntOp> {
+    Some(match name {
+        "add" => IntOp::Add,
+        "sub" => IntOp::Sub,
+        "mul" if mods.take("lo") => IntOp::MulLo,
+        "div" if signed => IntOp::DivS,
+        "div" => IntOp::DivU,
+        "rem" if signed => IntOp::RemS,
+        "rem" => IntOp::RemU,
+        "min" if signed => IntOp::MinS,
+        "min" => IntOp::MinU,
+        "max" if signed => IntOp::MaxS,
+        "max" => IntOp::MaxU,
+        _ => return None,
+    })
+}
+
 fn binary(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
     let (mut mods, class, ty) = typed(inst)?;
     let o = &inst.operands;
@@ -106,12 +136,7 @@ fn binary(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
                 );
                 return Ok(Op::MulWide { signed, d, a, b });
             }
-            if name == "shl" || name == "shr" {
-                let op = match (name, signed) {
-                    ("shl", _) => ShiftOp::Shl,
-                    (_, true) => ShiftOp::ShrS,
-                    _ => ShiftOp::ShrU,
-                };
+            if let Some(op) = shift_op(name, signed) {
                 mods.finish(name)?;
                 let b = ctx.src32(&o[2], Scalar::B32)?;
                 return Ok(if wide {
@@ -133,28 +158,20 @@ fn binary(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
             let int_op = match name {
                 "add" if signed && !wide && mods.take("sat") => IntOp::AddSatS,
                 "sub" if signed && !wide && mods.take("sat") => IntOp::SubSatS,
-                "add" => IntOp::Add,
-                "sub" => IntOp::Sub,
-                "mul" if mods.take("lo") => IntOp::MulLo,
-                "mul" if mods.take("hi") => {
-                    if signed {
-                        IntOp::MulHiS
-                    } else {
-                        IntOp::MulHiU
-                    }
-                }
-                "div" if signed => IntOp::DivS,
-                "div" => IntOp::DivU,
-                "rem" if signed => IntOp::RemS,
-                "rem" => IntOp::RemU,
-                "min" if signed => IntOp::MinS,
-                "min" => IntOp::MinU,
-                "max" if signed => IntOp::MaxS,
-                "max" => IntOp::MaxU,
                 "and" => IntOp::And,
                 "or" => IntOp::Or,
                 "xor" => IntOp::Xor,
-                _ => return Err(format!("unsupported `{name}` on .{ty}")),
+                _ => match int_arith(name, signed, &mut mods) {
+                    Some(op) => op,
+                    None if name == "mul" && mods.take("hi") => {
+                        if signed {
+                            IntOp::MulHiS
+                        } else {
+                            IntOp::MulHiU
+                        }
+                    }
+                    None => return Err(format!("unsupported `{name}` on .{ty}")),
+                },
             };
             mods.finish(name)?;
             if wide {
@@ -174,22 +191,17 @@ fn binary(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
             }
         }
         Class::Int16 => {
+            let signed = ty == "s16";
             if name == "mul" && mods.take("wide") {
                 mods.finish(name)?;
                 return Ok(Op::MulWide16 {
-                    signed: ty == "s16",
+                    signed,
                     d: ctx.dst32(&o[0])?,
                     a: ctx.src32(&o[1], Scalar::B16)?,
                     b: ctx.src32(&o[2], Scalar::B16)?,
                 });
             }
-            let signed = ty == "s16";
-            if name == "shl" || name == "shr" {
-                let op = match (name, signed) {
-                    ("shl", _) => ShiftOp::Shl,
-                    (_, true) => ShiftOp::ShrS,
-                    _ => ShiftOp::ShrU,
-                };
+            if let Some(op) = shift_op(name, signed) {
                 mods.finish(name)?;
                 return Ok(Op::Shift16 {
                     op,
@@ -219,20 +231,8 @@ fn binary(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
                 });
             }
             // Arithmetic: computed on (sign-)extended values, truncated to 16 bits.
-            let int_op = match name {
-                "add" => IntOp::Add,
-                "sub" => IntOp::Sub,
-                "mul" if mods.take("lo") => IntOp::MulLo,
-                "min" if signed => IntOp::MinS,
-                "min" => IntOp::MinU,
-                "max" if signed => IntOp::MaxS,
-                "max" => IntOp::MaxU,
-                "div" if signed => IntOp::DivS,
-                "div" => IntOp::DivU,
-                "rem" if signed => IntOp::RemS,
-                "rem" => IntOp::RemU,
-                _ => return Err(format!("16-bit integer `{name}` is not supported")),
-            };
+            let int_op = int_arith(name, signed, &mut mods)
+                .ok_or_else(|| format!("16-bit integer `{name}` is not supported"))?;
             mods.finish(name)?;
             Op::Int16 {
                 op: int_op,

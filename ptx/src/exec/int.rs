@@ -201,7 +201,6 @@ pub fn mul_wide(
     blend(&mut r64[d as usize], &out, m);
 }
 
-/// `mul.wide.{s,u}16`: 16×16 → 32.
 /// 16-bit `op`: operands extended from 16 bits (sign-extended when `signed`), evaluated as the
 /// 32-bit op, truncated back to 16 bits (the low bits of every op on extended values are the
 /// 16-bit result).
@@ -215,13 +214,10 @@ pub fn int16(op: IntOp, signed: bool, r: &mut [[u32; WARP]], m: u32, d: u32, a: 
     };
     let mut t = [r[a as usize].map(ext), r[b as usize].map(ext), [0u32; WARP]];
     int32(op, &mut t, m, 2, 0, 1);
-    for lane in 0..WARP {
-        if m & (1 << lane) != 0 {
-            r[d as usize][lane] = t[2][lane] & 0xffff;
-        }
-    }
+    blend(&mut r[d as usize], &t[2].map(|x| x & 0xffff), m);
 }
 
+/// `mul.wide.{s,u}16`: 16×16 → 32.
 pub fn mul_wide16(r: &mut [[u32; WARP]], m: u32, signed: bool, d: u32, a: u32, b: u32) {
     if signed {
         map2_32(r, m, d, a, b, |x, y| {

@@ -207,7 +207,12 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Writes `ptx` to `file` atomically (a temporary file renamed into place).
+/// Distinguishes the temporary files of concurrent stores within one process (sessions on
+/// several threads share a cache directory and compile the same sources).
+static STORES: AtomicUsize = AtomicUsize::new(0);
+
+/// Writes `ptx` to `file` atomically (a temporary file, unique to this store, renamed into
+/// place; removed if the store fails).
 fn store(file: &Path, ptx: &str) -> Result<(), CudaError> {
     let err = |e: std::io::Error| CudaError::Cache {
         path: file.display().to_string(),
@@ -216,9 +221,13 @@ fn store(file: &Path, ptx: &str) -> Result<(), CudaError> {
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir).map_err(err)?;
     }
-    let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, ptx).map_err(err)?;
-    std::fs::rename(&tmp, file).map_err(err)
+    let n = STORES.fetch_add(1, Ordering::Relaxed);
+    let tmp = file.with_extension(format!("tmp{}.{n}", std::process::id()));
+    let written = std::fs::write(&tmp, ptx).and_then(|()| std::fs::rename(&tmp, file));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map_err(err)
 }
 
 /// One NVRTC compilation; a rejected source comes back with NVRTC's log and the source.

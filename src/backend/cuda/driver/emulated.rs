@@ -6,7 +6,7 @@ use super::{DevicePtr, Driver, EventId, ModuleId};
 use crate::backend::cuda::error::CudaError;
 use crate::backend::cuda::nvrtc::Arch;
 use crate::backend::cuda::render::LaunchDims;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use towerpack_ptx::{Device, EmuError, KernelArgs, LaunchConfig, Module};
 
@@ -15,7 +15,8 @@ pub struct EmulatedDriver {
     devices: Vec<Arc<Device>>,
     /// Loaded modules, with the device each was loaded on.
     modules: RwLock<Vec<(usize, Arc<Module>)>>,
-    events: RwLock<usize>,
+    /// Events created so far (an event is only its id: the devices are synchronous).
+    events: AtomicUsize,
     lane_instructions: AtomicU64,
 }
 
@@ -25,7 +26,7 @@ impl EmulatedDriver {
         EmulatedDriver {
             devices: towerpack_ptx::create_devices(n.max(1)),
             modules: RwLock::new(Vec::new()),
-            events: RwLock::new(0),
+            events: AtomicUsize::new(0),
             lane_instructions: AtomicU64::new(0),
         }
     }
@@ -188,9 +189,7 @@ impl Driver for EmulatedDriver {
     }
 
     fn create_event(&self, _device: usize) -> Result<EventId, CudaError> {
-        let mut n = self.events.write().unwrap_or_else(|e| e.into_inner());
-        *n += 1;
-        Ok(EventId(*n - 1))
+        Ok(EventId(self.events.fetch_add(1, Ordering::Relaxed)))
     }
 
     fn record(&self, _device: usize, _event: EventId) -> Result<(), CudaError> {
