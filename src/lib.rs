@@ -5,8 +5,10 @@
 //! [`tensor`] (host data) → [`ir`] (op graph) → [`tower`] (towers, scopes, variables) →
 //! [`dsl`] (builder and `graph!`) → [`autodiff`] → [`optim`] → [`lower`] (kernel `Program`) →
 //! [`backend`] (reference executor, CPU, CUDA) → [`data`] → [`train`] (loop, callbacks).
+//! [`atomic_file`] (crash-safe file replacement) serves any stage.
 //! See `ARCHITECTURE.md` for the map.
 
+pub mod atomic_file;
 pub mod autodiff;
 pub mod backend;
 pub mod data;

@@ -207,12 +207,9 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Distinguishes the temporary files of concurrent stores within one process (sessions on
-/// several threads share a cache directory and compile the same sources).
-static STORES: AtomicUsize = AtomicUsize::new(0);
-
-/// Writes `ptx` to `file` atomically (a temporary file, unique to this store, renamed into
-/// place; removed if the store fails).
+/// Writes `ptx` to `file` atomically ([`crate::atomic_file`]: a temporary file unique to this
+/// write, renamed into place, so sessions on several threads storing the same kernel at once
+/// never see a partial file or fail each other's rename).
 fn store(file: &Path, ptx: &str) -> Result<(), CudaError> {
     let err = |e: std::io::Error| CudaError::Cache {
         path: file.display().to_string(),
@@ -221,13 +218,7 @@ fn store(file: &Path, ptx: &str) -> Result<(), CudaError> {
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir).map_err(err)?;
     }
-    let n = STORES.fetch_add(1, Ordering::Relaxed);
-    let tmp = file.with_extension(format!("tmp{}.{n}", std::process::id()));
-    let written = std::fs::write(&tmp, ptx).and_then(|()| std::fs::rename(&tmp, file));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written.map_err(err)
+    crate::atomic_file::write_atomically(file, ptx.as_bytes()).map_err(err)
 }
 
 /// One NVRTC compilation; a rejected source comes back with NVRTC's log and the source.

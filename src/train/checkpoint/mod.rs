@@ -3,7 +3,8 @@
 //! directory, written crash-safely; the retention policy of `ModelSaver`; and matching a
 //! checkpoint to graph variables for restore (exact or relaxed). npz is not supported.
 
-pub mod atomic;
+/// Crash-safe file replacement (shared with the CUDA backend's kernel cache).
+pub use crate::atomic_file as atomic;
 pub mod format;
 pub mod index;
 pub mod restore;
