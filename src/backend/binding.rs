@@ -111,6 +111,11 @@ impl<P> ProgramCache<P> {
             .map(|(_, _, p)| p)
     }
 
+    /// Every entry, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &P> {
+        self.entries.values().flatten().map(|(_, _, p)| p)
+    }
+
     /// Stores `prepared` for (`step`, `batch`).
     pub fn insert(&mut self, step: &super::Step, batch: usize, prepared: P) {
         self.entries

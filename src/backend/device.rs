@@ -71,18 +71,13 @@ impl FromStr for Device {
 
 /// Where each logical device of a program runs: `devices[i]` runs logical device `i`; a
 /// logical device without an entry (or with `None`) runs on the backend's `i`-th device
-/// (`Cpu(i)` on the CPU backend).
+/// (`Cpu(i)` on the CPU backend). `Placement::default()` places every logical device so.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Placement {
     pub devices: Vec<Option<Device>>,
 }
 
 impl Placement {
-    /// Every logical device on the backend's device of the same index.
-    pub fn default_devices() -> Placement {
-        Placement::default()
-    }
-
     /// Logical device `i` on `devices[i]`.
     pub fn on(devices: &[Device]) -> Placement {
         Placement {

@@ -9,11 +9,11 @@
 
 use super::exec::Prepared;
 use super::memory::{Arena, RawBuf};
-use crate::backend::{BackendError, Collective, Device, Feed, Placement, Session, Step, binding};
+use crate::backend::binding::{self, ProgramCache};
+use crate::backend::{BackendError, Collective, Device, Feed, Placement, Session, Step};
 use crate::ir::{Graph, Op, VarId, verify};
 use crate::lower::{LowerOptions, StateLayout, lower};
 use crate::tensor::HostTensor;
-use std::collections::HashMap;
 
 /// Options of the CPU backend.
 #[derive(Clone, Copy, Debug, Default)]
@@ -31,8 +31,8 @@ pub struct CpuSession {
     graph: Graph,
     layout: StateLayout,
     state: Vec<Arena>,
-    /// Prepared programs by a hash of (step, batch), each with its key (collisions compare).
-    programs: HashMap<u64, Vec<(Step, usize, Prepared)>>,
+    /// Prepared programs by (step, batch).
+    programs: ProgramCache<Prepared>,
     pool: rayon::ThreadPool,
     threads: usize,
     options: CpuOptions,
@@ -67,7 +67,7 @@ impl CpuSession {
             graph,
             layout,
             state,
-            programs: HashMap::new(),
+            programs: ProgramCache::default(),
             pool,
             threads,
             options,
@@ -138,7 +138,7 @@ impl CpuSession {
         use std::fmt::Write as _;
         let mut rows: Vec<(std::time::Duration, u64, String, &'static str)> = Vec::new();
         let mut kinds: BTreeMap<&'static str, std::time::Duration> = BTreeMap::new();
-        for p in self.programs.values().flatten().map(|(_, _, p)| p) {
+        for p in self.programs.iter() {
             let Some(t) = p.timings() else { continue };
             for (k, &(d, n)) in p.program.kernels.iter().zip(t) {
                 rows.push((d, n, k.name.clone(), k.kind.name()));
@@ -182,21 +182,8 @@ impl CpuSession {
         self.prepared(step, batch).map(|p| &p.program)
     }
 
-    fn key(step: &Step, batch: usize) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        step.hash(&mut h);
-        batch.hash(&mut h);
-        h.finish()
-    }
-
     fn prepared(&mut self, step: &Step, batch: usize) -> Result<&mut Prepared, BackendError> {
-        let key = CpuSession::key(step, batch);
-        let known = self
-            .programs
-            .get(&key)
-            .is_some_and(|v| v.iter().any(|(s, b, _)| s == step && *b == batch));
-        if !known {
+        if self.programs.get(step, batch).is_none() {
             let program = lower(&self.graph, step, batch, &self.options.lower).map_err(|e| {
                 BackendError::Kernel {
                     node: String::new(),
@@ -208,15 +195,10 @@ impl CpuSession {
             prepared.set_profiling(
                 self.options.profile || std::env::var_os("TOWERPACK_PROFILE").is_some(),
             );
-            self.programs
-                .entry(key)
-                .or_default()
-                .push((step.clone(), batch, prepared));
+            self.programs.insert(step, batch, prepared);
         }
         self.programs
-            .get_mut(&key)
-            .and_then(|v| v.iter_mut().find(|(s, b, _)| s == step && *b == batch))
-            .map(|(_, _, p)| p)
+            .get_mut(step, batch)
             .ok_or_else(|| BackendError::Unavailable {
                 backend: "cpu".into(),
                 reason: "program cache lost an entry".into(),
@@ -276,7 +258,6 @@ impl Session for CpuSession {
             })
             .collect::<Result<_, _>>()?;
         let threads = self.threads;
-        let key = CpuSession::key(step, batch);
         // Split borrows: the graph, pool and state are used while the program is borrowed.
         let graph = &self.graph;
         let pool = &self.pool;
@@ -284,9 +265,7 @@ impl Session for CpuSession {
         let state = &mut self.state;
         let prepared = self
             .programs
-            .get_mut(&key)
-            .and_then(|v| v.iter_mut().find(|(s, b, _)| s == step && *b == batch))
-            .map(|(_, _, p)| p)
+            .get_mut(step, batch)
             .ok_or_else(|| BackendError::UnknownValue("program".into()))?;
         for i in 0..prepared.program.feeds.len() {
             let (node, b) = prepared.program.feeds[i];

@@ -30,6 +30,20 @@ pub(super) struct ArenaGroups {
     parts: Vec<(BufferId, usize)>,
 }
 
+/// A scratch buffer of `len` elements on `device` spanning `values` (placed back to back),
+/// named after the first and last of them; the memory plan sets its offset.
+fn span_buffer(bufs: &mut Buffers<'_>, values: &[Value], len: usize, device: u16) -> BufferId {
+    let first = bufs.sg.graph.value_name(values[0]);
+    let last = bufs.sg.graph.value_name(values[values.len() - 1]);
+    let dtype = bufs.sg.graph.value_type(values[0]).dtype;
+    bufs.push(Buffer {
+        name: format!("arena[{first}..{last}]"),
+        dtype,
+        shape: vec![len],
+        storage: Storage::Scratch { device, offset: 0 },
+    })
+}
+
 impl ArenaGroups {
     /// The buffer spanning `values` (scratch buffers placed back to back, `len` elements),
     /// planned on first use. `t` is the schedule position of the kernel reading them.
@@ -53,15 +67,7 @@ impl ArenaGroups {
         if let Some(&b) = self.by_values.get(values) {
             return b;
         }
-        let first = bufs.sg.graph.value_name(values[0]);
-        let last = bufs.sg.graph.value_name(values[values.len() - 1]);
-        let dtype = bufs.sg.graph.value_type(values[0]).dtype;
-        let b = bufs.push(Buffer {
-            name: format!("arena[{first}..{last}]"),
-            dtype,
-            shape: vec![len],
-            storage: Storage::Scratch { device, offset: 0 },
-        });
+        let b = span_buffer(bufs, values, len, device);
         self.groups.push((members, b));
         self.by_values.insert(values.to_vec(), b);
         b
@@ -95,20 +101,8 @@ impl ArenaGroups {
         {
             let first = bufs.value(values[0], None);
             if let Some(&s) = bufs.scratch_index.get(&first) {
-                let name = format!(
-                    "arena[{}..{}]",
-                    bufs.sg.graph.value_name(values[0]),
-                    bufs.sg.graph.value_name(values[values.len() - 1])
-                );
-                let b = bufs.push(Buffer {
-                    name,
-                    dtype: bufs.sg.graph.value_type(values[0]).dtype,
-                    shape: vec![len],
-                    storage: Storage::Scratch {
-                        device: bufs.scratch[s].1.device,
-                        offset: 0,
-                    },
-                });
+                let device = bufs.scratch[s].1.device;
+                let b = span_buffer(bufs, values, len, device);
                 self.parts.push((b, s));
                 self.reduced_by.insert(b, kernel);
                 self.by_values.insert(values.to_vec(), b);
