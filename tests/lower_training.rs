@@ -2,85 +2,15 @@
 //! Momentum optimizer. Compiled steps must match the reference executor over several steps,
 //! and fused updates must cover every trainable variable in one kernel per bucket.
 
-use towerpack::autodiff::gradients;
+mod model_steps;
+
+use model_steps::{TrainGraph, feeds, mlp, training_graph};
+use towerpack::backend::Session;
 use towerpack::backend::cpu::{CpuOptions, CpuSession};
 use towerpack::backend::reference::ReferenceSession;
-use towerpack::backend::{Feed, Session, Step};
-use towerpack::dsl::{InputSpec, Replication, replicate};
-use towerpack::ir::{Graph, NodeId};
 use towerpack::lower::{KernelKind, LowerOptions, Storage, lower};
-use towerpack::models::{CifarResNet, Mlp};
-use towerpack::optim::Optimizer;
+use towerpack::models::CifarResNet;
 use towerpack::tensor::HostTensor;
-
-struct TrainGraph {
-    graph: Graph,
-    step: Step,
-    inputs: Vec<(String, NodeId)>,
-    signature: Vec<InputSpec>,
-}
-
-fn training_graph(
-    signature: Vec<InputSpec>,
-    tower: impl Fn(&[towerpack::dsl::Tensor]) -> towerpack::dsl::Tensor,
-) -> TrainGraph {
-    let r = replicate(&signature, &Replication::single(), tower).expect("replicate");
-    let mut graph = r.graph;
-    let t = &r.training[0];
-    let cost = t.cost.expect("training tower has a cost");
-    let vars = t.gradient_variables(&graph);
-    let grads = gradients(&mut graph, cost, &vars, "gradients").expect("gradients");
-    let op = Optimizer::momentum(0.05, 0.9)
-        .apply_gradients(&mut graph, &grads.grads, "train_op")
-        .expect("optimizer");
-    let mut targets = vec![op.train_op];
-    targets.extend(
-        t.collection(towerpack::tower::UPDATE_OPS)
-            .iter()
-            .map(|v| v.node),
-    );
-    TrainGraph {
-        step: Step::new(vec![cost], targets),
-        inputs: t.inputs.clone(),
-        signature,
-        graph,
-    }
-}
-
-fn feeds(tg: &TrainGraph, batch: usize, seed: u64) -> Vec<Feed> {
-    let mut rng = seed;
-    let mut next = move || {
-        rng = towerpack::ir::rng::mix64(rng.wrapping_add(1));
-        rng
-    };
-    tg.signature
-        .iter()
-        .map(|spec| {
-            let id = tg
-                .inputs
-                .iter()
-                .find(|(n, _)| *n == spec.name)
-                .expect("input")
-                .1;
-            let shape = spec.shape.resolve(batch);
-            let n: usize = shape.iter().product();
-            let t = match spec.dtype {
-                towerpack::tensor::DType::F32 => HostTensor::from_f32(
-                    &shape,
-                    (0..n)
-                        .map(|_| (next() >> 40) as f32 / 16_777_216.0 * 255.0)
-                        .collect(),
-                ),
-                _ => HostTensor::from_f64_values(
-                    spec.dtype,
-                    &shape,
-                    (0..n).map(|_| (next() % 10) as f64).collect(),
-                ),
-            };
-            (id, t.expect("sized"))
-        })
-        .collect()
-}
 
 fn assert_close(what: &str, got: &HostTensor, want: &HostTensor, tol: f64) {
     let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
@@ -111,17 +41,6 @@ fn compare_steps(tg: TrainGraph, batch: usize, steps: u64, tol: f64) {
         );
         assert_close(&def.name, &g, &w, tol);
     }
-}
-
-fn mlp() -> TrainGraph {
-    let m = Mlp {
-        input_shape: vec![8, 8],
-        hidden: vec![64, 32],
-        classes: 10,
-        weight_decay: 1e-4,
-        dropout_rate: 0.0,
-    };
-    training_graph(m.inputs(), |x| m.build(x))
 }
 
 #[test]
