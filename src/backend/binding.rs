@@ -71,6 +71,22 @@ pub fn variable<'g>(
     Ok((def, shape))
 }
 
+/// The value of `var` (declared as `def`, of static `shape`) from its state bytes, as a
+/// backend reads it back.
+pub fn variable_from_bytes(
+    def: &VariableDef,
+    shape: &[usize],
+    bytes: &[u8],
+) -> Result<HostTensor, BackendError> {
+    HostTensor::from_le_bytes(def.ty.dtype, shape, bytes).map_err(|e| {
+        BackendError::VariableMismatch {
+            variable: def.name.clone(),
+            expected: def.ty.to_string(),
+            got: e.to_string(),
+        }
+    })
+}
+
 /// Prepared programs by (step, batch size): each distinct pair is lowered and prepared once.
 pub struct ProgramCache<P> {
     entries: std::collections::HashMap<u64, Vec<(super::Step, usize, P)>>,

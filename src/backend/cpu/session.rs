@@ -321,13 +321,7 @@ impl Session for CpuSession {
         let slot = self.layout.slot(var);
         let bytes =
             &self.state[usize::from(slot.device)].bytes()[slot.offset..slot.offset + slot.bytes];
-        HostTensor::from_le_bytes(def.ty.dtype, &shape, bytes).map_err(|e| {
-            BackendError::VariableMismatch {
-                variable: def.name.clone(),
-                expected: def.ty.to_string(),
-                got: e.to_string(),
-            }
-        })
+        binding::variable_from_bytes(def, &shape, bytes)
     }
 
     fn write_variable(&mut self, var: VarId, value: &HostTensor) -> Result<(), BackendError> {

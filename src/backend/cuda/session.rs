@@ -404,13 +404,7 @@ impl Session for CudaSession {
         let d = usize::from(slot.device);
         self.driver
             .copy_dtoh(d, &mut bytes, self.state[d].offset(slot.offset))?;
-        HostTensor::from_le_bytes(def.ty.dtype, &shape, &bytes).map_err(|e| {
-            BackendError::VariableMismatch {
-                variable: def.name.clone(),
-                expected: def.ty.to_string(),
-                got: e.to_string(),
-            }
-        })
+        binding::variable_from_bytes(def, &shape, &bytes)
     }
 
     fn write_variable(&mut self, var: VarId, value: &HostTensor) -> Result<(), BackendError> {
