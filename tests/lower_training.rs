@@ -113,3 +113,35 @@ fn every_trainable_variable_is_updated_by_one_fused_kernel() {
         .count();
     assert_eq!(buckets, 2, "{p2}");
 }
+
+#[test]
+fn adam_training_steps_match_the_reference() {
+    use model_steps::training_graph_with;
+    use towerpack::models::{ConvNet, Mlp};
+    use towerpack::optim::Optimizer;
+    let m = Mlp {
+        input_shape: vec![8, 8],
+        hidden: vec![64, 32],
+        classes: 10,
+        weight_decay: 1e-4,
+        dropout_rate: 0.0,
+    };
+    compare_steps(
+        training_graph_with(Optimizer::adam(1e-3), m.inputs(), |x| m.build(x)),
+        16,
+        4,
+        1e-4,
+    );
+    let c = ConvNet {
+        image_shape: [12, 12, 1],
+        channels: [4, 8],
+        hidden: 16,
+        ..ConvNet::default()
+    };
+    compare_steps(
+        training_graph_with(Optimizer::adam(1e-3), c.inputs(), |x| c.build(x)),
+        8,
+        4,
+        1e-3,
+    );
+}

@@ -262,6 +262,19 @@ pub fn emit(
         fetches,
         assigns,
     } = k;
+    // Values placed in a range (a member of a gradient arena or of a bucket all-reduce's
+    // range): they stay in scratch, back to back with the other members.
+    let in_ranges: HashSet<Value> = arenas
+        .iter()
+        .flat_map(|a| &a.operands)
+        .filter_map(|o| match o {
+            ArenaOperand::Arena { values } => Some(values),
+            _ => None,
+        })
+        .chain(collectives.iter().map(|c| &c.inputs))
+        .flatten()
+        .copied()
+        .collect();
     let alive: Vec<usize> = (0..drafts.len()).filter(|&i| drafts[i].alive).collect();
     let index: HashMap<usize, usize> = alive.iter().enumerate().map(|(a, &d)| (d, a)).collect();
     let mut items: Vec<Item> = alive.iter().map(|&i| Item::Draft(&drafts[i])).collect();
@@ -342,7 +355,9 @@ pub fn emit(
         }
     }
 
-    // In-place assigns: the kernel producing the value writes the variable's storage directly.
+    // In-place assigns: the kernel producing the value writes the variable's storage directly,
+    // unless the value is in a range: the kernel over the range reads it there, so its assign
+    // is a writeback instead.
     let fetched_vars: HashSet<VarId> = fetches.iter().filter_map(|o| read_of(sg, o.base)).collect();
     let mut in_place: HashMap<Value, VarId> = HashMap::new();
     let mut writebacks: Vec<(Operand, VarId)> = Vec::new();
@@ -370,6 +385,7 @@ pub fn emit(
         let desc = deps.descendants(kidx);
         let ok = whole
             && own_reads_ok
+            && !in_ranges.contains(&o.base)
             && !fetched_vars.contains(&var)
             && !in_place.contains_key(&o.base)
             && rs.iter().all(|r| !desc.contains(r));

@@ -24,13 +24,22 @@ pub fn training_graph(
     signature: Vec<InputSpec>,
     tower: impl Fn(&[towerpack::dsl::Tensor]) -> towerpack::dsl::Tensor,
 ) -> TrainGraph {
+    training_graph_with(Optimizer::momentum(0.05, 0.9), signature, tower)
+}
+
+/// One tower, its gradients and `optimizer`'s update (and the model's update ops).
+pub fn training_graph_with(
+    optimizer: Optimizer,
+    signature: Vec<InputSpec>,
+    tower: impl Fn(&[towerpack::dsl::Tensor]) -> towerpack::dsl::Tensor,
+) -> TrainGraph {
     let r = replicate(&signature, &Replication::single(), tower).expect("replicate");
     let mut graph = r.graph;
     let t = &r.training[0];
     let cost = t.cost.expect("training tower has a cost");
     let vars = t.gradient_variables(&graph);
     let grads = gradients(&mut graph, cost, &vars, "gradients").expect("gradients");
-    let op = Optimizer::momentum(0.05, 0.9)
+    let op = optimizer
         .apply_gradients(&mut graph, &grads.grads, "train_op")
         .expect("optimizer");
     let mut targets = vec![op.train_op];
