@@ -16,6 +16,7 @@ pub mod collective;
 pub mod cpu;
 pub mod cuda;
 pub mod device;
+pub mod poison;
 pub mod reference;
 
 pub use crate::ir::Step;
@@ -32,6 +33,9 @@ pub type Feed = (NodeId, HostTensor);
 pub enum BackendError {
     #[error(transparent)]
     Ir(#[from] IrError),
+    /// The step could not be lowered (or the lowered program failed verification).
+    #[error(transparent)]
+    Lower(#[from] crate::lower::LowerError),
     #[error("input `{input}` needs a feed for this step")]
     MissingFeed { input: String },
     #[error("feed for input `{input}` is {got}, expected {expected}")]

@@ -146,6 +146,7 @@ impl Buffers<'_> {
                 device: slot.device,
                 offset: slot.offset,
             },
+            members: Vec::new(),
         });
         self.of_var.insert(var, b);
         b
@@ -155,9 +156,23 @@ impl Buffers<'_> {
         if let Some(&b) = self.of_value.get(&v) {
             return b;
         }
-        let var = read_of(self.sg, v).or_else(|| self.in_place.get(&v).copied());
-        let b = if let Some(var) = var {
+        let b = if let Some(var) = read_of(self.sg, v) {
             self.var(var)
+        } else if let Some(&var) = self.in_place.get(&v) {
+            // The new value, written over the variable's own bytes: a buffer of its own, so
+            // the program says which reads see the start value and which the new one.
+            let slot = self.prog.state.slot(var);
+            let def = self.sg.graph.variable(var);
+            self.push(Buffer {
+                name: self.sg.graph.value_name(v),
+                dtype: def.ty.dtype,
+                shape: def.ty.shape.resolve(self.batch),
+                storage: Storage::State {
+                    device: slot.device,
+                    offset: slot.offset,
+                },
+                members: Vec::new(),
+            })
         } else {
             let ty = self.sg.graph.value_type(v);
             let shape = ty.shape.resolve(self.batch);
@@ -177,6 +192,7 @@ impl Buffers<'_> {
                 dtype: ty.dtype,
                 shape: shape.clone(),
                 storage,
+                members: Vec::new(),
             });
             if let Storage::Scratch { device, .. } = storage {
                 self.scratch_index.insert(b, self.scratch.len());
@@ -242,20 +258,23 @@ impl Buffers<'_> {
                 device: slot.device,
                 offset: slot.offset,
             },
+            members: Vec::new(),
         })
     }
 }
 
-/// Builds the program of a kernelized step with its arena kernels and bucket all-reduces.
+/// Builds the program of a kernelized step with its arena kernels and bucket all-reduces
+/// (`ranges`); with `in_place_assigns`, assigns are done in place where it is safe.
 pub fn emit(
     sg: &StepGraph,
     k: Kernelized,
     batch: usize,
     state: StateLayout,
-    arenas: Vec<ArenaKernel>,
-    collectives: Vec<CollectiveBucket>,
+    ranges: (Vec<ArenaKernel>, Vec<CollectiveBucket>),
     collective_plan: &CollectivePlan,
+    in_place_assigns: bool,
 ) -> Result<Program, LowerError> {
+    let (arenas, collectives) = ranges;
     let Kernelized {
         drafts,
         producer,
@@ -383,7 +402,8 @@ pub fn emit(
             .map(|r| r.iter().copied().filter(|&r| r != kidx).collect())
             .unwrap_or_default();
         let desc = deps.descendants(kidx);
-        let ok = whole
+        let ok = in_place_assigns
+            && whole
             && own_reads_ok
             && !in_ranges.contains(&o.base)
             && !fetched_vars.contains(&var)
@@ -453,11 +473,11 @@ pub fn emit(
         kernels.push(match items[i] {
             Item::Draft(d) => emit_draft(&mut bufs, d, t),
             Item::Arena(a) => {
-                let (kernel, bucket) = arenas_planned.emit_arena(&mut bufs, a, t);
+                let (kernel, bucket) = arenas_planned.emit_arena(&mut bufs, a, t)?;
                 bufs.prog.buckets.push(bucket);
                 kernel
             }
-            Item::Collective(c) => arenas_planned.emit_collective(&mut bufs, c, t),
+            Item::Collective(c) => arenas_planned.emit_collective(&mut bufs, c, t)?,
         });
     }
     arenas_planned.link_buckets(&mut bufs.prog.buckets);

@@ -7,6 +7,8 @@ use crate::ir::IrError;
 pub enum LowerError {
     #[error(transparent)]
     Ir(#[from] IrError),
+    #[error("the lowered program is wrong (a lowering bug): {0}")]
+    Verify(#[from] super::verify::VerifyError),
     #[error("variable `{variable}` is assigned more than once in one step")]
     DoubleAssign { variable: String },
     #[error("`{node}` cannot be fetched: {reason}")]

@@ -13,7 +13,9 @@
 //!    bucket, planned on the whole graph (each gradient arena is a bucket's range or part of
 //!    it);
 //! 4. [`emit`] with [`memplan`]: scheduling, in-place assigns, buffers and the arena plan;
-//!    then the cross-device waits of programs spread over several devices.
+//!    then the cross-device waits of programs spread over several devices;
+//! 5. [`verify`]: a simulation of the step over the planned memory proves every read sees the
+//!    value it means (see [`LowerOptions::verify`]).
 //!
 //! The result is data ([`program`], [`expr`]): the CPU backend runs it, the CUDA backend renders
 //! it. Lowering never imports a backend.
@@ -29,6 +31,7 @@ pub mod layout;
 pub mod memplan;
 pub mod passes;
 pub mod program;
+pub mod verify;
 pub mod views;
 mod waits;
 
@@ -42,6 +45,7 @@ pub use program::{
     Bucket, Buffer, BufferId, ConvGeom, Epilogue, Kernel, KernelKind, MatMulGeom, PoolGeom,
     Program, Region, Storage, View,
 };
+pub use verify::{VerifyError, verify};
 
 use crate::ir::{Graph, Step};
 
@@ -63,6 +67,14 @@ pub struct LowerOptions {
     /// backend runs them; the CUDA backend turns this off (its renderer has no deterministic
     /// cross-block reduction in epilogues yet).
     pub epilogue_reductions: bool,
+    /// Let the kernel computing a variable's new value write it straight into the variable's
+    /// storage when nothing reads the old value afterwards (else a write-back copies it at the
+    /// end of the step).
+    pub in_place_assigns: bool,
+    /// Check the program with [`verify()`] before returning it: every read sees the value it
+    /// means (no unwritten or overwritten bytes), ranges are whole, devices are ordered. On
+    /// by default: about 2 ms for ResNet-50's step, 1.5% of its lowering.
+    pub verify: bool,
 }
 
 /// Default bucket size of fused updates: Horovod's tensor-fusion threshold.
@@ -76,6 +88,8 @@ impl Default for LowerOptions {
             arena_fusion: true,
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             epilogue_reductions: true,
+            in_place_assigns: true,
+            verify: true,
         }
     }
 }
@@ -118,5 +132,17 @@ pub fn lower(
     } else {
         (Vec::new(), Vec::new())
     };
-    emit::emit(&sg, kernels, batch, layout, arenas, collectives, &plan)
+    let program = emit::emit(
+        &sg,
+        kernels,
+        batch,
+        layout,
+        (arenas, collectives),
+        &plan,
+        options.in_place_assigns,
+    )?;
+    if options.verify {
+        verify::verify(&program)?;
+    }
+    Ok(program)
 }

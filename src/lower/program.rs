@@ -36,6 +36,11 @@ pub enum Storage {
 }
 
 /// A dense, row-major tensor buffer.
+///
+/// A buffer in [`Storage::State`] is either read-only — variables' values as at the start of
+/// the step — or written by one kernel: the new value of a variable assigned in place, or of
+/// a contiguous range of variables updated by one fused kernel. Kernels never read a start
+/// value after a new value was written over it ([`super::verify`] checks it).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Buffer {
     /// The graph value it holds (for errors and printing).
@@ -43,6 +48,10 @@ pub struct Buffer {
     pub dtype: DType,
     pub shape: Vec<usize>,
     pub storage: Storage,
+    /// For a range — a gradient arena, a bucket all-reduce's range, or a part of one — the
+    /// scratch buffers it spans, back to back in this order, each written by its own kernel
+    /// (or by a kernel writing the whole range). Empty for every other buffer.
+    pub members: Vec<BufferId>,
 }
 
 impl Buffer {

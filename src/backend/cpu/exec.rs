@@ -106,7 +106,12 @@ impl Prepared {
             let bytes = c.to_le_bytes();
             constants.bytes_mut()[off..off + bytes.len()].copy_from_slice(&bytes);
         }
-        let scratch = program.arena_bytes.iter().map(|&b| Arena::new(b)).collect();
+        // Poisoned: a read of bytes no kernel wrote computes NaN, never leftovers.
+        let scratch = program
+            .arena_bytes
+            .iter()
+            .map(|&b| Arena::poisoned(b))
+            .collect();
         let buckets: std::collections::HashSet<usize> =
             program.buckets.iter().map(|b| b.kernel as usize).collect();
         let mut steps = Vec::with_capacity(program.kernels.len());
@@ -308,6 +313,13 @@ impl Prepared {
             dtype: buf.dtype,
             len: buf.len(),
         })
+    }
+
+    /// Fills the scratch arenas with the poison pattern (before a step's feeds).
+    pub fn poison_scratch(&mut self) {
+        for a in &mut self.scratch {
+            a.poison();
+        }
     }
 
     /// Starts (or stops) timing each kernel.

@@ -29,6 +29,18 @@ impl Arena {
         }
     }
 
+    /// An arena of `bytes` bytes filled with the poison pattern ([`crate::backend::poison`]).
+    pub fn poisoned(bytes: usize) -> Arena {
+        let mut a = Arena::new(bytes);
+        a.poison();
+        a
+    }
+
+    /// Fills the arena with the poison pattern.
+    pub fn poison(&mut self) {
+        crate::backend::poison::poison(self.bytes_mut());
+    }
+
     /// Size in bytes.
     pub fn len(&self) -> usize {
         self.bytes

@@ -10,6 +10,7 @@
 use super::exec::Prepared;
 use super::memory::{Arena, RawBuf};
 use crate::backend::binding::{self, ProgramCache};
+use crate::backend::poison::PoisonScratch;
 use crate::backend::{BackendError, Collective, Device, Feed, Placement, Session, Step};
 use crate::ir::{Graph, Op, VarId, verify};
 use crate::lower::{LowerOptions, StateLayout, lower};
@@ -24,6 +25,9 @@ pub struct CpuOptions {
     /// Time every kernel (see [`CpuSession::profile_report`]); also on when the environment
     /// variable `TOWERPACK_PROFILE` is set.
     pub profile: bool,
+    /// When the scratch arenas are filled with signalling NaNs (see
+    /// [`crate::backend::poison`]): at allocation, or also before every step.
+    pub poison_scratch: PoisonScratch,
 }
 
 /// A graph bound to CPU memory.
@@ -184,13 +188,8 @@ impl CpuSession {
 
     fn prepared(&mut self, step: &Step, batch: usize) -> Result<&mut Prepared, BackendError> {
         if self.programs.get(step, batch).is_none() {
-            let program = lower(&self.graph, step, batch, &self.options.lower).map_err(|e| {
-                BackendError::Kernel {
-                    node: String::new(),
-                    op: "lower".into(),
-                    message: e.to_string(),
-                }
-            })?;
+            let program =
+                lower(&self.graph, step, batch, &self.options.lower).map_err(BackendError::from)?;
             let mut prepared = Prepared::new(program)?;
             prepared.set_profiling(
                 self.options.profile || std::env::var_os("TOWERPACK_PROFILE").is_some(),
@@ -267,6 +266,9 @@ impl Session for CpuSession {
             .programs
             .get_mut(step, batch)
             .ok_or_else(|| BackendError::UnknownValue("program".into()))?;
+        if self.options.poison_scratch == PoisonScratch::EveryStep {
+            prepared.poison_scratch();
+        }
         for i in 0..prepared.program.feeds.len() {
             let (node, b) = prepared.program.feeds[i];
             let value = feeds

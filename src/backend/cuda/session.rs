@@ -166,13 +166,8 @@ impl CudaSession {
 
     fn prepared(&mut self, step: &Step, batch: usize) -> Result<&mut Prepared, BackendError> {
         if self.programs.get(step, batch).is_none() {
-            let program = lower(&self.graph, step, batch, &self.options.lower).map_err(|e| {
-                BackendError::Kernel {
-                    node: String::new(),
-                    op: "lower".into(),
-                    message: e.to_string(),
-                }
-            })?;
+            let program =
+                lower(&self.graph, step, batch, &self.options.lower).map_err(BackendError::from)?;
             let prepared = self.prepare(program)?;
             self.programs.insert(step, batch, prepared);
         }

@@ -6,6 +6,7 @@
 
 use super::Buffers;
 use crate::ir::Value;
+use crate::lower::LowerError;
 use crate::lower::arena::{ArenaKernel, ArenaOperand};
 use crate::lower::collectives::CollectiveBucket;
 use crate::lower::program::{Bucket, Buffer, BufferId, Kernel, KernelKind, Storage, View};
@@ -30,9 +31,16 @@ pub(super) struct ArenaGroups {
     parts: Vec<(BufferId, usize)>,
 }
 
-/// A scratch buffer of `len` elements on `device` spanning `values` (placed back to back),
-/// named after the first and last of them; the memory plan sets its offset.
-fn span_buffer(bufs: &mut Buffers<'_>, values: &[Value], len: usize, device: u16) -> BufferId {
+/// A scratch buffer of `len` elements on `device` spanning `values` (placed back to back, in
+/// the buffers `members`), named after the first and last of them; the memory plan sets its
+/// offset.
+fn span_buffer(
+    bufs: &mut Buffers<'_>,
+    values: &[Value],
+    members: Vec<BufferId>,
+    len: usize,
+    device: u16,
+) -> BufferId {
     let first = bufs.sg.graph.value_name(values[0]);
     let last = bufs.sg.graph.value_name(values[values.len() - 1]);
     let dtype = bufs.sg.graph.value_type(values[0]).dtype;
@@ -41,6 +49,7 @@ fn span_buffer(bufs: &mut Buffers<'_>, values: &[Value], len: usize, device: u16
         dtype,
         shape: vec![len],
         storage: Storage::Scratch { device, offset: 0 },
+        members,
     })
 }
 
@@ -53,24 +62,41 @@ impl ArenaGroups {
         values: &[Value],
         len: usize,
         t: usize,
-    ) -> BufferId {
+    ) -> Result<BufferId, LowerError> {
         let mut members = Vec::with_capacity(values.len());
+        let mut member_buffers = Vec::with_capacity(values.len());
         let mut device = 0;
         for &v in values {
             let b = bufs.value(v, None);
             bufs.read(b, t);
-            if let Some(&s) = bufs.scratch_index.get(&b) {
-                members.push(s);
-                device = bufs.scratch[s].1.device;
-            }
+            // Every member must be a scratch buffer the planner can place in the range: one
+            // living elsewhere (a variable's storage) would leave a hole the range's kernel
+            // reads unwritten.
+            let Some(&s) = bufs.scratch_index.get(&b) else {
+                return Err(LowerError::Unsupported {
+                    node: bufs.sg.graph.value_name(v),
+                    op: "range member".into(),
+                    reason: format!(
+                        "it is stored in `{}` ({:?}), not in scratch, so it cannot be placed in \
+                         the range `{}..{}` (a lowering bug)",
+                        bufs.prog.buffers[b.0 as usize].name,
+                        bufs.prog.buffers[b.0 as usize].storage,
+                        bufs.sg.graph.value_name(values[0]),
+                        bufs.sg.graph.value_name(values[values.len() - 1]),
+                    ),
+                });
+            };
+            members.push(s);
+            member_buffers.push(b);
+            device = bufs.scratch[s].1.device;
         }
         if let Some(&b) = self.by_values.get(values) {
-            return b;
+            return Ok(b);
         }
-        let b = span_buffer(bufs, values, len, device);
+        let b = span_buffer(bufs, values, member_buffers, len, device);
         self.groups.push((members, b));
         self.by_values.insert(values.to_vec(), b);
-        b
+        Ok(b)
     }
 
     /// Each range or part of one with the scratch index of its first member: the buffer's
@@ -91,7 +117,7 @@ impl ArenaGroups {
         values: &[Value],
         len: usize,
         t: usize,
-    ) -> BufferId {
+    ) -> Result<BufferId, LowerError> {
         if !self.by_values.contains_key(values)
             && let Some(kernel) = self
                 .reduced
@@ -102,7 +128,8 @@ impl ArenaGroups {
             let first = bufs.value(values[0], None);
             if let Some(&s) = bufs.scratch_index.get(&first) {
                 let device = bufs.scratch[s].1.device;
-                let b = span_buffer(bufs, values, len, device);
+                let members = values.iter().map(|&v| bufs.value(v, None)).collect();
+                let b = span_buffer(bufs, values, members, len, device);
                 self.parts.push((b, s));
                 self.reduced_by.insert(b, kernel);
                 self.by_values.insert(values.to_vec(), b);
@@ -117,7 +144,7 @@ impl ArenaGroups {
         bufs: &mut Buffers<'_>,
         a: &ArenaKernel,
         t: usize,
-    ) -> (Kernel, Bucket) {
+    ) -> Result<(Kernel, Bucket), LowerError> {
         let n = a.len();
         let mut inputs = Vec::with_capacity(a.operands.len());
         let mut arena_buffers = Vec::new();
@@ -129,7 +156,7 @@ impl ArenaGroups {
                     strides: smallvec![1],
                 },
                 ArenaOperand::Arena { values } => {
-                    let arena = self.arena(bufs, values, n, t);
+                    let arena = self.arena(bufs, values, n, t)?;
                     arena_buffers.push(arena);
                     View {
                         buffer: arena,
@@ -171,7 +198,7 @@ impl ArenaGroups {
             offsets: offsets(&a.sizes),
             len: n,
         };
-        (kernel, bucket)
+        Ok((kernel, bucket))
     }
 
     /// The bucket all-reduce `c` at schedule position `t`: one `AllReduce` kernel whose input
@@ -182,13 +209,13 @@ impl ArenaGroups {
         bufs: &mut Buffers<'_>,
         c: &CollectiveBucket,
         t: usize,
-    ) -> Kernel {
+    ) -> Result<Kernel, LowerError> {
         let range = if let [single] = c.inputs[..] {
             let b = bufs.value(single, None);
             bufs.read(b, t);
             b
         } else {
-            let b = self.range(bufs, &c.inputs, c.len(), t);
+            let b = self.range(bufs, &c.inputs, c.len(), t)?;
             self.by_values.insert(c.outputs.clone(), b);
             b
         };
@@ -198,7 +225,7 @@ impl ArenaGroups {
         }
         self.reduced.push((c.outputs.clone(), t as u32));
         self.reduced_by.insert(range, t as u32);
-        Kernel {
+        Ok(Kernel {
             name: c.name.clone(),
             device: c.device,
             kind: KernelKind::AllReduce {
@@ -211,7 +238,7 @@ impl ArenaGroups {
                 strides: smallvec![1],
             }],
             outputs: vec![range],
-        }
+        })
     }
 
     /// Tells every bucket which all-reduce kernels reduce its arenas (the range each arena is,
