@@ -624,7 +624,15 @@ impl Former<'_> {
             let KernelKind::Elementwise { shape, expr } = self.drafts[gi].kind.clone() else {
                 continue;
             };
-            if !self.drafts[gi].alive {
+            // Epilogues store f32 (the backends' matmul and convolution kernels write f32
+            // tiles): an elementwise kernel with another output (a comparison mask, a cast)
+            // stays a kernel of its own.
+            if !self.drafts[gi].alive
+                || expr
+                    .outputs
+                    .iter()
+                    .any(|&o| expr.dtype(o) != crate::tensor::DType::F32)
+            {
                 continue;
             }
             let candidate = self.drafts[gi]
