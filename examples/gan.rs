@@ -7,26 +7,25 @@
 //! cargo run --release --example gan      # 20 epochs, about 2.5 minutes on 2 cores
 //! ```
 //!
-//! Digit-like strokes appear after about 10 epochs (1,250 steps of batch 64).
+//! Digit-like strokes appear after about 10 epochs (1,250 steps of batch 64). The model is the
+//! library's [`towerpack::models::Dcgan`]; this file is the trainer and the data.
 
 use std::error::Error;
 use std::path::PathBuf;
 
 use clap::Parser;
 use towerpack::data::{BatchData, DataError, MapData, mnist10k_split};
-use towerpack::dsl::prelude::*;
-use towerpack::graph;
 use towerpack::ir::{NodeId, Value};
+use towerpack::models::Dcgan;
 use towerpack::optim::Optimizer;
 use towerpack::tensor::HostTensor;
+use towerpack::tower::TowerContext;
+use towerpack::train::callbacks::{ModelSaver, NonFiniteGuard};
 use towerpack::train::logdir::{LogDirAction, set_logger_dir};
 use towerpack::train::{
     BackendChoice, BuiltGraph, Callback, GraphSetup, RunArgs, StepRunner, TrainConfig,
     TrainContext, TrainError, Trainer, launch_train_with_config,
 };
-
-/// Length of the generator's noise vector.
-const Z_DIM: usize = 64;
 
 /// Command-line flags.
 #[derive(Parser, Debug)]
@@ -47,56 +46,16 @@ struct Args {
     /// CPU worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     threads: usize,
+    /// Where to run: cpu, cuda (GPU), cuda-emu (the CUDA kernels on an emulated device) or
+    /// reference (the op-by-op oracle).
+    #[arg(long, default_value = "cpu")]
+    device: BackendChoice,
+    /// Seed of the weights, the data order and the noise.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// Start afresh: an existing logdir is backed up to `<logdir>.<timestamp>` instead of resumed.
     #[arg(long)]
     fresh: bool,
-}
-
-/// The generator: noise `[N, 64]` → 7×7×64 → 14×14×32 → 28×28×1 in `[-1, 1]`.
-fn generator(z: &Tensor) -> Tensor {
-    graph! {
-        scope "gen" {
-            let l = FullyConnected("fc0", z, units = 7 * 7 * 64, use_bias = false);
-            let l = BNReLU("bn0", l).reshape(Shape::batched(&[7, 7, 64]));
-            argscope Conv2DTranspose(kernel_size = 4, strides = 2) {
-                let l = Conv2DTranspose("deconv0", l, filters = 32, use_bias = false);
-                let l = BNReLU("bn1", l);
-                Conv2DTranspose("deconv1", l, filters = 1, activation = tanh)
-            }
-        }
-    }
-}
-
-/// The discriminator: 28×28×1 → 14×14×32 → 7×7×64 → one logit. Called on real and on generated
-/// images; the second call reuses the variables of the first.
-fn discriminator(image: &Tensor, reuse: bool) -> Tensor {
-    let _scope = variable_scope_with_reuse("discrim", reuse);
-    graph! {
-        argscope Conv2D(kernel_size = 4, strides = 2, activation = leaky_relu(0.2)) {
-            let l = Conv2D("conv0", image, filters = 32);
-            let l = Conv2D("conv1", l, filters = 64);
-            FullyConnected("fc", l, units = 1)
-        }
-    }
-}
-
-/// The tower: both losses (non-saturating GAN, as DCGAN). Returns the generator's loss; the
-/// discriminator's is named `d_loss`, the samples `gen/samples`.
-fn gan_tower(inputs: &[Tensor]) -> Tensor {
-    let (real, z) = (&inputs[0], &inputs[1]);
-    let fake = generator(z);
-    // Images for TensorBoard, in [0, 255].
-    ((&fake + 1.0) * 127.5).named("gen/samples");
-    let real_logit = discriminator(real, false);
-    let fake_logit = discriminator(&fake, true);
-    let ones = real_logit.scalar_like(1.0);
-    let zeros = real_logit.scalar_like(0.0);
-    let d_loss = sigmoid_cross_entropy_with_logits(&real_logit, &ones).mean()
-        + sigmoid_cross_entropy_with_logits(&fake_logit, &zeros).mean();
-    d_loss.named("d_loss");
-    sigmoid_cross_entropy_with_logits(&fake_logit, &ones)
-        .mean()
-        .named("g_loss")
 }
 
 /// A trainer with two optimizers: every step runs the discriminator's update, then the
@@ -114,13 +73,13 @@ impl Trainer for GanTrainer {
     }
 
     fn setup_graph(&mut self, setup: &mut GraphSetup<'_>) -> Result<BuiltGraph, TrainError> {
-        let signature = vec![
-            InputSpec::new("real", DType::F32, Shape::batched(&[28, 28, 1])),
-            InputSpec::new("z", DType::F32, Shape::batched(&[Z_DIM])),
-        ];
+        let model = Dcgan::default();
+        let signature = model.inputs();
         setup.input.setup(&signature)?;
         let tower = setup.with_builder(|b| {
-            b.build_tower(TowerContext::training("", "", 0, 1), &signature, gan_tower)
+            b.build_tower(TowerContext::training("", "", 0, 1), &signature, |x| {
+                model.build(x)
+            })
         })??;
         setup.register_tower(&tower)?;
         let graph = &mut *setup.graph;
@@ -239,9 +198,10 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     // Real digits scaled to [-1, 1] (the generator's tanh range), each with its own noise vector
     // drawn from the datapoint's counter-based key (so a resumed run draws the same noise).
     let digits = mnist10k_split()?.train.to_f32(2.0 / 255.0);
-    let with_noise = MapData::new(digits.to_flow(Some(1))?, |dp, ctx| {
+    let z_dim = Dcgan::default().z_dim;
+    let with_noise = MapData::new(digits.to_flow(Some(args.seed))?, move |dp, ctx| {
         let key = ctx.key(17);
-        let z: Vec<f32> = (0..Z_DIM as u64)
+        let z: Vec<f32> = (0..z_dim as u64)
             .map(|i| (key.uniform(i) * 2.0 - 1.0) as f32)
             .collect();
         let image = dp.into_iter().next().ok_or_else(|| DataError::Config {
@@ -251,17 +211,23 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
         let image = image.as_f32()?.iter().map(|x| x - 1.0).collect();
         Ok(vec![
             HostTensor::from_f32(&[28, 28, 1], image)?,
-            HostTensor::from_f32(&[Z_DIM], z)?,
+            HostTensor::from_f32(&[z_dim], z)?,
         ])
     });
     let flow = BatchData::new(with_noise, args.batch, false)?;
     let mut config = TrainConfig::default()
         .dataflow(flow)
         .callback(GanSamples::default())
-        .callback(towerpack::train::callbacks::ModelSaver::new())
-        .backend(BackendChoice::Cpu {
-            threads: args.threads,
+        .callback(ModelSaver::new())
+        // A non-finite loss or gradient stops the run naming it, before anything is saved.
+        .callback(NonFiniteGuard::new())
+        .backend(match args.device {
+            BackendChoice::Cpu { .. } => BackendChoice::Cpu {
+                threads: args.threads,
+            },
+            other => other,
         })
+        .seed(args.seed)
         .logdir(&logdir)
         .max_epoch(args.max_epoch)
         .auto_resume(true);

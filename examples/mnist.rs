@@ -20,8 +20,8 @@ use towerpack::data::{BatchData, mnist10k_split};
 use towerpack::models::{ConvNet, Mlp};
 use towerpack::optim::Optimizer;
 use towerpack::train::callbacks::{
-    ClassificationError, InferenceRunner, Inferencer, MinSaver, ModelSaver, ScalarStats,
-    ScheduledHyperParamSetter,
+    ClassificationError, InferenceRunner, Inferencer, MinSaver, ModelSaver, NonFiniteGuard,
+    ScalarStats, ScheduledHyperParamSetter,
 };
 use towerpack::train::logdir::{LogDirAction, set_logger_dir};
 use towerpack::train::{
@@ -41,6 +41,15 @@ struct Args {
     /// Last epoch.
     #[arg(long, default_value_t = 5)]
     max_epoch: u64,
+    /// Steps per epoch (default: one pass over the 8,000 training digits).
+    #[arg(long)]
+    steps_per_epoch: Option<u64>,
+    /// Seed of the weights, the data order and dropout.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Validate on the first N held-out digits only (default: all 2,000).
+    #[arg(long)]
+    val_images: Option<usize>,
     /// Batch size.
     #[arg(long, default_value_t = 64)]
     batch: usize,
@@ -82,7 +91,10 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
 
     let data = mnist10k_split()?;
     let train = data.train.to_f32(1.0 / 255.0);
-    let validation = data.validation.to_f32(1.0 / 255.0);
+    let mut validation = data.validation.to_f32(1.0 / 255.0);
+    if let Some(n) = args.val_images {
+        validation = validation.slice(0, n.min(validation.len()))?;
+    }
     let model = match args.model {
         ModelKind::Mlp => {
             let mlp = Mlp {
@@ -112,9 +124,15 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
         Box::new(ScalarStats::new(&["cross_entropy_loss"])),
         Box::new(ClassificationError::default()),
     ];
-    let config = TrainConfig::new(model)
-        .dataflow(BatchData::new(train.to_flow(Some(1))?, args.batch, false)?)
+    let mut config = TrainConfig::new(model)
+        .dataflow(BatchData::new(
+            train.to_flow(Some(args.seed))?,
+            args.batch,
+            false,
+        )?)
         .callback(ModelSaver::new())
+        // A non-finite loss or gradient stops the run naming it, before anything is saved.
+        .callback(NonFiniteGuard::new())
         .callback(InferenceRunner::new(
             BatchData::new(validation.to_flow(None)?, 200, true)?,
             inferencers,
@@ -132,7 +150,11 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
         })
         .logdir(&logdir)
         .max_epoch(args.max_epoch)
+        .seed(args.seed)
         .auto_resume(true);
+    if let Some(steps) = args.steps_per_epoch {
+        config = config.steps_per_epoch(steps);
+    }
     let report = launch_train_with_config(config, &mut SimpleTrainer::new())?;
     if let Some(&(_, error)) = report.history("validation_error").last() {
         println!(

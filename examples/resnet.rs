@@ -27,7 +27,7 @@ use towerpack::models::CifarResNet;
 use towerpack::optim::Optimizer;
 use towerpack::tensor::HostTensor;
 use towerpack::train::callbacks::{
-    ClassificationError, InferenceRunner, Inferencer, ModelSaver, ScalarStats,
+    ClassificationError, InferenceRunner, Inferencer, ModelSaver, NonFiniteGuard, ScalarStats,
     ScheduledHyperParamSetter,
 };
 use towerpack::train::checkpoint::atomic::write_atomically;
@@ -59,6 +59,9 @@ struct Args {
     /// Steps per epoch (default: one pass over the training data per tower).
     #[arg(long)]
     steps_per_epoch: Option<u64>,
+    /// Validate on the first N held-out images only (default: all of them).
+    #[arg(long)]
+    val_images: Option<usize>,
     /// Batch size of each tower (the total batch is this times `--towers`).
     #[arg(long, default_value_t = 64)]
     batch: usize,
@@ -244,6 +247,8 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     }
     .dataflow(data.train)
     .callback(ModelSaver::new())
+    // A non-finite loss or gradient stops the run naming it, before anything is saved.
+    .callback(NonFiniteGuard::new())
     .callback(InferenceRunner::new(data.validation, inferencers))
     .callback(ScheduledHyperParamSetter::new("learning_rate", &schedule))
     .steps_per_epoch(steps_per_epoch)
@@ -344,7 +349,10 @@ fn load_data(args: &Args, runner: Option<&Runner>) -> Result<Data, Box<dyn Error
     let train = train.slice(shard.start, shard.len())?;
     let seed = args.seed + rank as u64;
     let train_flow = AugmentImageComponent::new(train.to_flow(Some(seed))?, 0, augmentors, seed);
-    let validation = validation.subtract_image(&mean)?;
+    let mut validation = validation.subtract_image(&mean)?;
+    if let Some(n) = args.val_images {
+        validation = validation.slice(0, n.min(validation.len()))?;
+    }
     Ok(Data {
         train_len: train.len(),
         train: Box::new(BatchData::new(train_flow, args.batch, false)?),

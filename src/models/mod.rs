@@ -1,14 +1,17 @@
 //! Reusable tower functions written with `graph!`: an MLP, a small convnet, tensorpack's
-//! CIFAR pre-activation ResNet and its ImageNet bottleneck ResNet. Each model has an input signature (`inputs()`) and a tower
+//! CIFAR pre-activation ResNet and its ImageNet bottleneck ResNet, and the DCGAN of the `gan`
+//! example. Each model has an input signature (`inputs()`) and a tower
 //! function (`build(&inputs) -> cost`), and names `cross_entropy_loss` and `wrong_vector` for
 //! callbacks (`ScalarStats`, `ClassificationError`).
 
 mod convnet;
+mod dcgan;
 mod imagenet_resnet;
 mod mlp;
 mod resnet;
 
 pub use convnet::ConvNet;
+pub use dcgan::{Dcgan, discriminator, generator};
 pub use imagenet_resnet::{ImagenetResNet, bottleneck};
 pub use mlp::Mlp;
 pub use resnet::{CifarResNet, residual};
