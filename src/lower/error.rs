@@ -9,6 +9,15 @@ pub enum LowerError {
     Ir(#[from] IrError),
     #[error("the lowered program is wrong (a lowering bug): {0}")]
     Verify(#[from] super::verify::VerifyError),
+    /// The IR failed its check after a pass (with verify-each).
+    #[error("after pass `{pass}`: {source}")]
+    AfterPass {
+        pass: &'static str,
+        source: Box<LowerError>,
+    },
+    /// The passes of a pipeline do not fit together (a pass got the wrong form of IR).
+    #[error("lowering pipeline: {0}")]
+    Pipeline(String),
     #[error("variable `{variable}` is assigned more than once in one step")]
     DoubleAssign { variable: String },
     #[error("`{node}` cannot be fetched: {reason}")]

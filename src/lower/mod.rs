@@ -1,6 +1,7 @@
 //! Lowering: compiles one step of an op graph into a backend-neutral kernel [`Program`].
 //!
-//! The passes, in order (each a small module with its own tests):
+//! Lowering is a list of named passes run by a [`Pipeline`] ([`pipeline`] lists them and
+//! says how to print the IR after any pass, time them and verify after each):
 //! 1. [`passes`]: extract the step's subgraph, expand composite ops, fold constants and simplify,
 //!    eliminate common subexpressions and dead code — all graph-to-graph rewrites;
 //! 2. [`groups`] and [`kernelize`]: elementwise fusion (chains and trees, broadcast operands,
@@ -30,6 +31,7 @@ pub mod kernelize;
 pub mod layout;
 pub mod memplan;
 pub mod passes;
+pub mod pipeline;
 pub mod program;
 pub mod verify;
 pub mod views;
@@ -41,6 +43,7 @@ mod tests;
 pub use error::LowerError;
 pub use expr::{ExprId, ExprOp, FusedExpr};
 pub use layout::{StateLayout, StateSlot};
+pub use pipeline::{Dump, Lowered, Pass, PassContext, PassReport, Pipeline};
 pub use program::{
     Bucket, Buffer, BufferId, ConvGeom, Epilogue, Kernel, KernelKind, MatMulGeom, PoolGeom,
     Program, Region, Storage, View,
@@ -94,55 +97,37 @@ impl Default for LowerOptions {
     }
 }
 
-/// Lowers `step` of `graph` with the batch size bound to `batch`.
+/// Lowers `step` of `graph` with the batch size bound to `batch`, through the standard
+/// [`Pipeline`] of `options`.
 ///
 /// The state layout is computed from the whole graph, so every step of one graph addresses
-/// its variables identically.
+/// its variables identically. With `TOWERPACK_DUMP` or `TOWERPACK_TIME_PASSES=1` set (see
+/// [`pipeline`]), the IR after the passes named and each pass's time go to standard error.
 pub fn lower(
     graph: &Graph,
     step: &Step,
     batch: usize,
     options: &LowerOptions,
 ) -> Result<Program, LowerError> {
-    let mut sg = passes::extract(graph, step)?;
-    passes::expand(&mut sg)?;
-    if options.simplify {
-        passes::fold(&mut sg, batch)?;
-        passes::cse(&mut sg)?;
+    let (program, report) = lower_with_report(graph, step, batch, options)?;
+    for p in &report.passes {
+        if let Some(dump) = &p.dump {
+            eprintln!("// ----- IR after `{}` -----\n{dump}", p.name);
+        }
     }
-    passes::dce(&mut sg)?;
-    let mut kernels = kernelize::kernelize(&sg, batch, options.fuse, options.epilogue_reductions)?;
-    let layout = StateLayout::new(graph);
-    // Bucketed all-reduces are planned on the whole graph: the same on every participant of
-    // a job whatever its step.
-    let plan = collectives::CollectivePlan::new(graph, options.bucket_bytes)?;
-    let (arenas, collectives) = if options.fuse && options.arena_fusion {
-        let all_reduced = plan.value_slots(&kernels);
-        let arenas = arena::fuse_updates(
-            &sg.graph,
-            &mut kernels,
-            &layout,
-            batch,
-            options.bucket_bytes,
-            &all_reduced,
-        );
-        let collectives =
-            collectives::fuse_all_reduces(&sg.graph, &mut kernels, &arenas, &plan, batch);
-        (arenas, collectives)
-    } else {
-        (Vec::new(), Vec::new())
-    };
-    let program = emit::emit(
-        &sg,
-        kernels,
-        batch,
-        layout,
-        (arenas, collectives),
-        &plan,
-        options.in_place_assigns,
-    )?;
-    if options.verify {
-        verify::verify(&program)?;
+    if std::env::var("TOWERPACK_TIME_PASSES").is_ok_and(|v| v == "1") {
+        eprintln!("lowering passes (batch {batch}):\n{report}");
     }
     Ok(program)
+}
+
+/// [`lower`], returning also what each pass did (times, rewrite counts, dumps) instead of
+/// printing it.
+pub fn lower_with_report(
+    graph: &Graph,
+    step: &Step,
+    batch: usize,
+    options: &LowerOptions,
+) -> Result<(Program, PassReport), LowerError> {
+    Pipeline::standard(options).run(graph, step, batch, options)
 }

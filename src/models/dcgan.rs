@@ -62,6 +62,12 @@ pub fn generator(z: &Tensor) -> Tensor {
     }
 }
 
+/// `BatchNorm("bn", x)` then leaky ReLU (0.2): DCGAN's activation of the discriminator's
+/// inner layers (tensorpack's `BNLReLU`).
+fn bn_leaky_relu(x: &Tensor) -> Tensor {
+    BatchNorm("bn", x).build().leaky_relu(0.2)
+}
+
 /// The discriminator: 28×28×1 → 14×14×32 → 7×7×64 → one logit, in variable scope `discrim`
 /// (with `reuse`, the variables of an earlier call).
 pub fn discriminator(image: &Tensor, reuse: bool) -> Tensor {
@@ -69,7 +75,7 @@ pub fn discriminator(image: &Tensor, reuse: bool) -> Tensor {
     graph! {
         argscope Conv2D(kernel_size = 4, strides = 2, activation = leaky_relu(0.2)) {
             let l = Conv2D("conv0", image, filters = 32);
-            let l = Conv2D("conv1", l, filters = 64);
+            let l = Conv2D("conv1", l, filters = 64, activation = bn_leaky_relu);
             FullyConnected("fc", l, units = 1)
         }
     }

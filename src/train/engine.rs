@@ -163,6 +163,9 @@ fn resolve_resume(
     Ok(found)
 }
 
+/// The file in the logdir holding the training graph's textual IR.
+pub const GRAPH_FILE_NAME: &str = "graph.tp";
+
 /// Trains with `config` and `trainer` (tensorpack's `launch_train_with_config`).
 ///
 /// Callback order (= call order at every lifecycle point): the input source's, the trainer's,
@@ -259,6 +262,13 @@ pub fn launch_train_with_config(
         .unwrap_or_else(|| Box::new(JustCurrentSession));
     init.setup_graph(ctx.graph_mut("session init")?)?;
     let graph = std::mem::take(ctx.graph_mut("creating the session")?);
+    // The training graph in textual form, as tensorpack writes its graph for TensorBoard:
+    // `towerpack check|lower graph.tp` reads it.
+    if let (true, Some(dir)) = (is_chief, &ctx.logdir) {
+        let path = dir.join(GRAPH_FILE_NAME);
+        crate::atomic_file::write_atomically(&path, crate::ir::text::print(&graph).as_bytes())
+            .map_err(TrainError::io(&path))?;
+    }
     let mut session = config
         .backend
         .create_session_on(graph, &placement, bucket_bytes)?;

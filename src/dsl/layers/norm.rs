@@ -3,6 +3,10 @@
 //! Variables: `beta`, `gamma` (trainable), `mean/EMA`, `variance/EMA` (non-trainable, in
 //! MODEL_VARIABLES). Training normalizes with the batch moments and, in the main training tower
 //! only, adds the EMA `Assign`s to UPDATE_OPS; inference (or `training = false`) uses the EMAs.
+//! A call under variable reuse (a layer applied a second time in the same tower, as a GAN's
+//! discriminator on real and on generated images) normalizes with its own batch's moments but
+//! adds no second EMA update: the first call's updates the EMAs (one assign per variable and
+//! step).
 
 use super::{layer, run_layer};
 use crate::dsl::Tensor;
@@ -74,7 +78,8 @@ impl BatchNorm {
             let ema_var = param("variance/EMA", Initializer::Ones, false);
             let (mean, var) = if training {
                 let (mean, var) = x.moments(&axes);
-                if ctx.as_ref().is_none_or(|c| c.is_main_training_tower()) {
+                let updates_ema = ctx.as_ref().is_none_or(|c| c.is_main_training_tower());
+                if updates_ema && !b.reuse() {
                     for (ema, batch, op) in [
                         (&ema_mean, &mean, "AssignMovingAvg"),
                         (&ema_var, &var, "AssignMovingAvg_1"),

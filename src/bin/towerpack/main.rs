@@ -1,25 +1,43 @@
-//! The `towerpack` command: `check FILE` verifies a textual IR file and `fmt FILE` prints its
-//! canonical form. Exit codes: 0 success, 1 a bad file, 2 a usage error.
+//! The `towerpack` command: `check FILE` verifies a textual IR file, `fmt FILE` prints its
+//! canonical form, and `lower FILE` compiles a step of it through lowering's passes and prints
+//! the program (and, on request, the IR after every pass and the passes' times). Exit codes:
+//! 0 success, 1 a bad file (or a step that does not lower), 2 a usage error.
+
+mod lower_cmd;
 
 use std::io::Read as _;
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-usage: towerpack <command> FILE
+usage: towerpack <command> FILE [options]
 
 Tools for the textual op-graph IR (grammar: grammar/towerpack-ir.ebnf).
 
 commands:
   check FILE   parse, infer types and verify FILE; print one OK line, or the error
   fmt FILE     print FILE in canonical form on stdout
+  lower FILE   lower one step of FILE through the passes and print the program on stdout
 
 FILE may be `-` for standard input.
+
+options of `lower`:
+  --batch N            the batch size N binds to (default 32)
+  --fetch NAME         a value the step returns (repeatable)
+  --target NAME        an assign or group node the step runs (repeatable); without --fetch
+                       and --target, the step runs every sink of the graph: assign and group
+                       sinks as targets, other sinks' first outputs as fetches
+  --device cpu|cuda    lower with that backend's options (default cpu)
+  --print-after-all    print the IR after every pass (on stdout, before the program)
+  --print-after PASS   print the IR after PASS (repeatable)
+  --time-passes        print each pass's time and rewrite count
+  --verify-each        check the IR after every pass
 
 options:
   -h, --help     print this help
   -V, --version  print the version
 
-exit status: 0 success, 1 FILE is invalid or unreadable, 2 usage error";
+exit status: 0 success, 1 FILE is invalid or unreadable (or its step does not lower),
+2 usage error";
 
 fn usage_error(message: &str) -> ExitCode {
     eprintln!("towerpack: {message}\nusage: towerpack check|fmt FILE (see `towerpack --help`)");
@@ -87,7 +105,24 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        [cmd @ ("check" | "fmt")] => usage_error(&format!("`{cmd}` needs a FILE")),
+        ["lower", rest @ ..] if rest.contains(&"-h") || rest.contains(&"--help") => {
+            println!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        ["lower", path, options @ ..] if !path.starts_with("--") => {
+            let options = match lower_cmd::LowerArgs::parse(options) {
+                Ok(o) => o,
+                Err(e) => return usage_error(&e),
+            };
+            match load(path) {
+                Ok(g) => lower_cmd::run(&g, &options),
+                Err(code) => code,
+            }
+        }
+        [cmd @ ("check" | "fmt" | "lower"), ..] if args.len() == 1 => {
+            usage_error(&format!("`{cmd}` needs a FILE"))
+        }
+        ["lower", ..] => usage_error("`lower` needs a FILE before its options"),
         [cmd @ ("check" | "fmt"), _, extra, ..] => {
             usage_error(&format!("`{cmd}` takes one FILE; unexpected `{extra}`"))
         }
