@@ -236,7 +236,10 @@ impl Warp {
                 m: ref access,
                 ref d,
             } => {
-                count_global(env, access, m, false);
+                if count_global(env, access, m, false) && self.branched {
+                    self.branched = false;
+                    env.mem.load_epochs += 1;
+                }
                 memops::load(env, regs, &self.local, access, d, m)?
             }
             Op::St {
@@ -379,12 +382,12 @@ impl Warp {
 }
 
 /// Counts a warp's global (or generic) memory instruction and the bytes its active lanes move,
-/// for the per-launch counters of [`super::LaunchStats`].
+/// for the per-launch counters of [`super::LaunchStats`]; true when it was one.
 #[inline(always)]
-fn count_global(env: &mut CtaEnv, access: &crate::inst::MemAccess, mask: u32, store: bool) {
+fn count_global(env: &mut CtaEnv, access: &crate::inst::MemAccess, mask: u32, store: bool) -> bool {
     use crate::inst::MemSpace;
     if mask == 0 || !matches!(access.space, MemSpace::Global | MemSpace::Generic) {
-        return;
+        return false;
     }
     let bytes = u64::from(access.width) * u64::from(access.count) * u64::from(mask.count_ones());
     if store {
@@ -393,4 +396,5 @@ fn count_global(env: &mut CtaEnv, access: &crate::inst::MemAccess, mask: u32, st
         env.mem.global_loads += 1;
     }
     env.mem.global_bytes += bytes;
+    true
 }

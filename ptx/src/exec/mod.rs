@@ -70,6 +70,11 @@ pub(crate) struct MemCounts {
     pub global_loads: u64,
     pub global_stores: u64,
     pub global_bytes: u64,
+    /// Runs of global loads a warp issues with no branch or barrier between them, summed over
+    /// warps: loads of one run can be in flight together, each run waits for memory once.
+    pub load_epochs: u64,
+    /// Warp-level `bar.sync` executions.
+    pub barriers: u64,
 }
 
 /// Counters of a finished launch.
@@ -86,6 +91,12 @@ pub struct LaunchStats {
     pub global_stores: u64,
     /// Bytes moved by those instructions' active lanes (before any caching).
     pub global_bytes: u64,
+    /// Runs of global loads issued by a warp with no branch or barrier in between, summed over
+    /// warps (the loads of a run can be in flight together: a latency-bound warp waits for
+    /// memory about once per run).
+    pub load_epochs: u64,
+    /// Warp-level barrier (`bar.sync`) executions.
+    pub barriers: u64,
     /// Warp-instructions of the busiest CTA (the serial work of one block).
     pub max_cta_warp_instructions: u64,
 }
@@ -107,6 +118,8 @@ impl CtaCount {
                 global_loads: self.mem.global_loads + o.mem.global_loads,
                 global_stores: self.mem.global_stores + o.mem.global_stores,
                 global_bytes: self.mem.global_bytes + o.mem.global_bytes,
+                load_epochs: self.mem.load_epochs + o.mem.load_epochs,
+                barriers: self.mem.barriers + o.mem.barriers,
             },
         }
     }
@@ -221,6 +234,8 @@ pub(crate) fn run(l: &Launch) -> Result<LaunchStats, ExecError> {
         stats.global_loads += c.mem.global_loads;
         stats.global_stores += c.mem.global_stores;
         stats.global_bytes += c.mem.global_bytes;
+        stats.load_epochs += c.mem.load_epochs;
+        stats.barriers += c.mem.barriers;
         stats.max_cta_warp_instructions = stats.max_cta_warp_instructions.max(max_steps);
     }
     Ok(stats)

@@ -135,6 +135,12 @@ impl EmulatedDriver {
             .map_err(|e| fault(entry, device, e))
     }
 
+    /// The static shared memory of `entry` of `module`, as its PTX declares it.
+    pub fn static_shared_bytes(&self, device: usize, module: ModuleId, entry: &str) -> Option<usize> {
+        let m = self.module(device, module).ok()?;
+        m.kernel(entry).map(|k| k.static_shared_bytes())
+    }
+
     fn dev(&self, device: usize, call: &'static str) -> Result<&Device, CudaError> {
         self.devices
             .get(device)
