@@ -75,6 +75,12 @@ pub(crate) struct MemCounts {
     pub load_epochs: u64,
     /// Warp-level `bar.sync` executions.
     pub barriers: u64,
+    /// Shared-memory wavefronts of the warps' shared loads and stores (one per access without
+    /// bank conflicts, more with them).
+    pub shared_wavefronts: u64,
+    /// Distinct 32-byte sectors of the warps' global accesses (their lanes inside one
+    /// allocation).
+    pub global_sectors: u64,
 }
 
 /// Counters of a finished launch.
@@ -97,6 +103,12 @@ pub struct LaunchStats {
     pub load_epochs: u64,
     /// Warp-level barrier (`bar.sync`) executions.
     pub barriers: u64,
+    /// Shared-memory wavefronts of the shared loads and stores: one per access, more when lanes
+    /// hit distinct words of one bank (bank conflicts).
+    pub shared_wavefronts: u64,
+    /// Distinct 32-byte sectors of the global loads and stores (coalescing: 4 per 128
+    /// contiguous bytes, up to one per lane when the lanes scatter).
+    pub global_sectors: u64,
     /// Warp-instructions of the busiest CTA (the serial work of one block).
     pub max_cta_warp_instructions: u64,
 }
@@ -120,6 +132,8 @@ impl CtaCount {
                 global_bytes: self.mem.global_bytes + o.mem.global_bytes,
                 load_epochs: self.mem.load_epochs + o.mem.load_epochs,
                 barriers: self.mem.barriers + o.mem.barriers,
+                shared_wavefronts: self.mem.shared_wavefronts + o.mem.shared_wavefronts,
+                global_sectors: self.mem.global_sectors + o.mem.global_sectors,
             },
         }
     }
@@ -236,6 +250,8 @@ pub(crate) fn run(l: &Launch) -> Result<LaunchStats, ExecError> {
         stats.global_bytes += c.mem.global_bytes;
         stats.load_epochs += c.mem.load_epochs;
         stats.barriers += c.mem.barriers;
+        stats.shared_wavefronts += c.mem.shared_wavefronts;
+        stats.global_sectors += c.mem.global_sectors;
         stats.max_cta_warp_instructions = stats.max_cta_warp_instructions.max(max_steps);
     }
     Ok(stats)

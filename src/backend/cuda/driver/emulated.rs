@@ -136,7 +136,12 @@ impl EmulatedDriver {
     }
 
     /// The static shared memory of `entry` of `module`, as its PTX declares it.
-    pub fn static_shared_bytes(&self, device: usize, module: ModuleId, entry: &str) -> Option<usize> {
+    pub fn static_shared_bytes(
+        &self,
+        device: usize,
+        module: ModuleId,
+        entry: &str,
+    ) -> Option<usize> {
         let m = self.module(device, module).ok()?;
         m.kernel(entry).map(|k| k.static_shared_bytes())
     }

@@ -31,7 +31,10 @@ pub struct MeasuredLaunch {
 const SAMPLE_STEP_LIMIT: u64 = 1 << 34;
 
 /// Prepares `program` on emulated devices and measures block 0 of every launch.
-pub fn measure(program: &Program, compiler: &Compiler) -> Result<Vec<MeasuredLaunch>, BackendError> {
+pub fn measure(
+    program: &Program,
+    compiler: &Compiler,
+) -> Result<Vec<MeasuredLaunch>, BackendError> {
     let devices = program
         .devices()
         .max(program.arena_bytes.len())
@@ -81,6 +84,8 @@ pub fn measure(program: &Program, compiler: &Compiler) -> Result<Vec<MeasuredLau
                 let c = BlockCounts {
                     warp_instructions: stats.warp_instructions as f64,
                     load_epochs: stats.load_epochs as f64,
+                    shared_wavefronts: stats.shared_wavefronts as f64,
+                    global_sectors: stats.global_sectors as f64,
                 };
                 let shared = driver
                     .static_shared_bytes(l.device, l.module, l.entry)

@@ -7,10 +7,11 @@
 //!
 //! Occupancy (blocks resident per SM) comes from the block's threads, registers and shared
 //! memory; `waves` is how many rounds of resident blocks the grid needs. A wave takes as long as
-//! the longer of its *issue* time (every warp-instruction of the blocks sharing an SM, spread
-//! over its schedulers) and the *latency* of one warp (its instructions back to back at the
-//! dependent-issue latency, plus one memory latency per load epoch — a run of global loads
-//! issued together). The per-block counts come from the emulator ([`super::measure`]); without
+//! the longest of its *issue* time (every warp-instruction of the blocks sharing an SM, spread
+//! over its schedulers), its *shared-memory* time (their wavefronts, one per cycle per SM: bank
+//! conflicts show here), its *L1* time (their global sectors: uncoalesced accesses show here)
+//! and the *latency* of one warp (its instructions at the calibrated stall per instruction,
+//! plus one memory latency per load epoch — a run of global loads issued together). The per-block counts come from the emulator ([`super::measure`]); without
 //! them the serial term is left out.
 
 use super::spec::GpuSpec;
@@ -34,7 +35,12 @@ pub struct Launch {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BlockCounts {
     pub warp_instructions: f64,
+    /// Runs of global loads issued together (each waits for memory once).
     pub load_epochs: f64,
+    /// Shared-memory wavefronts (accesses, plus one per extra word a bank serves).
+    pub shared_wavefronts: f64,
+    /// Distinct 32-byte sectors of the global accesses (scattered lanes move more).
+    pub global_sectors: f64,
 }
 
 /// Which term of the model sets a launch's time.
@@ -98,7 +104,12 @@ pub fn blocks_per_sm(gpu: &GpuSpec, launch: &Launch) -> u32 {
 
 /// The predicted time of `launch` on `gpu`.
 pub fn predict(gpu: &GpuSpec, launch: &Launch) -> Prediction {
-    let blocks = launch.grid.iter().map(|&g| u64::from(g)).product::<u64>().max(1);
+    let blocks = launch
+        .grid
+        .iter()
+        .map(|&g| u64::from(g))
+        .product::<u64>()
+        .max(1);
     let threads = launch.block.iter().product::<u32>().max(1);
     let warps = f64::from(threads.div_ceil(32));
     let per_sm = blocks_per_sm(gpu, launch);
@@ -111,11 +122,13 @@ pub fn predict(gpu: &GpuSpec, launch: &Launch) -> Prediction {
         // Blocks sharing an SM in a full wave (fewer when the grid is small).
         let sharing = (blocks.div_ceil(sms).min(u64::from(per_sm))) as f64;
         let issue = sharing * c.warp_instructions / f64::from(gpu.schedulers_per_sm);
+        let shared = sharing * c.shared_wavefronts;
+        let l1 = sharing * c.global_sectors / gpu.l1_sectors_per_cycle;
         let per_warp = c.warp_instructions / warps;
         let epochs = c.load_epochs / warps;
         let latency =
-            per_warp * gpu.dependent_issue_cycles + epochs * gpu.memory_latency_cycles;
-        issue.max(latency) * waves as f64 / (gpu.clock_ghz * 1e3)
+            per_warp * gpu.stall_cycles_per_instruction + epochs * gpu.memory_latency_cycles;
+        issue.max(shared).max(l1).max(latency) * waves as f64 / (gpu.clock_ghz * 1e3)
     });
     let (mut bound, mut longest) = (Bound::Compute, compute_us);
     for (b, t) in [(Bound::Memory, memory_us), (Bound::Serial, serial_us)] {

@@ -60,7 +60,10 @@ pub fn assemble(ptx: &str, sm: &str, entry: &str) -> Option<PtxasReport> {
     let dir = std::env::temp_dir().join(format!(
         "towerpack-ptxas-{}-{}",
         std::process::id(),
-        std::thread::current().name().unwrap_or("t").replace(['/', ':'], "_")
+        std::thread::current()
+            .name()
+            .unwrap_or("t")
+            .replace(['/', ':'], "_")
     ));
     std::fs::create_dir_all(&dir).ok()?;
     let file = dir.join("k.ptx");

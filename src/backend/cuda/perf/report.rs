@@ -64,6 +64,8 @@ impl LaunchRow {
             "lane_iterations": self.work.lane_iterations,
             "block_warp_instructions": self.counts.warp_instructions,
             "block_load_epochs": self.counts.load_epochs,
+            "block_shared_wavefronts": self.counts.shared_wavefronts,
+            "block_global_sectors": self.counts.global_sectors,
             "blocks_per_sm": self.prediction.blocks_per_sm,
             "waves": self.prediction.waves,
             "bound": self.prediction.bound.name(),
@@ -85,7 +87,9 @@ pub fn launch_report(
     let mut ptxas: HashMap<String, Option<PtxasReport>> = HashMap::new();
     let mut rows = Vec::with_capacity(measured.len());
     for (index, m) in measured.iter().enumerate() {
-        rows.push(row(program, compiler, gpu, registers, &mut ptxas, index, m)?);
+        rows.push(row(
+            program, compiler, gpu, registers, &mut ptxas, index, m,
+        )?);
     }
     Ok(rows)
 }

@@ -24,11 +24,16 @@ pub struct GpuSpec {
     pub schedulers_per_sm: u32,
     /// Registers are allocated per warp in units of this many.
     pub register_granularity: u32,
+    /// L1 throughput in 32-byte sectors per cycle per SM.
+    pub l1_sectors_per_cycle: f64,
     /// Calibrated: cycles a warp waits for global memory once per load epoch (a run of loads
     /// issued together), when no other warp hides it.
     pub memory_latency_cycles: f64,
-    /// Calibrated: cycles between dependent instructions of one warp (pipeline latency).
-    pub dependent_issue_cycles: f64,
+    /// Calibrated: the average cycles between two instructions of one warp when no other warp
+    /// hides the wait (dependent arithmetic, shared-memory latency, barriers). It is an
+    /// average over the old kernels' instruction mixes, not a pipeline latency: a kernel with
+    /// more independent work per thread will do better than this predicts.
+    pub stall_cycles_per_instruction: f64,
     /// Calibrated: the shortest launch as Nsight Compute times it (launch, ramp-up and drain
     /// of an almost empty kernel), µs.
     pub launch_us: f64,
@@ -50,8 +55,9 @@ pub const H100_SXM: GpuSpec = GpuSpec {
     shared_per_sm: 233_472,
     schedulers_per_sm: 4,
     register_granularity: 256,
-    memory_latency_cycles: 640.0,
-    dependent_issue_cycles: 4.0,
+    l1_sectors_per_cycle: 4.0,
+    memory_latency_cycles: 860.0,
+    stall_cycles_per_instruction: 12.0,
     launch_us: 2.5,
 };
 

@@ -40,7 +40,10 @@ pub fn kernel_work(program: &Program, k: &Kernel) -> Work {
             ..
         } => {
             let points = shape.iter().product::<usize>() as f64;
-            (points * (prologue.ops.len() + ops.len()).max(1) as f64, points)
+            (
+                points * (prologue.ops.len() + ops.len()).max(1) as f64,
+                points,
+            )
         }
         KernelKind::MatMul(g, _) => {
             let macs = (g.batch * g.m * g.n) as f64 * g.k as f64;
