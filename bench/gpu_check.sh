@@ -6,7 +6,7 @@
 #
 #   bash gpu_check.sh [--out DIR] [--budget SECONDS] [--bin DIR] [--dry-run]
 #
-# Runs, each time-boxed, with a deadline for the whole run (default 340 s):
+# Runs, each time-boxed, with a deadline for the whole run (default 340 s; dry run 600 s):
 #   1. the CUDA test binaries with TOWERPACK_TEST_CUDA=gpu: the same comparisons against the
 #      CPU backend as in CI, on the GPU;
 #   2. `resnet --device cuda --bench` at batch 64, 128 and 256;
@@ -29,7 +29,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$here
 out=${OUT:-$PWD/gpu_check_out}
-budget=340
+budget=
 dry=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -41,6 +41,10 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+# The whole run's deadline: under 6 minutes on a GPU; the emulated dry run is slower.
+if [ -z "$budget" ]; then
+  if [ "$dry" = 1 ]; then budget=600; else budget=340; fi
+fi
 mkdir -p "$out"
 report=$out/gpu_check_report.md
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
@@ -62,18 +66,24 @@ fi
 export TOWERPACK_CUDA_CACHE=${TOWERPACK_CUDA_CACHE:-$work/ptx-cache}
 export RUST_BACKTRACE=1
 
+# Per-step time limits (s): tests, each bench, each PyTorch run, the long run, each
+# sanitizer, mnist, each determinism run.
 if [ "$dry" = 1 ]; then
   device=cuda-emu
   test_device=emu
-  batches=(1 2)
+  batches=(1)
   bench_steps=1
   torch_device=cpu
+  mnist_epochs=1
+  limits=(150 90 60 20 40 150 150)
 else
   device=cuda
   test_device=gpu
   batches=(64 128 256)
   bench_steps=30
   torch_device=cuda
+  mnist_epochs=3
+  limits=(150 60 60 75 40 45 60)
 fi
 
 say() { printf '%s\n' "$*" | tee -a "$report"; }
@@ -149,7 +159,7 @@ for t in cuda_emu_training cuda_emu_kernels cuda_emu_ops; do
     failures=$((failures + 1))
     continue
   fi
-  if ! TOWERPACK_TEST_CUDA=$test_device run "$t" 150 "$bin/$t" "${filter[@]}"; then
+  if ! TOWERPACK_TEST_CUDA=$test_device run "$t" "${limits[0]}" "$bin/$t" "${filter[@]}"; then
     failures=$((failures + 1))
   fi
   say "  $(grep -E '^test result' "$work/$t.log" | tail -1)"
@@ -159,7 +169,7 @@ done
 section "2. towerpack ResNet-20 training throughput (--device $device --bench)"
 declare -A ours
 for b in "${batches[@]}"; do
-  if run "resnet_bench_b$b" 60 "$bin/resnet" --device "$device" --bench --batch "$b" \
+  if run "resnet_bench_b$b" "${limits[1]}" "$bin/resnet" --device "$device" --bench --batch "$b" \
     --bench-steps "$bench_steps" --logdir "$work/bench_log"; then
     line=$(grep -E '^\{' "$work/resnet_bench_b$b.log" | tail -1)
     ours[$b]=$(printf '%s' "$line" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_sec"])' 2>/dev/null || echo "")
@@ -170,19 +180,23 @@ for b in "${batches[@]}"; do
   fi
 done
 
-section "3. PyTorch ResNet-20 on the same device ($torch_device)"
+# The batch of the ratios: 128 on a GPU, the dry run's largest.
+ratio_batch=128
+if [ "$dry" = 1 ]; then ratio_batch=${batches[-1]}; fi
+
+section "3. PyTorch ResNet-20 on the same device ($torch_device, batch $ratio_batch)"
 declare -A torch_rate
 if [ "$torch_version" = "no torch" ]; then
   say "- skipped: PyTorch is not installed"
 else
   if [ "$dry" = 1 ]; then
-    torch_args=(--batch 2 --warmup 1 --steps 2 --rounds 1)
+    torch_args=(--batch "${batches[-1]}" --warmup 1 --steps 2 --rounds 1)
   else
-    torch_args=(--batch 128 --warmup 10 --steps 50 --rounds 3)
+    torch_args=(--batch "$ratio_batch" --warmup 10 --steps 50 --rounds 3)
   fi
   for tf32 in off on; do
     if [ "$dry" = 1 ] && [ "$tf32" = on ]; then continue; fi
-    if run "pytorch_tf32_$tf32" 60 python3 "$bin/pytorch_train.py" resnet20 resnet20-nchw \
+    if run "pytorch_tf32_$tf32" "${limits[2]}" python3 "$bin/pytorch_train.py" resnet20 resnet20-nchw \
       --device "$torch_device" --tf32 "$tf32" --machine "${torch_args[@]}"; then
       while read -r _ name _ rate; do
         torch_rate["$name/tf32-$tf32"]=$rate
@@ -198,12 +212,10 @@ fi
 section "4. The default 16-epoch ResNet-20 run (time-boxed)"
 if [ "$dry" = 1 ]; then
   long=("$bin/resnet" --device "$device" --max-epoch 1 --steps-per-epoch 2 --batch 2)
-  long_limit=20
 else
   long=("$bin/resnet" --device "$device")
-  long_limit=75
 fi
-run resnet_16_epochs "$long_limit" "${long[@]}" --fresh --logdir "$work/resnet16"
+run resnet_16_epochs "${limits[3]}" "${long[@]}" --fresh --logdir "$work/resnet16"
 epochs=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$work/resnet16/stats.json" 2>/dev/null || echo 0)
 say "  epochs completed: $epochs"
 grep -E 'validation accuracy|finished, time' "$work/resnet_16_epochs.log" | tail -3 | sed 's/^/  /' | tee -a "$report"
@@ -211,7 +223,7 @@ grep -E 'validation accuracy|finished, time' "$work/resnet_16_epochs.log" | tail
 section "5. compute-sanitizer on a short run"
 if command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck synccheck; do
-    run "sanitizer_$tool" 40 compute-sanitizer --tool "$tool" --launch-count 240 \
+    run "sanitizer_$tool" "${limits[4]}" compute-sanitizer --tool "$tool" --launch-count 240 \
       "$bin/resnet" --device "$device" --bench --batch 8 --bench-steps 1 --logdir "$work/san_log"
     say "  $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$work/sanitizer_$tool.log" | tail -1)"
   done
@@ -220,7 +232,7 @@ else
 fi
 
 section "6. mnist --device $device"
-if run mnist 45 "$bin/mnist" --device "$device" --max-epoch 2 --fresh --logdir "$work/mnist"; then
+if run mnist "${limits[5]}" "$bin/mnist" --device "$device" --max-epoch "$mnist_epochs" --fresh --logdir "$work/mnist"; then
   rate=$(python3 - "$work/mnist.log" <<'PY'
 import re, sys
 steps = [(int(g), float(t)) for g, t in re.findall(
@@ -246,7 +258,7 @@ else
 fi
 det_ok=1
 for r in a b; do
-  run "determinism_$r" 60 "${det[@]}" --fresh --logdir "$work/det_$r" || det_ok=0
+  run "determinism_$r" "${limits[6]}" "${det[@]}" --fresh --logdir "$work/det_$r" || det_ok=0
 done
 if [ "$det_ok" = 1 ]; then
   verdict=$(python3 - "$work/det_a" "$work/det_b" <<'PY'
@@ -281,7 +293,7 @@ else
 fi
 
 section "Ratios"
-python3 - "${ours[128]:-${ours[2]:-}}" "${torch_rate[resnet20/tf32-off]:-}" \
+python3 - "$ratio_batch" "${ours[$ratio_batch]:-}" "${torch_rate[resnet20/tf32-off]:-}" \
   "${torch_rate[resnet20-nchw/tf32-off]:-}" "${torch_rate[resnet20/tf32-on]:-}" \
   "${torch_rate[resnet20-nchw/tf32-on]:-}" <<'PY' | tee -a "$report"
 import sys
@@ -290,10 +302,11 @@ def num(s):
         return float(s)
     except ValueError:
         return None
-ours, cl_off, nchw_off, cl_on, nchw_on = map(num, sys.argv[1:])
+batch = sys.argv[1]
+ours, cl_off, nchw_off, cl_on, nchw_on = map(num, sys.argv[2:])
 fp32 = max([x for x in (cl_off, nchw_off) if x] or [0]) or None
 tf32 = max([x for x in (cl_on, nchw_on) if x] or [0]) or None
-print(f"towerpack ResNet-20, batch 128: {ours or '?'} images/s")
+print(f"towerpack ResNet-20, batch {batch}: {ours or '?'} images/s")
 for what, ref in (("PyTorch's best fp32 (TF32 off)", fp32), ("PyTorch's best with TF32", tf32)):
     if ours and ref:
         print(f"  / {what} {ref:.0f} images/s = {ours / ref:.2f}x")
