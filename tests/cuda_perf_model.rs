@@ -299,6 +299,8 @@ fn the_model_predicts_the_measured_old_kernels_within_2x() {
 #[test]
 fn snapshot_of_the_resnet20_b128_launch_report() {
     cuda_common::require_nvrtc();
+    // The registers column comes from ptxas: fail clearly without it (CI installs it).
+    let _ = cuda_common::ptxas();
     let rows = launch_report::report(resnet20(), 128, 1, &H100_SXM).expect("report");
     let text = format!(
         "{}\n{}",

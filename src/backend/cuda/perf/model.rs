@@ -90,11 +90,10 @@ pub fn blocks_per_sm(gpu: &GpuSpec, launch: &Launch) -> u32 {
         let per_warp = (r.max(1) * 32).next_multiple_of(gpu.register_granularity);
         gpu.registers_per_sm / (per_warp * warps)
     });
-    let by_shared = if launch.shared_bytes == 0 {
-        u32::MAX
-    } else {
-        gpu.shared_per_sm / launch.shared_bytes
-    };
+    let by_shared = gpu
+        .shared_per_sm
+        .checked_div(launch.shared_bytes)
+        .unwrap_or(u32::MAX);
     gpu.max_blocks_per_sm
         .min(by_threads)
         .min(by_registers)
