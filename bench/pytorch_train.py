@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch eager (CPU, fp32) training steps of the models `benches/train_step.rs` times.
+"""PyTorch eager (fp32, CPU or CUDA) training steps of the models `benches/train_step.rs` times.
 
 The same models as towerpack's benchmark, built to match its graphs:
 
@@ -16,6 +16,12 @@ step`, the loss read back as a Python float (as towerpack's step fetches its cos
 
     python3 bench/pytorch_train.py [resnet20 resnet20-nchw mlp linear] [--threads 2]
         [--rounds 5] [--secs 1.0] [--machine] [--cpu-time]
+        [--device cpu|cuda] [--tf32 off|on] [--batch B] [--warmup 2] [--steps N]
+
+On `--device cuda` the model and every batch live on the GPU, `cudnn.benchmark` is on, TF32
+is off unless `--tf32 on` (matmuls and convolutions), and every timed step ends with
+`torch.cuda.synchronize()`. `--steps N` times exactly N steps per round (after `--warmup`
+steps) instead of rounds of at least `--secs` seconds. `--batch` overrides the model's batch.
 """
 
 import argparse
@@ -98,27 +104,30 @@ def mlp():
     )
 
 
-def setup(name):
-    """(model, batches, batch size, weight decay, memory format) of a benchmark."""
+def setup(name, device="cpu", batch=None):
+    """(model, batches, batch size, weight decay) of a benchmark, on `device`."""
     g = torch.Generator().manual_seed(0)
     if name.startswith("resnet20"):
         fmt = torch.contiguous_format if name.endswith("nchw") else torch.channels_last
-        model, batch, wd = ResNet20().to(memory_format=fmt), 128, 2e-4
-        xs = [(torch.rand(batch, 3, 32, 32, generator=g) * 256 - 128).to(memory_format=fmt)
-              for _ in range(4)]
+        batch = batch or 128
+        model, wd = ResNet20().to(device=device, memory_format=fmt), 2e-4
+        xs = [(torch.rand(batch, 3, 32, 32, generator=g) * 256 - 128)
+              .to(device=device, memory_format=fmt) for _ in range(4)]
     elif name == "mlp":
-        model, batch, wd = mlp(), 256, 1e-5
-        xs = [torch.rand(batch, 28, 28, generator=g) * 2 - 1 for _ in range(4)]
+        batch = batch or 256
+        model, wd = mlp().to(device), 1e-5
+        xs = [(torch.rand(batch, 28, 28, generator=g) * 2 - 1).to(device) for _ in range(4)]
     elif name == "linear":
-        model, batch, wd = nn.Linear(10, 10), 8, 0.0
-        xs = [torch.rand(batch, 10, generator=g) * 2 - 1 for _ in range(4)]
+        batch = batch or 8
+        model, wd = nn.Linear(10, 10).to(device), 0.0
+        xs = [(torch.rand(batch, 10, generator=g) * 2 - 1).to(device) for _ in range(4)]
     else:
         raise SystemExit(f"unknown model {name} ({', '.join(MODELS)})")
-    ys = [torch.randint(0, 10, (batch,), generator=g) for _ in range(4)]
+    ys = [torch.randint(0, 10, (batch,), generator=g).to(device) for _ in range(4)]
     return model, list(zip(xs, ys)), batch, wd
 
 
-def make_step(model, wd):
+def make_step(model, wd, device="cpu"):
     # tensorpack's L2 is on the weights (".*/W"), not biases or BN parameters.
     decay = [p for n, p in model.named_parameters() if n.endswith("weight") and p.dim() > 1]
     rest = [p for n, p in model.named_parameters() if not (n.endswith("weight") and p.dim() > 1)]
@@ -131,22 +140,26 @@ def make_step(model, wd):
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
-        return loss.item()
+        value = loss.item()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return value
 
     return step
 
 
-def time_model(name, rounds, secs, threads, cpu_time):
-    """(median, best) seconds per step over `rounds` rounds of at least `secs` seconds (with
-    `cpu_time`, process CPU seconds divided by the thread count)."""
-    model, data, batch, wd = setup(name)
-    step = make_step(model, wd)
-    for i in range(2):
+def time_model(name, rounds, secs, threads, cpu_time, device="cpu", batch=None, warmup=2,
+               steps=None):
+    """(median, best) seconds per step over `rounds` rounds of at least `secs` seconds, or of
+    exactly `steps` steps (with `cpu_time`, process CPU seconds divided by the thread count)."""
+    model, data, batch, wd = setup(name, device, batch)
+    step = make_step(model, wd, device)
+    for i in range(warmup):
         step(*data[i % len(data)])
     times = []
     for _ in range(rounds):
         n, start, cpu_start = 0, time.perf_counter(), time.process_time()
-        while n == 0 or time.perf_counter() - start < secs:
+        while n == 0 or (n < steps if steps else time.perf_counter() - start < secs):
             step(*data[n % len(data)])
             n += 1
         if cpu_time:
@@ -166,10 +179,25 @@ def main():
     ap.add_argument("--machine", action="store_true")
     ap.add_argument("--cpu-time", action="store_true",
                     help="CPU seconds per thread instead of wall time (busy machines)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--tf32", choices=["off", "on"], default="off",
+                    help="TF32 tensor cores for matmuls and convolutions (cuda only)")
+    ap.add_argument("--batch", type=int, default=None, help="override the model's batch")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="time exactly this many steps per round (instead of --secs)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    if a.device == "cuda":
+        if not torch.cuda.is_available():
+            print("pytorch_train.py: --device cuda but torch sees no GPU", file=sys.stderr)
+            sys.exit(2)
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32 == "on"
+        torch.backends.cudnn.allow_tf32 = a.tf32 == "on"
     for name in a.models:
-        median, best, batch = time_model(name, a.rounds, a.secs, a.threads, a.cpu_time)
+        median, best, batch = time_model(name, a.rounds, a.secs, a.threads, a.cpu_time,
+                                         a.device, a.batch, a.warmup, a.steps)
         if a.machine:
             print(f"train {name} {median:.9f} {batch / median:.3f}", flush=True)
         else:

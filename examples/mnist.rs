@@ -7,6 +7,7 @@
 //! cargo run --release --example mnist                      # MLP 784-256-10
 //! cargo run --release --example mnist -- --model convnet   # two conv stages
 //! cargo run --release --example mnist -- --device cuda-emu  # CUDA kernels, emulated device
+//! cargo run --release --example mnist -- --launch-report launches.jsonl  # predicted GPU times
 //! ```
 //!
 //! `--device cuda` runs on the GPU (kernels compiled by NVRTC at run time); an unavailable
@@ -16,6 +17,9 @@ use std::error::Error;
 use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
+
+#[path = "common/launch_report.rs"]
+mod launch_report;
 use towerpack::data::{BatchData, mnist10k_split};
 use towerpack::models::{ConvNet, Mlp};
 use towerpack::optim::Optimizer;
@@ -63,6 +67,10 @@ struct Args {
     /// Start afresh: an existing logdir is backed up to `<logdir>.<timestamp>` instead of resumed.
     #[arg(long)]
     fresh: bool,
+    /// Write the CUDA launches of one training step at `--batch` with their predicted times
+    /// on an H100 to FILE (one JSON line per launch) instead of training; no GPU needed.
+    #[arg(long, value_name = "FILE")]
+    launch_report: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -82,13 +90,6 @@ fn main() {
 }
 
 fn run(args: &Args) -> Result<(), Box<dyn Error>> {
-    let action = if args.fresh {
-        LogDirAction::Backup
-    } else {
-        LogDirAction::Keep
-    };
-    let logdir = set_logger_dir(&args.logdir, action)?;
-
     let data = mnist10k_split()?;
     let train = data.train.to_f32(1.0 / 255.0);
     let mut validation = data.validation.to_f32(1.0 / 255.0);
@@ -120,6 +121,15 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
             )
         }
     };
+    if let Some(file) = &args.launch_report {
+        return launch_report::write(std::sync::Arc::new(model), args.batch, 1, file);
+    }
+    let action = if args.fresh {
+        LogDirAction::Backup
+    } else {
+        LogDirAction::Keep
+    };
+    let logdir = set_logger_dir(&args.logdir, action)?;
     let inferencers: Vec<Box<dyn Inferencer>> = vec![
         Box::new(ScalarStats::new(&["cross_entropy_loss"])),
         Box::new(ClassificationError::default()),

@@ -7,6 +7,7 @@
 //! cargo run --release --example resnet -- --data cifar-10-batches-bin --max-epoch 64
 //! cargo run --release --example resnet -- --bench           # one JSON line of throughput
 //! cargo run --release --example resnet -- --predict --load train_log/resnet
+//! cargo run --release --example resnet -- --batch 128 --launch-report launches.jsonl
 //! ```
 //!
 //! With no `--data`, it trains on the 10,000 MNIST digits compiled into towerpack (8,000 to train,
@@ -19,6 +20,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
+
+#[path = "common/launch_report.rs"]
+mod launch_report;
 use towerpack::data::{
     AugmentImageComponent, BatchData, CenterPaste, CifarSplit, DataFlow, Flip, ImageAugmentor,
     LabeledImages, Normalize, RandomCrop, load_cifar10, mnist10k_split,
@@ -101,6 +105,10 @@ struct Args {
     /// Output file of `--predict`.
     #[arg(long, default_value = "predictions.safetensors")]
     output: PathBuf,
+    /// Write the CUDA launches of one training step at `--batch` with their predicted times
+    /// on an H100 to FILE (one JSON line per launch) instead of training; no GPU needed.
+    #[arg(long, value_name = "FILE")]
+    launch_report: Option<PathBuf>,
 }
 
 /// The `--trainer` choices (tensorpack's trainer names in the help).
@@ -204,6 +212,9 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
         other => other,
     };
     let model = resnet_model(&net);
+    if let Some(file) = &args.launch_report {
+        return launch_report::write(model, args.batch, args.seed, file);
+    }
     if args.predict {
         let data = load_data(args, None)?;
         return predict(args, model, &data.validation_set, backend);

@@ -1,7 +1,7 @@
 //! Every hand-written and generated kernel of the example training programs (MLP, ResNet-20, a
 //! small convnet with max pooling, dropout and in_top_k)
-//! runs on the emulated device through the CUDA backend's own launch path and matches the CPU
-//! backend on fresh random inputs.
+//! runs on the emulated device (or the GPU: `TOWERPACK_TEST_CUDA=gpu`) through the CUDA backend's
+//! own launch path and matches the CPU backend on fresh random inputs.
 //!
 //! Each kernel is cut out of its program as a one-kernel program over the same buffers; both
 //! backends get identical random contents in every input buffer, run it, and their outputs are
@@ -13,7 +13,7 @@ mod cuda_common;
 use rand::{Rng, SeedableRng};
 use towerpack::backend::cpu::exec::Prepared as CpuPrepared;
 use towerpack::backend::cpu::memory::Arena;
-use towerpack::backend::cuda::{CudaOptions, CudaSession};
+use towerpack::backend::cuda::CudaOptions;
 use towerpack::lower::{BufferId, KernelKind, Program, Region, StateLayout, Storage};
 use towerpack::tensor::{DType, HostTensor};
 
@@ -120,7 +120,7 @@ fn check_program(index: usize) {
         cache_dir: None,
         ..CudaOptions::default()
     };
-    let mut emu = CudaSession::emulated(tg.graph.clone(), 0, options).expect("emulated session");
+    let mut emu = cuda_common::session(tg.graph.clone(), 0, options);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xC0DA);
     let mut failures = Vec::new();
     let mut worst: Vec<(f64, String)> = Vec::new();

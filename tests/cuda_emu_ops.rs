@@ -1,6 +1,7 @@
 //! The generated CUDA C follows the IR's scalar semantics op by op: every unary and binary op,
 //! casts between every dtype, selects, counter-based random numbers, and the layout and
-//! fixed-function ops around them run on the emulated device and agree with the reference
+//! fixed-function ops around them run on the emulated device (or the GPU:
+//! `TOWERPACK_TEST_CUDA=gpu`) and agree with the reference
 //! executor on inputs full of edge cases (NaN, infinities, signed zeros, huge and tiny values).
 //! Exactly rounded ops must match bit for bit; transcendental functions within 4 ulp.
 
@@ -8,7 +9,7 @@ mod cuda_common;
 
 use cuda_common::ops::{C, N, build};
 use rand::{Rng, SeedableRng};
-use towerpack::backend::cuda::{CudaOptions, CudaSession};
+use towerpack::backend::cuda::CudaOptions;
 use towerpack::backend::reference::ReferenceSession;
 use towerpack::backend::{Session, Step};
 use towerpack::tensor::{DType, HostTensor};
@@ -128,7 +129,7 @@ fn generated_kernels_follow_the_scalar_semantics_of_every_op() {
         cache_dir: None,
         ..CudaOptions::default()
     };
-    let mut emu = CudaSession::emulated(c.graph.clone(), 1, options).expect("emu");
+    let mut emu = cuda_common::session(c.graph.clone(), 1, options);
     let mut reference = ReferenceSession::new(c.graph.clone()).expect("reference");
     let got = emu.run(&step, &feeds).expect("emulated step");
     let want = reference.run(&step, &feeds).expect("reference step");

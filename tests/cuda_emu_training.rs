@@ -1,6 +1,9 @@
-//! Whole training steps on the emulated CUDA device: an MLP trained by the simple trainer, and a
-//! two-tower replicated MLP spread over two emulated devices (gradients averaged across them),
-//! end with the same weights as the CPU backend; a bad label is reported by the device.
+//! Whole training steps on the emulated CUDA device (or the GPU: `TOWERPACK_TEST_CUDA=gpu`): an
+//! MLP trained by the simple trainer, and a two-tower replicated MLP spread over two devices
+//! (gradients averaged across them), end with the same weights as the CPU backend; a bad label
+//! is reported by the device. Steps captured once as a graph and replayed end with bitwise the
+//! same variables as steps submitted launch by launch, see every step's new feeds, and fall
+//! back cleanly when capture is unavailable; scratch memory starts poisoned.
 
 mod cuda_common;
 mod train_common;
@@ -58,7 +61,7 @@ fn the_simple_trainer_trains_an_mlp_on_the_emulated_device_like_the_cpu_backend(
         .max_epoch(2);
         launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train")
     };
-    let emu = run(BackendChoice::CudaEmu { devices: 1 });
+    let emu = run(cuda_common::backend(1));
     let cpu = run(BackendChoice::Cpu { threads: 2 });
     assert_eq!(emu.counters.global_step, 6);
     let moved = {
@@ -99,8 +102,11 @@ fn data_parallel_trainers_on_two_emulated_devices_train_like_the_cpu_backend() {
         };
         report.expect("train")
     };
+    if !cuda_common::has_devices(2, "data_parallel_trainers") {
+        return;
+    }
     for replicated in [true, false] {
-        let emu = run(BackendChoice::CudaEmu { devices: 2 }, replicated);
+        let emu = run(cuda_common::backend(2), replicated);
         let cpu = run(BackendChoice::Cpu { threads: 2 }, replicated);
         // steps_per_epoch is the flow's length (6 batches), whatever the tower count.
         assert_eq!(emu.counters.global_step, 6);
@@ -225,8 +231,11 @@ fn replicated_feeds(r: &Replicated, step: u64) -> Vec<Feed> {
 #[test]
 fn a_replicated_mlp_on_two_emulated_devices_averages_like_the_cpu_backend() {
     cuda_common::require_nvrtc();
+    if !cuda_common::has_devices(2, "a_replicated_mlp") {
+        return;
+    }
     let r = replicated_mlp();
-    let mut emu = CudaSession::emulated(r.graph.clone(), 2, options()).expect("emu");
+    let mut emu = cuda_common::session(r.graph.clone(), 2, options());
     let mut cpu = CpuSession::new(r.graph.clone(), CpuOptions::default()).expect("cpu");
     emu.initialize_variables(5).expect("init");
     cpu.initialize_variables(5).expect("init");
@@ -282,7 +291,7 @@ fn a_replicated_mlp_on_two_emulated_devices_averages_like_the_cpu_backend() {
 fn a_label_out_of_range_is_reported_by_the_device_naming_the_kernel() {
     cuda_common::require_nvrtc();
     let tg = cuda_common::mlp();
-    let mut emu = CudaSession::emulated(tg.graph.clone(), 1, options()).expect("emu");
+    let mut emu = cuda_common::session(tg.graph.clone(), 1, options());
     emu.initialize_variables(1).expect("init");
     let mut feeds = cuda_common::feeds(&tg, 4, 9);
     for (id, t) in feeds.iter_mut() {
@@ -354,7 +363,7 @@ fn all_reduce_kernels_go_through_the_sessions_collective() {
         x,
         HostTensor::from_f32(&[2, 3], vec![1.0, -2.0, 3.5, 0.0, 7.0, -0.25]).expect("x"),
     )];
-    let mut emu = CudaSession::emulated(g.clone(), 1, options()).expect("emu");
+    let mut emu = cuda_common::session(g.clone(), 1, options());
     let alone = emu.run(&step, &feeds).expect("alone");
     assert_eq!(alone[0], feeds[0].1, "one participant: the identity");
     emu.join_collective(std::sync::Arc::new(TwoEqualRanks))
@@ -364,4 +373,219 @@ fn all_reduce_kernels_go_through_the_sessions_collective() {
         joined[0].to_f32_vec(),
         vec![2.0, -4.0, 7.0, 0.0, 14.0, -0.5]
     );
+}
+
+/// Trains `tg` for `steps` steps at `batch` with fresh feeds every step; returns the session
+/// and every step's fetched cost.
+fn train_directly(
+    tg: &cuda_common::TrainGraph,
+    batch: usize,
+    steps: u64,
+    options: CudaOptions,
+) -> (CudaSession, Vec<u32>) {
+    let mut s = cuda_common::session(tg.graph.clone(), 1, options);
+    s.initialize_variables(3).expect("init");
+    let mut costs = Vec::new();
+    for step in 0..steps {
+        let out = s
+            .run(&tg.step, &cuda_common::feeds(tg, batch, 100 + step))
+            .expect("step");
+        let cost = out[0].as_f32().expect("f32 cost")[0];
+        costs.push(cost.to_bits());
+    }
+    (s, costs)
+}
+
+fn assert_bitwise_same_variables(a: &dyn Session, b: &dyn Session) {
+    for (id, def) in a.graph().variable_ids() {
+        let (x, y) = (
+            a.read_variable(id).expect("read"),
+            b.read_variable(id).expect("read"),
+        );
+        assert!(
+            x.to_le_bytes() == y.to_le_bytes(),
+            "{}: graph replay and launch-by-launch submission differ",
+            def.name
+        );
+    }
+}
+
+#[test]
+fn steps_replayed_as_a_graph_train_bitwise_like_steps_submitted_launch_by_launch() {
+    cuda_common::require_nvrtc();
+    for (tg, batch, steps) in [(cuda_common::mlp(), 4, 4), (cuda_common::resnet20(), 2, 2)] {
+        let graphs = |on: bool| CudaOptions {
+            graphs: on,
+            ..options()
+        };
+        let (replayed, with) = train_directly(&tg, batch, steps, graphs(true));
+        let (submitted, without) = train_directly(&tg, batch, steps, graphs(false));
+        assert_eq!(
+            replayed.graph_replays(),
+            steps,
+            "every step ran as a replayed graph ({:?})",
+            replayed.graph_fallback()
+        );
+        assert_eq!(submitted.graph_replays(), 0);
+        // Every step's cost is the same bits: the replayed graph saw that step's feeds.
+        assert_eq!(with, without, "costs per step");
+        assert!(
+            with.windows(2).all(|w| w[0] != w[1]),
+            "the costs change from step to step: {with:?}"
+        );
+        assert_bitwise_same_variables(&replayed, &submitted);
+    }
+}
+
+/// A step whose only fetch is its feed: whatever the graph replays, it must return the feed of
+/// the current step.
+#[test]
+fn a_replayed_graph_sees_the_feeds_of_every_step() {
+    cuda_common::require_nvrtc();
+    let mut g = Graph::new();
+    let ty = towerpack::ir::TensorType::new(
+        towerpack::tensor::DType::F32,
+        towerpack::ir::Shape::batched(&[5]),
+    );
+    let x = g
+        .add_node(
+            "x",
+            Op::Input {
+                name: "x".into(),
+                ty,
+            },
+            &[],
+        )
+        .expect("input");
+    let y = g
+        .add_node(
+            "y",
+            Op::Binary(BinaryOp::Add),
+            &[Value::first(x), Value::first(x)],
+        )
+        .expect("add");
+    let step = Step::fetch(vec![Value::first(y)]);
+    let mut s = cuda_common::session(g, 1, options());
+    for k in 0..4u8 {
+        let values: Vec<f32> = (0..15).map(|i| f32::from(k) * 100.0 + i as f32).collect();
+        let feed = HostTensor::from_f32(&[3, 5], values.clone()).expect("x");
+        let out = s.run(&step, &[(x, feed)]).expect("step");
+        let want: Vec<f32> = values.iter().map(|v| v + v).collect();
+        assert_eq!(out[0].to_f32_vec(), want, "step {k}");
+    }
+    assert_eq!(s.graph_replays(), 4);
+}
+
+#[test]
+fn without_graphs_on_the_device_a_step_falls_back_to_launch_by_launch_submission() {
+    cuda_common::require_nvrtc();
+    let tg = cuda_common::mlp();
+    let driver = towerpack::backend::cuda::driver::emulated::EmulatedDriver::new(1);
+    driver.set_graphs_available(false);
+    let mut s = CudaSession::with_driver(tg.graph.clone(), std::sync::Arc::new(driver), options())
+        .expect("session");
+    s.initialize_variables(3).expect("init");
+    let mut costs = Vec::new();
+    for step in 0..3 {
+        let out = s
+            .run(&tg.step, &cuda_common::feeds(&tg, 4, 100 + step))
+            .expect("step");
+        costs.push(out[0].as_f32().expect("f32")[0].to_bits());
+    }
+    assert_eq!(s.graph_replays(), 0);
+    let why = s.graph_fallback().expect("a reason");
+    assert!(why.contains("graphs are disabled"), "{why}");
+    let (replayed, with) = train_directly(&tg, 4, 3, options());
+    assert_eq!(costs, with);
+    assert_bitwise_same_variables(&s, &replayed);
+}
+
+/// A replayed step that fetches nothing is not waited for; a device error it reports surfaces
+/// at the next synchronisation, naming the kernel.
+#[test]
+fn an_error_of_a_step_that_fetches_nothing_is_reported_at_the_next_synchronisation() {
+    cuda_common::require_nvrtc();
+    let mut tg = cuda_common::mlp();
+    // The cost is assigned to a variable, not fetched: its cross-entropy kernel checks the
+    // labels.
+    let last = towerpack::optim::get_or_create(
+        &mut tg.graph,
+        "last_cost",
+        towerpack::ir::TensorType::scalar(towerpack::tensor::DType::F32),
+        towerpack::ir::Initializer::Zeros,
+        Default::default(),
+    )
+    .expect("variable");
+    let keep = tg
+        .graph
+        .add_node(
+            "last_cost/assign",
+            Op::Assign { var: last },
+            &[tg.step.fetches[0]],
+        )
+        .expect("assign");
+    let mut targets = tg.step.targets.clone();
+    targets.push(keep);
+    let quiet = Step::new(Vec::new(), targets);
+    let mut s = cuda_common::session(tg.graph.clone(), 1, options());
+    s.initialize_variables(1).expect("init");
+    let good = cuda_common::feeds(&tg, 4, 1);
+    assert!(s.run(&quiet, &good).expect("a good step").is_empty());
+    let mut bad = good.clone();
+    for (id, t) in bad.iter_mut() {
+        if tg.inputs.iter().any(|(n, i)| n == "label" && i == id) {
+            *t = HostTensor::from_i32(&[4], vec![1, 2, 3, 99]).expect("labels");
+        }
+    }
+    // Replayed and not waited for: no error yet.
+    s.run(&quiet, &bad).expect("the step is submitted");
+    assert_eq!(s.graph_replays(), 2);
+    let (var, _) = tg.graph.variable_ids().next().expect("a variable");
+    match s.read_variable(var) {
+        Err(BackendError::Kernel { node, message, .. }) => {
+            assert!(
+                node.contains("SparseSoftmaxCrossEntropy"),
+                "{node}: {message}"
+            );
+            assert!(message.contains("row 3"), "{message}");
+        }
+        other => panic!("expected the device's report at the next read: {other:?}"),
+    }
+    // Reported once: the session goes on.
+    s.read_variable(var).expect("read after the report");
+    s.run(&quiet, &good).expect("a good step after");
+    s.read_variable(var).expect("read");
+}
+
+/// The scratch memory of a prepared program starts filled with the poison pattern on the
+/// emulated device, so a kernel reading a value no kernel wrote computes with NaN.
+#[test]
+fn scratch_memory_starts_poisoned_on_the_emulated_device() {
+    cuda_common::require_nvrtc();
+    let tg = cuda_common::mlp();
+    let mut s = CudaSession::emulated(tg.graph.clone(), 1, options()).expect("emu");
+    let mut program = s.program(&tg.step, 4).expect("program").clone();
+    let b = program
+        .kernels
+        .iter()
+        .flat_map(|k| k.outputs.iter().copied())
+        .find(|&b| {
+            matches!(
+                program.buffer(b).storage,
+                towerpack::lower::Storage::Scratch { .. }
+            )
+        })
+        .expect("a scratch buffer");
+    program.kernels.clear();
+    program.waits.clear();
+    program.writebacks.clear();
+    let out = s.run_program(program, &[], &[b]).expect("run nothing");
+    let bytes = out[0].to_le_bytes();
+    assert!(!bytes.is_empty());
+    for w in bytes.chunks_exact(4) {
+        assert_eq!(
+            u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
+            towerpack::backend::cuda::driver::POISON_WORD
+        );
+    }
 }

@@ -337,6 +337,7 @@ fn the_cuda_backend_runs_the_in_place_bucket_all_reduces_through_its_collective(
         let options = CudaOptions {
             lower: lower_options(),
             cache_dir: None,
+            ..CudaOptions::default()
         };
         let mut emu = CudaSession::emulated(b.graph.clone(), 2, options).expect("cuda-emu");
         check_against_reference(&b, &mut emu, &format!("cuda-emu, 2 towers, {variant:?}"));

@@ -280,6 +280,32 @@ impl Device {
         config: LaunchConfig,
         args: KernelArgs,
     ) -> Result<LaunchStats, EmuError> {
+        self.run_launch(module, kernel, config, args, None)
+    }
+
+    /// Runs only the CTAs of `ctas` (linear indices, x fastest; those beyond the grid are
+    /// skipped) of a launch of `kernel`, with the grid's dimensions as seen by the kernel: a
+    /// sample whose counters stand for the whole launch (what a performance model needs),
+    /// at the cost of the sampled CTAs only. Writes of the sampled CTAs land in memory.
+    pub fn launch_sampled(
+        &self,
+        module: &Module,
+        kernel: &str,
+        config: LaunchConfig,
+        args: KernelArgs,
+        ctas: &[u64],
+    ) -> Result<LaunchStats, EmuError> {
+        self.run_launch(module, kernel, config, args, Some(ctas))
+    }
+
+    fn run_launch(
+        &self,
+        module: &Module,
+        kernel: &str,
+        config: LaunchConfig,
+        args: KernelArgs,
+        only: Option<&[u64]>,
+    ) -> Result<LaunchStats, EmuError> {
         let k = module
             .kernel(kernel)
             .ok_or_else(|| EmuError::UnknownKernel(kernel.to_string()))?;
@@ -299,6 +325,7 @@ impl Device {
             global: &global,
             step_limit: self.step_limit.load(Ordering::Relaxed),
             parallel: self.parallel.load(Ordering::Relaxed),
+            only,
         };
         Ok(exec::run(&launch)?)
     }

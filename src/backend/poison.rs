@@ -8,27 +8,39 @@
 /// clear, payload `0x25A5A5`), easy to spot in a hex dump.
 pub const POISON_WORD: u32 = 0x7FA5_A5A5;
 
-/// When a backend poisons its scratch arenas.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// When a backend poisons its scratch memory (its arena of intermediate values, and on a GPU
+/// its staging buffers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum PoisonScratch {
-    /// Once, when a program's arenas are allocated (free: the memory is touched anyway).
+    /// Never (emulated CUDA devices still poison at allocation).
+    Never,
+    /// Once, when a program's memory is allocated (nearly free: the memory is touched anyway).
     /// Catches a read of memory unwritten in the first step.
     AtAllocation,
-    /// Also before every step (a pass over the arenas per step: for tests and debugging).
+    /// Also before every step (a pass over the memory per step: for tests and debugging).
     /// Catches a read of memory the same step did not write but an earlier step did.
     EveryStep,
 }
 
-impl Default for PoisonScratch {
-    /// `EveryStep` in debug builds or when the environment variable `TOWERPACK_POISON_SCRATCH`
-    /// is `1`; `AtAllocation` otherwise.
-    fn default() -> PoisonScratch {
-        let asked = std::env::var("TOWERPACK_POISON_SCRATCH").is_ok_and(|v| v == "1");
-        if cfg!(debug_assertions) || asked {
-            PoisonScratch::EveryStep
-        } else {
-            PoisonScratch::AtAllocation
+impl PoisonScratch {
+    /// From the environment variable `TOWERPACK_POISON_SCRATCH`: `1` or `step` every step,
+    /// `once` at allocation, `0` never; unset (or anything else): every step in debug builds,
+    /// at allocation otherwise.
+    pub fn from_environment() -> PoisonScratch {
+        match std::env::var("TOWERPACK_POISON_SCRATCH").as_deref() {
+            Ok("1" | "step") => PoisonScratch::EveryStep,
+            Ok("once") => PoisonScratch::AtAllocation,
+            Ok("0") => PoisonScratch::Never,
+            _ if cfg!(debug_assertions) => PoisonScratch::EveryStep,
+            _ => PoisonScratch::AtAllocation,
         }
+    }
+}
+
+impl Default for PoisonScratch {
+    /// [`PoisonScratch::from_environment`].
+    fn default() -> PoisonScratch {
+        PoisonScratch::from_environment()
     }
 }
 

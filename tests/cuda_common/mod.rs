@@ -1,4 +1,5 @@
-//! Shared by the CUDA backend tests: the example training programs ([`model_steps`], lowered
+//! Shared by the CUDA backend tests: the device they run on (emulated by default; the real GPU
+//! with `TOWERPACK_TEST_CUDA=gpu`), the example training programs ([`model_steps`], lowered
 //! as the CUDA session does), NVRTC and ptxas discovery with a clear failure when
 //! missing, and comparison helpers.
 #![allow(dead_code)]
@@ -10,8 +11,63 @@ mod model_steps;
 pub use model_steps::*;
 
 use towerpack::backend::Step;
+use towerpack::backend::cuda::{CudaOptions, CudaSession};
 use towerpack::ir::Graph;
 use towerpack::lower::{LowerOptions, Program, lower};
+use towerpack::train::BackendChoice;
+
+/// Where the CUDA tests run their comparisons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TestDevice {
+    /// towerpack-ptx's emulated devices (the default: every machine).
+    Emulated,
+    /// The machine's GPUs (`TOWERPACK_TEST_CUDA=gpu`).
+    Gpu,
+}
+
+/// The device of `TOWERPACK_TEST_CUDA` (`gpu` or `emu`, default `emu`); any other value fails
+/// the test rather than silently testing the emulator.
+pub fn test_device() -> TestDevice {
+    match std::env::var("TOWERPACK_TEST_CUDA").as_deref() {
+        Err(_) | Ok("") | Ok("emu") | Ok("cuda-emu") => TestDevice::Emulated,
+        Ok("gpu") | Ok("cuda") => TestDevice::Gpu,
+        Ok(other) => panic!("TOWERPACK_TEST_CUDA={other}: expected `gpu` or `emu`"),
+    }
+}
+
+/// The trainer's backend choice for `devices` devices of the test device.
+pub fn backend(devices: usize) -> BackendChoice {
+    match test_device() {
+        TestDevice::Emulated => BackendChoice::CudaEmu { devices },
+        TestDevice::Gpu => BackendChoice::Cuda { devices },
+    }
+}
+
+/// A CUDA session over `graph` on `devices` devices (0: one per logical device) of the test
+/// device; fails the test with the backend's message when the device cannot be opened.
+pub fn session(graph: Graph, devices: usize, options: CudaOptions) -> CudaSession {
+    let s = match test_device() {
+        TestDevice::Emulated => CudaSession::emulated(graph, devices, options),
+        TestDevice::Gpu => CudaSession::gpu(graph, devices, options),
+    };
+    s.unwrap_or_else(|e| panic!("cannot open a CUDA session on {:?}: {e}", test_device()))
+}
+
+/// Whether the test device has `n` devices: always on emulated devices; on a GPU machine, the
+/// driver's count. A test needing more GPUs than the machine has says so and passes (its
+/// emulated run covers the logic).
+pub fn has_devices(n: usize, test: &str) -> bool {
+    if test_device() == TestDevice::Emulated {
+        return true;
+    }
+    match CudaSession::gpu(Graph::new(), n, CudaOptions::default()) {
+        Ok(_) => true,
+        Err(e) => {
+            eprintln!("{test}: skipped on this GPU machine ({e})");
+            false
+        }
+    }
+}
 
 /// The lowering options of the CUDA session (no epilogue reductions).
 pub fn cuda_lowering() -> LowerOptions {

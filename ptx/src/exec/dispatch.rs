@@ -235,11 +235,20 @@ impl Warp {
             Op::Ld {
                 m: ref access,
                 ref d,
-            } => memops::load(env, regs, &self.local, access, d, m)?,
+            } => {
+                if count_global(env, access, m, false) && self.branched {
+                    self.branched = false;
+                    env.mem.load_epochs += 1;
+                }
+                memops::load(env, regs, &self.local, access, d, m)?
+            }
             Op::St {
                 m: ref access,
                 ref s,
-            } => memops::store(env, regs, &mut self.local, access, s, m)?,
+            } => {
+                count_global(env, access, m, true);
+                memops::store(env, regs, &mut self.local, access, s, m)?
+            }
             Op::Atom {
                 space,
                 base,
@@ -370,4 +379,22 @@ impl Warp {
             _ => {}
         }
     }
+}
+
+/// Counts a warp's global (or generic) memory instruction and the bytes its active lanes move,
+/// for the per-launch counters of [`super::LaunchStats`]; true when it was one.
+#[inline(always)]
+fn count_global(env: &mut CtaEnv, access: &crate::inst::MemAccess, mask: u32, store: bool) -> bool {
+    use crate::inst::MemSpace;
+    if mask == 0 || !matches!(access.space, MemSpace::Global | MemSpace::Generic) {
+        return false;
+    }
+    let bytes = u64::from(access.width) * u64::from(access.count) * u64::from(mask.count_ones());
+    if store {
+        env.mem.global_stores += 1;
+    } else {
+        env.mem.global_loads += 1;
+    }
+    env.mem.global_bytes += bytes;
+    true
 }

@@ -164,6 +164,34 @@ fn span(addrs: &[u64; WARP], mask: u32, bytes: u32) -> (u64, u64, bool) {
     (lo, hi, bits & (u64::from(bytes) - 1) == 0)
 }
 
+/// Shared-memory wavefronts of one warp access of `bytes` per lane: 32 banks of 4-byte words;
+/// lanes reading the same word share it (broadcast), distinct words in one bank take one
+/// wavefront each, so the access takes as many wavefronts as its busiest bank has words.
+fn shared_wavefronts(addrs: &[u64; WARP], mask: u32, bytes: u32) -> u64 {
+    // At most 16 bytes (4 words) per lane.
+    let words = u64::from(bytes.div_ceil(4)).min(4);
+    let mut seen = [0u64; WARP * 4];
+    let mut n = 0;
+    for l in lanes(mask) {
+        let first = addrs[l] / 4;
+        for w in first..first + words {
+            seen[n] = w;
+            n += 1;
+        }
+    }
+    let seen = &mut seen[..n];
+    seen.sort_unstable();
+    let mut per_bank = [0u64; 32];
+    let mut last = None;
+    for &w in seen.iter() {
+        if last != Some(w) {
+            per_bank[(w % 32) as usize] += 1;
+            last = Some(w);
+        }
+    }
+    per_bank.iter().copied().max().unwrap_or(0).max(1)
+}
+
 /// Where a whole warp's access lands when every active lane is inside one region and aligned:
 /// the fast paths then index memory without per-lane checks.
 enum Region {
@@ -190,6 +218,33 @@ fn region(env: &CtaEnv, space: MemSpace, addrs: &[u64; WARP], mask: u32, bytes: 
         },
         _ => Region::None,
     }
+}
+
+/// Distinct 32-byte sectors a warp's global access touches (what the memory system moves:
+/// one per lane when the lanes scatter, four per 128 contiguous bytes when they do not).
+fn global_sectors(addrs: &[u64; WARP], mask: u32, bytes: u32) -> u64 {
+    let mut seen = [0u64; WARP * 2];
+    let mut n = 0;
+    for l in lanes(mask) {
+        let (first, last) = (addrs[l] / 32, (addrs[l] + u64::from(bytes.max(1)) - 1) / 32);
+        seen[n] = first;
+        n += 1;
+        if last != first {
+            seen[n] = last;
+            n += 1;
+        }
+    }
+    let seen = &mut seen[..n];
+    seen.sort_unstable();
+    let mut count = 0;
+    let mut last = None;
+    for &s in seen.iter() {
+        if last != Some(s) {
+            count += 1;
+            last = Some(s);
+        }
+    }
+    count
 }
 
 /// `ld`: up to four elements per lane. Addresses are computed for all lanes before any
@@ -223,6 +278,7 @@ pub fn load(
     }
     match region(env, m.space, &addrs, mask, bytes) {
         Region::Shared => {
+            env.mem.shared_wavefronts += shared_wavefronts(&addrs, mask, bytes);
             for l in lanes(mask) {
                 let off = (addrs[l] - SHARED_BASE) as usize;
                 for (k, &reg) in d.iter().enumerate().take(n) {
@@ -238,6 +294,7 @@ pub fn load(
         }
         Region::Global(a, base) => {
             env.hint = a;
+            env.mem.global_sectors += global_sectors(&addrs, mask, bytes);
             let alloc = &env.global.allocs[a];
             for l in lanes(mask) {
                 let off = (addrs[l] - base) as usize;
@@ -289,6 +346,7 @@ pub fn store(
     let step = usize::from(w);
     match region(env, m.space, &addrs, mask, bytes) {
         Region::Shared => {
+            env.mem.shared_wavefronts += shared_wavefronts(&addrs, mask, bytes);
             for l in lanes(mask) {
                 let off = (addrs[l] - SHARED_BASE) as usize;
                 for (k, &reg) in s.iter().enumerate().take(n) {
@@ -298,6 +356,7 @@ pub fn store(
         }
         Region::Global(a, base) => {
             env.hint = a;
+            env.mem.global_sectors += global_sectors(&addrs, mask, bytes);
             let alloc = &env.global.allocs[a];
             for l in lanes(mask) {
                 let off = (addrs[l] - base) as usize;

@@ -45,6 +45,9 @@ pub struct Warp {
     pub tid: [[u32; 3]; WARP],
     /// The (warp index, block shape) `tid` and `existing` were computed for.
     layout: Option<(u32, [u32; 3])>,
+    /// A branch or barrier ran since this warp's last global load: the next one starts a new
+    /// load epoch (see [`super::MemCounts::load_epochs`]).
+    pub branched: bool,
 }
 
 impl Warp {
@@ -83,6 +86,7 @@ impl Warp {
         self.at_sync = 0;
         self.pc = [0; WARP];
         self.bar_id = [0; WARP];
+        self.branched = true;
     }
 
     /// Runs until no lane can make progress (all exited, or parked at a barrier).
@@ -114,6 +118,12 @@ impl Warp {
                 });
             }
             env.lane_instrs += u64::from(mask.count_ones());
+            if mask != 0 && matches!(inst.op, Op::Bra { .. } | Op::Bar { .. }) {
+                self.branched = true;
+                if matches!(inst.op, Op::Bar { .. }) {
+                    env.mem.barriers += 1;
+                }
+            }
             match &inst.op {
                 Op::Bra { target } => self.branch(mask, *target),
                 Op::Exit => self.exit(mask, kernel),

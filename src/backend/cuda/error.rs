@@ -52,6 +52,10 @@ pub enum CudaError {
         ptx_line: Option<u32>,
         message: String,
     },
+    /// A step cannot be captured or replayed as a graph (the session falls back to submitting
+    /// it launch by launch).
+    #[error("graph capture: {call}: {message}")]
+    Capture { call: &'static str, message: String },
     /// The disk cache of compiled kernels cannot be used.
     #[error("kernel cache {path}: {message}")]
     Cache { path: String, message: String },

@@ -7,16 +7,19 @@
 //!   host packing;
 //! - [`nvrtc`]: compilation to PTX, cached in memory and on disk;
 //! - [`driver`]: the narrow device interface, on GPUs (cudarc) or emulated devices;
-//! - [`prepared`]: a program placed, compiled and packed once; [`session`]: the
-//!   [`Session`](crate::backend::Session).
+//! - [`prepared`]: a program placed, compiled and packed once; [`graph`]: its step captured
+//!   once as a graph and replayed; [`session`]: the [`Session`](crate::backend::Session);
+//! - [`perf`]: a performance model predicting each launch's time on a named GPU.
 
 pub mod bodies;
 pub mod driver;
 pub mod error;
+pub mod graph;
 pub mod nvrtc;
+pub mod perf;
 pub mod prepared;
 pub mod render;
 pub mod session;
 
 pub use error::CudaError;
-pub use session::{CudaOptions, CudaSession};
+pub use session::{CudaOptions, CudaSession, PoisonScratch};

@@ -7,7 +7,7 @@
 //! one staging buffer per (device, remote buffer) a kernel of that device touches. State arenas
 //! and status words belong to the session and are passed in.
 
-use super::driver::{DevicePtr, Driver, EventId, ModuleId};
+use super::driver::{DevicePtr, Driver, EventId, ModuleId, POISON_WORD};
 use super::error::CudaError;
 use super::nvrtc::Compiler;
 use super::render::{self, AddressOf, KernelPlan, LaunchDims};
@@ -57,6 +57,17 @@ struct Submission {
     action: Action,
     stage_out: Vec<PeerCopy>,
     record: Option<EventId>,
+}
+
+/// One launch of a prepared program, as submitted.
+pub struct LaunchView<'a> {
+    /// The index of the kernel in the program.
+    pub kernel: usize,
+    pub device: usize,
+    pub module: ModuleId,
+    pub entry: &'a str,
+    pub dims: LaunchDims,
+    pub params: &'a [u8],
 }
 
 /// Modules already loaded, by (device, source): shared by every program of a session.
@@ -402,6 +413,54 @@ impl Prepared {
             }
         }
         Ok(())
+    }
+
+    /// Whether running this program needs the host between launches: an all-reduce across
+    /// processes through host memory (`collective` with more than one participant). Such a
+    /// program cannot be captured as a graph and is always submitted launch by launch.
+    pub fn needs_host(&self, collective: Option<&dyn Collective>) -> bool {
+        collective.is_some_and(|c| c.size() > 1)
+            && self
+                .submissions
+                .iter()
+                .any(|s| matches!(s.action, Action::AllReduce { .. }))
+    }
+
+    /// Fills the scratch memory this program owns (the memory plan's arena and the staging
+    /// copies of remote buffers) with [`POISON_WORD`], in stream order: a kernel that reads a
+    /// value no kernel of the step wrote then computes with a signalling NaN.
+    pub fn poison_scratch(&self, driver: &dyn Driver) -> Result<(), BackendError> {
+        for (d, &p) in self.scratch.iter().enumerate() {
+            let bytes = self.program.arena_bytes.get(d).copied().unwrap_or(0);
+            driver.memset_u32(d, p, POISON_WORD, bytes / 4)?;
+        }
+        for (&(d, b), &p) in &self.staging {
+            driver.memset_u32(d, p, POISON_WORD, self.program.buffer(b).bytes() / 4)?;
+        }
+        Ok(())
+    }
+
+    /// Every kernel launch of the program, in program order.
+    pub fn launches(&self) -> impl Iterator<Item = LaunchView<'_>> {
+        self.submissions
+            .iter()
+            .enumerate()
+            .filter_map(|(kernel, s)| match &s.action {
+                Action::Launch {
+                    module,
+                    entry,
+                    dims,
+                    params,
+                } => Some(LaunchView {
+                    kernel,
+                    device: s.device,
+                    module: *module,
+                    entry,
+                    dims: *dims,
+                    params,
+                }),
+                _ => None,
+            })
     }
 
     /// The kernel a status code names (`index + 1`).

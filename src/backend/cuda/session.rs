@@ -2,23 +2,32 @@
 //! devices (the same code above the [`Driver`]).
 //!
 //! Each distinct (step, batch size) is lowered, rendered, compiled and placed once
-//! ([`Prepared`]); a run copies the feeds in, submits the kernels, reads the status words,
-//! applies the write-backs and copies the fetches out. Logical device `d` of the graph is driver
-//! device `d`; variables live in per-device state arenas laid out by [`StateLayout`].
+//! ([`Prepared`]). With [`CudaOptions::graphs`] (the default) the whole step — feeds copied in,
+//! kernels, status words and fetches copied out, write-backs — is captured once as a graph and
+//! replayed every step ([`graph`](super::graph)): the host synchronises once per step, only
+//! when it fetches something. Otherwise (or when capture is unavailable, or the step all-reduces
+//! through host memory) a run copies the feeds in, submits the kernels, reads the status words,
+//! copies the fetches out and applies the write-backs, launch by launch. Logical device `d` of
+//! the graph is driver device `d`; variables live in per-device state arenas laid out by
+//! [`StateLayout`].
 
 use super::driver::emulated::EmulatedDriver;
 use super::driver::gpu::GpuDriver;
 use super::driver::{DevicePtr, Driver};
 use super::error::CudaError;
+use super::graph::{GraphState, StepContext, StepGraph, Writeback, submit_writebacks};
 use super::nvrtc::{self, Compiler};
 use super::prepared::{ModuleCache, Prepared, SessionMemory};
 use crate::backend::binding::{self, ProgramCache};
+pub use crate::backend::poison::PoisonScratch;
 use crate::backend::{BackendError, Collective, Feed, Session, Step};
 use crate::ir::{Graph, Op, Shape, TensorType, VarId, verify};
 use crate::lower::{BufferId, LowerOptions, Program, StateLayout, lower};
 use crate::tensor::HostTensor;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Options of the CUDA backend.
 #[derive(Clone, Debug)]
@@ -27,6 +36,12 @@ pub struct CudaOptions {
     /// Where compiled PTX is cached across runs (`None`: in memory only). Default:
     /// [`nvrtc::default_cache_dir`].
     pub cache_dir: Option<PathBuf>,
+    /// Capture each step as a graph and replay it (default on). Off: every step is submitted
+    /// launch by launch (the results are bitwise the same).
+    pub graphs: bool,
+    /// Scratch poisoning on a GPU (emulated devices poison at least once, whatever this says).
+    /// Default: [`PoisonScratch::from_environment`].
+    pub poison_scratch: PoisonScratch,
 }
 
 impl Default for CudaOptions {
@@ -38,8 +53,17 @@ impl Default for CudaOptions {
                 ..LowerOptions::default()
             },
             cache_dir: nvrtc::default_cache_dir(),
+            graphs: true,
+            poison_scratch: PoisonScratch::from_environment(),
         }
     }
+}
+
+/// A prepared program and its captured step.
+struct Entry {
+    prepared: Prepared,
+    graph: GraphState,
+    writebacks: Vec<Writeback>,
 }
 
 /// A graph bound to CUDA devices.
@@ -52,8 +76,15 @@ pub struct CudaSession {
     state: Vec<DevicePtr>,
     status: Vec<DevicePtr>,
     options: CudaOptions,
-    programs: ProgramCache<Prepared>,
+    /// The poisoning this session applies (the option, at least once on emulated devices).
+    poison: PoisonScratch,
+    programs: ProgramCache<Entry>,
     collective: Option<Arc<dyn Collective>>,
+    /// A graph step that fetched nothing and was not synchronised: its program, whose status
+    /// words are checked at the next synchronisation.
+    pending: Mutex<Option<(Step, usize)>>,
+    graph_replays: AtomicU64,
+    graph_fallback: Option<String>,
 }
 
 /// The number of logical devices `graph` places nodes on (at least 1).
@@ -120,6 +151,11 @@ impl CudaSession {
             state.push(driver.alloc(d, layout.arena_bytes.get(d).copied().unwrap_or(0))?);
             status.push(driver.alloc(d, 8)?);
         }
+        let poison = if driver.name() == "cuda-emu" {
+            options.poison_scratch.max(PoisonScratch::AtAllocation)
+        } else {
+            options.poison_scratch
+        };
         Ok(CudaSession {
             graph,
             layout,
@@ -129,8 +165,12 @@ impl CudaSession {
             state,
             status,
             options,
+            poison,
             programs: ProgramCache::default(),
             collective: None,
+            pending: Mutex::new(None),
+            graph_replays: AtomicU64::new(0),
+            graph_fallback: None,
         })
     }
 
@@ -149,27 +189,56 @@ impl CudaSession {
         self.compiler.compilations()
     }
 
-    /// Places and compiles a program against this session's variables.
+    /// How many steps ran as a replayed graph.
+    pub fn graph_replays(&self) -> u64 {
+        self.graph_replays.load(Ordering::Relaxed)
+    }
+
+    /// Why the last program that could not run as a graph is submitted launch by launch.
+    pub fn graph_fallback(&self) -> Option<&str> {
+        self.graph_fallback.as_deref()
+    }
+
+    /// Places and compiles a program against this session's variables, its scratch poisoned
+    /// as the session's options say.
     fn prepare(&mut self, program: Program) -> Result<Prepared, BackendError> {
         let memory = SessionMemory {
             state: &self.state,
             status: &self.status,
         };
-        Prepared::new(
+        let prepared = Prepared::new(
             program,
             &*self.driver,
             &self.compiler,
             &mut self.modules,
             &memory,
-        )
+        )?;
+        if self.poison >= PoisonScratch::AtAllocation {
+            prepared.poison_scratch(&*self.driver)?;
+        }
+        Ok(prepared)
     }
 
-    fn prepared(&mut self, step: &Step, batch: usize) -> Result<&mut Prepared, BackendError> {
+    fn entry(&mut self, step: &Step, batch: usize) -> Result<&mut Entry, BackendError> {
         if self.programs.get(step, batch).is_none() {
             let program =
                 lower(&self.graph, step, batch, &self.options.lower).map_err(BackendError::from)?;
             let prepared = self.prepare(program)?;
-            self.programs.insert(step, batch, prepared);
+            let writebacks = self.writebacks(&prepared);
+            let graph = if self.options.graphs {
+                GraphState::Untried
+            } else {
+                GraphState::Unavailable("graphs are off (CudaOptions::graphs)".into())
+            };
+            self.programs.insert(
+                step,
+                batch,
+                Entry {
+                    prepared,
+                    graph,
+                    writebacks,
+                },
+            );
         }
         self.programs
             .get_mut(step, batch)
@@ -177,6 +246,48 @@ impl CudaSession {
                 backend: "cuda".into(),
                 reason: "program cache lost an entry".into(),
             })
+    }
+
+    fn prepared(&mut self, step: &Step, batch: usize) -> Result<&mut Prepared, BackendError> {
+        self.entry(step, batch).map(|e| &mut e.prepared)
+    }
+
+    /// The write-backs of a program: regions of its buffers copied into variable slots.
+    fn writebacks(&self, prepared: &Prepared) -> Vec<Writeback> {
+        prepared
+            .program
+            .writebacks
+            .iter()
+            .map(|(region, var)| {
+                let slot = self.layout.slot(*var);
+                let size = prepared.program.buffer(region.buffer).dtype.size_bytes();
+                Writeback {
+                    buffer: region.buffer,
+                    offset: region.offset * size,
+                    bytes: region.shape.iter().product::<usize>() * size,
+                    device: usize::from(slot.device),
+                    slot: slot.offset,
+                }
+            })
+            .collect()
+    }
+
+    /// Synchronises a graph step that fetched nothing and checks its status words.
+    fn finish_pending(&self) -> Result<(), BackendError> {
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some((step, batch)) = pending else {
+            return Ok(());
+        };
+        self.sync_all()?;
+        let entry = self
+            .programs
+            .get(&step, batch)
+            .ok_or_else(|| BackendError::UnknownValue("program".into()))?;
+        self.check_status(&entry.prepared)
     }
 
     /// The lowered program of `step` for `batch`, compiling it on first use.
@@ -207,14 +318,55 @@ impl CudaSession {
             .compiler
             .compile("replacement", source, self.driver.arch(device))?;
         let module = self.driver.load_module(device, &ptx)?;
-        let p = self.prepared(step, batch)?;
-        if p.replace_module(index, module, entry) {
+        let graphs = self.options.graphs;
+        let e = self.entry(step, batch)?;
+        if e.prepared.replace_module(index, module, entry) {
+            // A step captured before holds the old kernel: capture it again.
+            if graphs {
+                e.graph = GraphState::Untried;
+            }
             Ok(())
         } else {
             Err(BackendError::UnknownValue(format!(
                 "kernel {index} launches no CUDA kernel"
             )))
         }
+    }
+
+    /// Captures the step of (`step`, `batch`) as a graph the first time it runs, when it can
+    /// be; otherwise records why not (the step then runs launch by launch).
+    fn try_capture(&mut self, step: &Step, batch: usize) -> Result<(), BackendError> {
+        let entry = self
+            .programs
+            .get(step, batch)
+            .ok_or_else(|| BackendError::UnknownValue("program".into()))?;
+        if !matches!(entry.graph, GraphState::Untried) {
+            return Ok(());
+        }
+        let ctx = StepContext {
+            driver: &*self.driver,
+            collective: self.collective.as_deref(),
+            status: &self.status,
+            poison_every_step: self.poison == PoisonScratch::EveryStep,
+            state: &self.state,
+            writebacks: &entry.writebacks,
+        };
+        let state = match StepGraph::capture(&ctx, &entry.prepared) {
+            Ok(g) => GraphState::Ready(g),
+            Err(e) => {
+                let reason = e.to_string();
+                log::warn!(
+                    target: "towerpack",
+                    "the CUDA step runs launch by launch, not as a graph: {reason}"
+                );
+                self.graph_fallback = Some(reason.clone());
+                GraphState::Unavailable(reason)
+            }
+        };
+        if let Some(entry) = self.programs.get_mut(step, batch) {
+            entry.graph = state;
+        }
+        Ok(())
     }
 
     /// Runs an arbitrary lowered `program` (placed against this session's variables) with
@@ -226,6 +378,7 @@ impl CudaSession {
         inputs: &[(BufferId, HostTensor)],
         outputs: &[BufferId],
     ) -> Result<Vec<HostTensor>, BackendError> {
+        self.finish_pending()?;
         let prepared = self.prepare(program)?;
         for (b, value) in inputs {
             write_buffer(&*self.driver, &prepared, *b, value)?;
@@ -256,12 +409,23 @@ impl CudaSession {
 
     /// Turns a kernel's report in a status word into an error naming the kernel.
     fn check_status(&self, prepared: &Prepared) -> Result<(), BackendError> {
+        let mut words = Vec::with_capacity(self.status.len());
         for (d, &s) in self.status.iter().enumerate() {
             let mut word = [0u8; 8];
             self.driver.copy_dtoh(d, &mut word, s)?;
+            words.push(word);
+        }
+        self.report_status(prepared, &words)
+    }
+
+    /// The error a set of status words reports, if any (and the words reset for later steps).
+    fn report_status(&self, prepared: &Prepared, words: &[[u8; 8]]) -> Result<(), BackendError> {
+        for word in words {
             let code = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
             let detail = u32::from_le_bytes([word[4], word[5], word[6], word[7]]);
             if code != 0 {
+                // Graph steps never reset the words themselves: clear the report now.
+                self.reset_status()?;
                 let (node, op, message) = match prepared.kernel_of_code(code) {
                     Some(k) => (
                         k.name.clone(),
@@ -342,24 +506,71 @@ impl Session for CudaSession {
 
     fn run(&mut self, step: &Step, feeds: &[Feed]) -> Result<Vec<HostTensor>, BackendError> {
         let batch = binding::bind_feeds(&self.graph, feeds)?;
-        self.prepared(step, batch)?;
-        self.reset_status()?;
-        let prepared = self
+        let key_pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if key_pending.is_some_and(|(s, b)| &s != step || b != batch) {
+            // The status words of an unsynchronised step name kernels of its own program.
+            self.finish_pending()?;
+        }
+        self.entry(step, batch)?;
+        let mut values: Vec<(crate::ir::NodeId, &HostTensor)> = Vec::new();
+        {
+            let entry = self
+                .programs
+                .get(step, batch)
+                .ok_or_else(|| BackendError::UnknownValue("program".into()))?;
+            for &(node, _) in &entry.prepared.program.feeds {
+                let value = feeds
+                    .iter()
+                    .find(|(n, _)| *n == node)
+                    .map(|(_, t)| t)
+                    .ok_or_else(|| BackendError::MissingFeed {
+                        input: match &self.graph.node(node).op {
+                            Op::Input { name, .. } => name.clone(),
+                            _ => self.graph.node(node).name.clone(),
+                        },
+                    })?;
+                values.push((node, value));
+            }
+        }
+        self.try_capture(step, batch)?;
+        let entry = self
             .programs
             .get(step, batch)
             .ok_or_else(|| BackendError::UnknownValue("program".into()))?;
         let driver = &*self.driver;
-        for &(node, b) in &prepared.program.feeds {
-            let value = feeds
+        let prepared = &entry.prepared;
+        // A session that joined a collective after the capture must reduce through the host.
+        let needs_host = prepared.needs_host(self.collective.as_deref());
+        if let (GraphState::Ready(graph), false) = (&entry.graph, needs_host) {
+            graph.launch(driver, prepared, &values)?;
+            self.graph_replays.fetch_add(1, Ordering::Relaxed);
+            if prepared.program.fetches.is_empty() {
+                *self.pending.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((step.clone(), batch));
+                return Ok(Vec::new());
+            }
+            *self.pending.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            self.sync_all()?;
+            self.report_status(prepared, &graph.status_words(driver)?)?;
+            return graph.fetches(driver, prepared);
+        }
+        self.finish_pending()?;
+        self.reset_status()?;
+        if self.poison == PoisonScratch::EveryStep {
+            prepared.poison_scratch(driver)?;
+        }
+        for (node, value) in &values {
+            let b = prepared
+                .program
+                .feeds
                 .iter()
-                .find(|(n, _)| *n == node)
-                .map(|(_, t)| t)
-                .ok_or_else(|| BackendError::MissingFeed {
-                    input: match &self.graph.node(node).op {
-                        Op::Input { name, .. } => name.clone(),
-                        _ => self.graph.node(node).name.clone(),
-                    },
-                })?;
+                .find(|(n, _)| n == node)
+                .map(|(_, b)| *b)
+                .ok_or_else(|| BackendError::UnknownValue("feed".into()))?;
             write_buffer(driver, prepared, b, value)?;
         }
         prepared.run(driver, self.collective.as_deref())?;
@@ -370,29 +581,13 @@ impl Session for CudaSession {
         for r in &prepared.program.fetches {
             out.push(read_region(driver, prepared, r.buffer, r.offset, &r.shape)?);
         }
-        for (region, var) in &prepared.program.writebacks {
-            let slot = self.layout.slot(*var);
-            let dtype = prepared.program.buffer(region.buffer).dtype;
-            let bytes = region.shape.iter().product::<usize>() * dtype.size_bytes();
-            let src = prepared
-                .home_address(region.buffer)
-                .offset(region.offset * dtype.size_bytes());
-            let dst = self.state[usize::from(slot.device)].offset(slot.offset);
-            let (from, to) = (
-                prepared.home_device(region.buffer),
-                usize::from(slot.device),
-            );
-            if from == to {
-                driver.copy_dtod(to, dst, src, bytes)?;
-            } else {
-                driver.copy_peer(to, to, dst, from, src, bytes)?;
-            }
-        }
+        submit_writebacks(driver, prepared, &self.state, &entry.writebacks)?;
         self.sync_all()?;
         Ok(out)
     }
 
     fn read_variable(&self, var: VarId) -> Result<HostTensor, BackendError> {
+        self.finish_pending()?;
         let (def, shape) = binding::variable(&self.graph, var, None)?;
         let slot = self.layout.slot(var);
         let mut bytes = vec![0u8; slot.bytes];
@@ -403,6 +598,7 @@ impl Session for CudaSession {
     }
 
     fn write_variable(&mut self, var: VarId, value: &HostTensor) -> Result<(), BackendError> {
+        self.finish_pending()?;
         binding::variable(&self.graph, var, Some(value))?;
         let slot = self.layout.slot(var);
         let d = usize::from(slot.device);

@@ -1,0 +1,86 @@
+//! `--launch-report FILE` of the examples: the training step a `SimpleTrainer` runs when no
+//! callback adds to it (the examples' `--bench` step), lowered for the CUDA backend, and every
+//! launch's predicted time on a GPU — one JSON line per launch, then a summary on stdout. No GPU
+//! needed: block counts come from the emulated device, registers from ptxas when it is found.
+//! (Also included by `tests/cuda_perf_model.rs`, which checks it against Nsight Compute's
+//! launch order.)
+
+#![allow(dead_code)]
+
+use std::error::Error;
+use std::path::Path;
+use std::sync::Arc;
+
+use towerpack::backend::Step;
+use towerpack::backend::cuda::CudaOptions;
+use towerpack::backend::cuda::nvrtc::{self, Compiler};
+use towerpack::backend::cuda::perf::{self, GpuSpec, LaunchRow};
+use towerpack::ir::Graph;
+use towerpack::lower::{Program, lower};
+use towerpack::optim::increment_global_step;
+use towerpack::train::{
+    DummyConstantInput, GraphSetup, InputSource, ModelDesc, SimpleTrainer, Trainer,
+};
+
+/// The graph and step of one `SimpleTrainer` step of `model` at `batch` with no callbacks but
+/// the trainer's step counter, as `launch_train_with_config` builds them: the training tower,
+/// its gradients and optimizer update (`train_op`), then the `global_step` increment.
+pub fn training_step(
+    model: Arc<dyn ModelDesc>,
+    batch: usize,
+    seed: u64,
+) -> Result<(Graph, Step), Box<dyn Error>> {
+    let signature = model.inputs();
+    let shapes = signature.iter().map(|s| s.shape.resolve(batch)).collect();
+    let mut input = DummyConstantInput::new(shapes);
+    input.setup(&signature)?;
+    let mut graph = Graph::new();
+    let mut trainer = SimpleTrainer::new();
+    trainer.setup_graph(&mut GraphSetup {
+        graph: &mut graph,
+        seed,
+        input: &mut input,
+        model: Some(model),
+    })?;
+    let train_op = trainer.train_op().ok_or("the trainer built no train op")?;
+    let name = graph.unique_name("global_step_incr");
+    let increment = increment_global_step(&mut graph, &name)?;
+    Ok((graph, Step::new(Vec::new(), vec![train_op, increment])))
+}
+
+/// The training step of `model` at `batch`, lowered as the CUDA backend lowers it.
+pub fn training_program(
+    model: Arc<dyn ModelDesc>,
+    batch: usize,
+    seed: u64,
+) -> Result<Program, Box<dyn Error>> {
+    let (graph, step) = training_step(model, batch, seed)?;
+    Ok(lower(&graph, &step, batch, &CudaOptions::default().lower)?)
+}
+
+/// The launch report of `model`'s training step at `batch` on `gpu`.
+pub fn report(
+    model: Arc<dyn ModelDesc>,
+    batch: usize,
+    seed: u64,
+    gpu: &GpuSpec,
+) -> Result<Vec<LaunchRow>, Box<dyn Error>> {
+    let program = training_program(model, batch, seed)?;
+    let compiler = Compiler::new(nvrtc::default_cache_dir())?;
+    Ok(perf::launch_report(&program, &compiler, gpu, true)?)
+}
+
+/// Writes the report of `model` at `batch` on the H100 model to `file` and prints its summary.
+pub fn write(
+    model: Arc<dyn ModelDesc>,
+    batch: usize,
+    seed: u64,
+    file: &Path,
+) -> Result<(), Box<dyn Error>> {
+    let gpu = perf::H100_SXM;
+    let rows = report(model, batch, seed, &gpu)?;
+    std::fs::write(file, perf::json_lines(&rows))?;
+    print!("{}", perf::summary(&rows, &gpu));
+    println!("wrote {} launches to {}", rows.len(), file.display());
+    Ok(())
+}
