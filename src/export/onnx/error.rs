@@ -49,6 +49,17 @@ pub enum OnnxError {
         declared: String,
         value: String,
     },
+    /// With [`super::OnnxExport::require_all_variables`]: the checkpoint holds model variables
+    /// the export does not read.
+    #[error(
+        "{checkpoint}: {count} variables of the checkpoint are not read by the exported tower \
+         ({names}); is it a checkpoint of another model or configuration?"
+    )]
+    UnreadVariables {
+        checkpoint: PathBuf,
+        count: usize,
+        names: String,
+    },
     /// Two different tensors would get the same ONNX name.
     #[error("the ONNX name `{0}` would stand for two different tensors")]
     NameClash(String),

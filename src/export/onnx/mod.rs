@@ -60,7 +60,10 @@ use crate::ir::{Graph, NodeId, Op, Value};
 use crate::tensor::HostTensor;
 use crate::tower::TowerContext;
 use crate::train::ModelDesc;
-use crate::train::checkpoint::load_checkpoint;
+use crate::train::checkpoint::{is_training_only_name, load_checkpoint};
+
+/// Checkpoint tensors of the training loop, never part of a model.
+const TRAINING_STATE: [&str; 2] = ["global_step", "learning_rate"];
 
 /// The ONNX operator set the exporter targets (default domain).
 pub const OPSET: i64 = 17;
@@ -79,6 +82,7 @@ pub struct OnnxExport {
     input_names: Option<Vec<String>>,
     output_names: Vec<String>,
     name: String,
+    all_variables: bool,
 }
 
 /// An inference tower's graph with the `Input` nodes and output values to export.
@@ -97,6 +101,8 @@ pub struct Exported {
     pub inputs: Vec<String>,
     /// Graph output names, in the requested order.
     pub outputs: Vec<String>,
+    /// The variables the graph reads (its initializers named after them).
+    pub variables: Vec<String>,
 }
 
 /// What [`OnnxExport::write`] wrote.
@@ -108,6 +114,9 @@ pub struct ExportReport {
     pub checkpoint: PathBuf,
     pub inputs: Vec<String>,
     pub outputs: Vec<String>,
+    /// Checkpoint tensors that are neither exported nor training state (optimizer slots,
+    /// `global_step`, `learning_rate`, summaries' moving averages), sorted.
+    pub left_out: Vec<String>,
     /// ONNX nodes and initializers.
     pub nodes: usize,
     pub initializers: usize,
@@ -128,8 +137,32 @@ impl fmt::Display for ExportReport {
             self.checkpoint.display(),
             self.inputs.join(", "),
             self.outputs.join(", ")
-        )
+        )?;
+        if !self.left_out.is_empty() {
+            write!(
+                f,
+                "; {} checkpoint variables not read by the export: {}",
+                self.left_out.len(),
+                abbreviated(&self.left_out)
+            )?;
+        }
+        Ok(())
     }
+}
+
+/// The first few of `names`, then how many more.
+fn abbreviated(names: &[String]) -> String {
+    const SHOWN: usize = 4;
+    let mut text = names
+        .iter()
+        .take(SHOWN)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        text.push_str(&format!(", … ({} more)", names.len() - SHOWN));
+    }
+    text
 }
 
 impl OnnxExport {
@@ -153,12 +186,21 @@ impl OnnxExport {
             input_names: None,
             output_names: output_names.iter().map(|s| s.to_string()).collect(),
             name: "towerpack".to_string(),
+            all_variables: false,
         }
     }
 
     /// Keeps only these inputs (default: the signature inputs the outputs depend on).
     pub fn input_names(mut self, names: &[&str]) -> OnnxExport {
         self.input_names = Some(names.iter().map(|s| s.to_string()).collect());
+        self
+    }
+
+    /// Makes [`OnnxExport::write`] refuse a checkpoint holding model variables the export does
+    /// not read (a checkpoint of another model or configuration, e.g. another depth). Off by
+    /// default: exporting part of a model (the GAN's generator) leaves variables out on purpose.
+    pub fn require_all_variables(mut self) -> OnnxExport {
+        self.all_variables = true;
         self
     }
 
@@ -239,6 +281,18 @@ impl OnnxExport {
             v.iter().filter_map(|i| i.name.clone()).collect()
         };
         let (input_names, output_names) = (names(&graph_proto.input), names(&graph_proto.output));
+        let initializers: std::collections::HashSet<&str> = graph_proto
+            .initializer
+            .iter()
+            .filter_map(|t| t.name.as_deref())
+            .collect();
+        let exported_variables = t
+            .graph
+            .variables()
+            .iter()
+            .filter(|d| initializers.contains(d.name.as_str()))
+            .map(|d| d.name.clone())
+            .collect();
         let model = pb::ModelProto {
             ir_version: Some(IR_VERSION),
             opset_import: vec![pb::OperatorSetIdProto {
@@ -258,6 +312,7 @@ impl OnnxExport {
             model,
             inputs: input_names,
             outputs: output_names,
+            variables: exported_variables,
         })
     }
 
@@ -266,6 +321,20 @@ impl OnnxExport {
     pub fn write(&self, checkpoint: &Path, out: &Path) -> Result<ExportReport, OnnxError> {
         let ckpt = load_checkpoint(checkpoint)?;
         let mut exported = self.export(&ckpt.tensors)?;
+        let left_out: Vec<String> = ckpt
+            .tensors
+            .keys()
+            .filter(|n| !exported.variables.contains(n))
+            .filter(|n| !is_training_only_name(n) && !TRAINING_STATE.contains(&n.as_str()))
+            .cloned()
+            .collect();
+        if self.all_variables && !left_out.is_empty() {
+            return Err(OnnxError::UnreadVariables {
+                checkpoint: ckpt.path,
+                count: left_out.len(),
+                names: abbreviated(&left_out),
+            });
+        }
         let mut meta = vec![(
             "towerpack.checkpoint",
             ckpt.path
@@ -293,6 +362,7 @@ impl OnnxExport {
             checkpoint: ckpt.path,
             inputs: exported.inputs,
             outputs: exported.outputs,
+            left_out,
             nodes: graph.map_or(0, |g| g.node.len()),
             initializers: graph.map_or(0, |g| g.initializer.len()),
             bytes: bytes.len(),
