@@ -7,6 +7,7 @@
 //! cargo run --release --example mnist                      # MLP 784-256-10
 //! cargo run --release --example mnist -- --model convnet   # two conv stages
 //! cargo run --release --example mnist -- --device cuda-emu  # CUDA kernels, emulated device
+//! cargo run --release --example mnist -- --export mnist.onnx --load train_log/mnist
 //! ```
 //!
 //! `--device cuda` runs on the GPU (kernels compiled by NVRTC at run time); an unavailable
@@ -63,6 +64,14 @@ struct Args {
     /// Start afresh: an existing logdir is backed up to `<logdir>.<timestamp>` instead of resumed.
     #[arg(long)]
     fresh: bool,
+    /// Write the inference tower of `--model` with the checkpoint `--load` (default: the latest
+    /// in `--logdir`) to this ONNX file (opset 17; input `input`, output `linear/output`)
+    /// instead of training.
+    #[arg(long)]
+    export: Option<PathBuf>,
+    /// The checkpoint file or directory `--export` reads.
+    #[arg(long, requires = "export")]
+    load: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -82,6 +91,16 @@ fn main() {
 }
 
 fn run(args: &Args) -> Result<(), Box<dyn Error>> {
+    if let Some(file) = &args.export {
+        let load = args.load.as_ref().unwrap_or(&args.logdir);
+        let model = std::sync::Arc::new(mnist_model(args.model));
+        let report = towerpack::export::onnx::OnnxExport::new(model, &["linear/output"])
+            .input_names(&["input"])
+            .require_all_variables()
+            .write(load, file)?;
+        println!("{report}");
+        return Ok(());
+    }
     let action = if args.fresh {
         LogDirAction::Backup
     } else {
@@ -95,31 +114,7 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     if let Some(n) = args.val_images {
         validation = validation.slice(0, n.min(validation.len()))?;
     }
-    let model = match args.model {
-        ModelKind::Mlp => {
-            let mlp = Mlp {
-                input_shape: vec![28, 28, 1],
-                hidden: vec![256],
-                ..Mlp::default()
-            };
-            ModelFn::new(
-                mlp.inputs(),
-                move |x| mlp.build(x),
-                Optimizer::momentum(0.1, 0.9),
-            )
-        }
-        ModelKind::Convnet => {
-            let net = ConvNet {
-                dropout_rate: 0.25,
-                ..ConvNet::default()
-            };
-            ModelFn::new(
-                net.inputs(),
-                move |x| net.build(x),
-                Optimizer::momentum(0.05, 0.9),
-            )
-        }
-    };
+    let model = mnist_model(args.model);
     let inferencers: Vec<Box<dyn Inferencer>> = vec![
         Box::new(ScalarStats::new(&["cross_entropy_loss"])),
         Box::new(ClassificationError::default()),
@@ -164,4 +159,33 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
         );
     }
     Ok(())
+}
+
+/// The network of `--model` with its optimizer.
+fn mnist_model(kind: ModelKind) -> ModelFn {
+    match kind {
+        ModelKind::Mlp => {
+            let mlp = Mlp {
+                input_shape: vec![28, 28, 1],
+                hidden: vec![256],
+                ..Mlp::default()
+            };
+            ModelFn::new(
+                mlp.inputs(),
+                move |x| mlp.build(x),
+                Optimizer::momentum(0.1, 0.9),
+            )
+        }
+        ModelKind::Convnet => {
+            let net = ConvNet {
+                dropout_rate: 0.25,
+                ..ConvNet::default()
+            };
+            ModelFn::new(
+                net.inputs(),
+                move |x| net.build(x),
+                Optimizer::momentum(0.05, 0.9),
+            )
+        }
+    }
 }
