@@ -62,8 +62,18 @@ use crate::tower::TowerContext;
 use crate::train::ModelDesc;
 use crate::train::checkpoint::{is_training_only_name, load_checkpoint};
 
-/// Checkpoint tensors of the training loop, never part of a model.
-const TRAINING_STATE: [&str; 2] = ["global_step", "learning_rate"];
+/// Step-wide training state of the optimizers, never part of a model (a second optimizer's
+/// copy gets a `_1`, `_2`, … suffix: a GAN's `beta1_power_1`).
+const TRAINING_STATE: [&str; 4] = ["global_step", "learning_rate", "beta1_power", "beta2_power"];
+
+/// True for a checkpoint tensor that holds training state rather than a model variable.
+fn is_training_state(name: &str) -> bool {
+    let base = match name.rsplit_once('_') {
+        Some((base, k)) if !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => name,
+    };
+    is_training_only_name(name) || TRAINING_STATE.contains(&name) || TRAINING_STATE.contains(&base)
+}
 
 /// The ONNX operator set the exporter targets (default domain).
 pub const OPSET: i64 = 17;
@@ -114,8 +124,9 @@ pub struct ExportReport {
     pub checkpoint: PathBuf,
     pub inputs: Vec<String>,
     pub outputs: Vec<String>,
-    /// Checkpoint tensors that are neither exported nor training state (optimizer slots,
-    /// `global_step`, `learning_rate`, summaries' moving averages), sorted.
+    /// Checkpoint tensors that are neither exported nor training state (optimizer slots and
+    /// step-wide state such as `beta1_power`, `global_step`, `learning_rate`, summaries' moving
+    /// averages), sorted.
     pub left_out: Vec<String>,
     /// ONNX nodes and initializers.
     pub nodes: usize,
@@ -325,7 +336,7 @@ impl OnnxExport {
             .tensors
             .keys()
             .filter(|n| !exported.variables.contains(n))
-            .filter(|n| !is_training_only_name(n) && !TRAINING_STATE.contains(&n.as_str()))
+            .filter(|n| !is_training_state(n))
             .cloned()
             .collect();
         if self.all_variables && !left_out.is_empty() {
@@ -367,5 +378,33 @@ impl OnnxExport {
             initializers: graph.map_or(0, |g| g.initializer.len()),
             bytes: bytes.len(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_training_state;
+
+    #[test]
+    fn training_state_is_told_from_model_variables() {
+        for name in [
+            "global_step",
+            "learning_rate",
+            "beta1_power",
+            "beta2_power_1",
+            "conv0/W/Momentum",
+            "EMA/train_error",
+        ] {
+            assert!(is_training_state(name), "{name}");
+        }
+        for name in [
+            "conv0/W",
+            "conv0/bn/mean/EMA",
+            "linear/b",
+            "beta1_power_x",
+            "res1_2/W",
+        ] {
+            assert!(!is_training_state(name), "{name}");
+        }
     }
 }
