@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! cargo run --release --example gan      # 20 epochs, about 2.5 minutes on 2 cores
+//! cargo run --release --example gan -- --export generator.onnx --load train_log/gan
 //! ```
 //!
 //! Digit-like strokes appear after about 10 epochs (1,250 steps of batch 64). The model is the
@@ -56,6 +57,14 @@ struct Args {
     /// Start afresh: an existing logdir is backed up to `<logdir>.<timestamp>` instead of resumed.
     #[arg(long)]
     fresh: bool,
+    /// Write the generator (input `z` [N, 64], output `gen/deconv1/output` [N, 28, 28, 1] in
+    /// [-1, 1]) with the checkpoint `--load` (default: the latest in `--logdir`) to this ONNX
+    /// file (opset 17) instead of training.
+    #[arg(long)]
+    export: Option<PathBuf>,
+    /// The checkpoint file or directory `--export` reads.
+    #[arg(long, requires = "export")]
+    load: Option<PathBuf>,
 }
 
 /// A trainer with two optimizers: every step runs the discriminator's update, then the
@@ -189,6 +198,19 @@ fn main() {
 }
 
 fn run(args: &Args) -> Result<(), Box<dyn Error>> {
+    if let Some(file) = &args.export {
+        let load = args.load.as_ref().unwrap_or(&args.logdir);
+        let z: Vec<_> = Dcgan::default()
+            .inputs()
+            .into_iter()
+            .filter(|s| s.name == "z")
+            .collect();
+        let generator = |x: &[towerpack::dsl::Tensor]| towerpack::models::generator(&x[0]);
+        let report =
+            towerpack::export::onnx::OnnxExport::from_tower(z, generator, &[]).write(load, file)?;
+        println!("{report}");
+        return Ok(());
+    }
     let action = if args.fresh {
         LogDirAction::Backup
     } else {

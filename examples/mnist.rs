@@ -8,6 +8,7 @@
 //! cargo run --release --example mnist -- --model convnet   # two conv stages
 //! cargo run --release --example mnist -- --device cuda-emu  # CUDA kernels, emulated device
 //! cargo run --release --example mnist -- --launch-report launches.jsonl  # predicted GPU times
+//! cargo run --release --example mnist -- --export mnist.onnx --load train_log/mnist
 //! ```
 //!
 //! `--device cuda` runs on the GPU (kernels compiled by NVRTC at run time); an unavailable
@@ -71,6 +72,14 @@ struct Args {
     /// on an H100 to FILE (one JSON line per launch) instead of training; no GPU needed.
     #[arg(long, value_name = "FILE")]
     launch_report: Option<PathBuf>,
+    /// Write the inference tower of `--model` with the checkpoint `--load` (default: the latest
+    /// in `--logdir`) to this ONNX file (opset 17; input `input`, output `linear/output`)
+    /// instead of training.
+    #[arg(long)]
+    export: Option<PathBuf>,
+    /// The checkpoint file or directory `--export` reads.
+    #[arg(long, requires = "export")]
+    load: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -90,39 +99,25 @@ fn main() {
 }
 
 fn run(args: &Args) -> Result<(), Box<dyn Error>> {
+    if let Some(file) = &args.export {
+        let load = args.load.as_ref().unwrap_or(&args.logdir);
+        let model = std::sync::Arc::new(mnist_model(args.model));
+        let report = towerpack::export::onnx::OnnxExport::new(model, &["linear/output"])
+            .input_names(&["input"])
+            .require_all_variables()
+            .write(load, file)?;
+        println!("{report}");
+        return Ok(());
+    }
     let data = mnist10k_split()?;
     let train = data.train.to_f32(1.0 / 255.0);
     let mut validation = data.validation.to_f32(1.0 / 255.0);
     if let Some(n) = args.val_images {
         validation = validation.slice(0, n.min(validation.len()))?;
     }
-    let model = match args.model {
-        ModelKind::Mlp => {
-            let mlp = Mlp {
-                input_shape: vec![28, 28, 1],
-                hidden: vec![256],
-                ..Mlp::default()
-            };
-            ModelFn::new(
-                mlp.inputs(),
-                move |x| mlp.build(x),
-                Optimizer::momentum(0.1, 0.9),
-            )
-        }
-        ModelKind::Convnet => {
-            let net = ConvNet {
-                dropout_rate: 0.25,
-                ..ConvNet::default()
-            };
-            ModelFn::new(
-                net.inputs(),
-                move |x| net.build(x),
-                Optimizer::momentum(0.05, 0.9),
-            )
-        }
-    };
+    let model = mnist_model(args.model);
     if let Some(file) = &args.launch_report {
-        return launch_report::write(std::sync::Arc::new(model), args.batch, 1, file);
+        return launch_report::write(std::sync::Arc::new(model), args.batch, args.seed, file);
     }
     let action = if args.fresh {
         LogDirAction::Backup
@@ -174,4 +169,33 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
         );
     }
     Ok(())
+}
+
+/// The network of `--model` with its optimizer.
+fn mnist_model(kind: ModelKind) -> ModelFn {
+    match kind {
+        ModelKind::Mlp => {
+            let mlp = Mlp {
+                input_shape: vec![28, 28, 1],
+                hidden: vec![256],
+                ..Mlp::default()
+            };
+            ModelFn::new(
+                mlp.inputs(),
+                move |x| mlp.build(x),
+                Optimizer::momentum(0.1, 0.9),
+            )
+        }
+        ModelKind::Convnet => {
+            let net = ConvNet {
+                dropout_rate: 0.25,
+                ..ConvNet::default()
+            };
+            ModelFn::new(
+                net.inputs(),
+                move |x| net.build(x),
+                Optimizer::momentum(0.05, 0.9),
+            )
+        }
+    }
 }

@@ -8,6 +8,7 @@
 //! cargo run --release --example resnet -- --bench           # one JSON line of throughput
 //! cargo run --release --example resnet -- --predict --load train_log/resnet
 //! cargo run --release --example resnet -- --batch 128 --launch-report launches.jsonl
+//! cargo run --release --example resnet -- --export model.onnx --load train_log/resnet
 //! ```
 //!
 //! With no `--data`, it trains on the 10,000 MNIST digits compiled into towerpack (8,000 to train,
@@ -109,6 +110,10 @@ struct Args {
     /// on an H100 to FILE (one JSON line per launch) instead of training; no GPU needed.
     #[arg(long, value_name = "FILE")]
     launch_report: Option<PathBuf>,
+    /// Write the inference tower with the checkpoint given by `--load` to this ONNX file
+    /// (opset 17; input `input` [N, 32, 32, 3], output `linear/output`) instead of training.
+    #[arg(long, requires = "load")]
+    export: Option<PathBuf>,
 }
 
 /// The `--trainer` choices (tensorpack's trainer names in the help).
@@ -214,6 +219,9 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     let model = resnet_model(&net);
     if let Some(file) = &args.launch_report {
         return launch_report::write(model, args.batch, args.seed, file);
+    }
+    if let Some(file) = &args.export {
+        return export_onnx(args, model, file);
     }
     if args.predict {
         let data = load_data(args, None)?;
@@ -490,5 +498,20 @@ fn predict(
         validation.len(),
         args.output.display()
     );
+    Ok(())
+}
+
+/// `--export`: the inference tower with the checkpoint `--load`, as an ONNX file.
+fn export_onnx(
+    args: &Args,
+    model: Arc<dyn ModelDesc>,
+    file: &std::path::Path,
+) -> Result<(), Box<dyn Error>> {
+    let load = args.load.as_deref().ok_or("--export needs --load CKPT")?;
+    let report = towerpack::export::onnx::OnnxExport::new(model, &["linear/output"])
+        .input_names(&["input"])
+        .require_all_variables()
+        .write(load, file)?;
+    println!("{report}");
     Ok(())
 }

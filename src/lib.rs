@@ -13,6 +13,7 @@ pub mod autodiff;
 pub mod backend;
 pub mod data;
 pub mod dsl;
+pub mod export;
 pub mod ir;
 pub mod lower;
 pub mod models;
