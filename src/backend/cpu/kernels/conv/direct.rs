@@ -10,11 +10,12 @@ use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::parallel::{
     for_each_row_block, scratch_of, split_range, threads, worth_parallel,
 };
+use crate::backend::cpu::kernels::simd::{SimdLevel, carry, note};
 use rayon::prelude::*;
 
-/// Whether the direct kernels can run this convolution on this CPU.
+/// Whether the direct kernels can run this convolution at the SIMD level in force.
 pub(super) fn supported(g: &Conv2dGeometry) -> bool {
-    g.groups == 1 && std::arch::is_x86_feature_detected!("avx512f")
+    g.groups == 1 && SimdLevel::current() == SimdLevel::Avx512
 }
 
 /// Largest tile for `v` channel vectors: `R·V` accumulators (at most 24) stay in registers
@@ -150,6 +151,7 @@ pub(super) fn forward(
     if out_rows == 0 || o == 0 {
         return Ok(());
     }
+    note(SimdLevel::Avx512);
     let [hp, wp] = padded_hw(g);
     let segs = segments(g);
     let parallel = worth_parallel(2 * g.macs()) && g.batch > 1;
@@ -274,6 +276,7 @@ pub(super) fn backward_filter(
     } else {
         1
     };
+    note(SimdLevel::Avx512);
     let ranges = split_range(g.batch, parts);
     let origins = pixel_origins(g, out_hw);
     let segs = segments(g);
@@ -295,11 +298,11 @@ pub(super) fn backward_filter(
     }
     let partials: Vec<Vec<f32>> = ranges
         .into_par_iter()
-        .map(|images| {
+        .map(carry(|images: std::ops::Range<usize>| {
             let mut partial = vec![0.0; dw.len()];
             run(images, &mut partial);
             partial
-        })
+        }))
         .collect();
     dw.copy_from_slice(&partials[0]);
     for partial in &partials[1..] {

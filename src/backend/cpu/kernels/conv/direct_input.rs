@@ -10,6 +10,7 @@ use super::direct::tile_row;
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::parallel::{for_each_row_block, scratch_of, worth_parallel};
+use crate::backend::cpu::kernels::simd::{SimdLevel, note};
 
 /// One dimension's phase: the `dx` positions `phase + stride·i` for `i < count`, and each
 /// contributing tap `k` with the `dy` offset `off` (position `i + off`).
@@ -61,6 +62,7 @@ pub(super) fn backward_input(
     if image_rows == 0 || c == 0 {
         return Ok(());
     }
+    note(SimdLevel::Avx512);
     let (rows, [pt, pb]) = phases(g, 0, out_hw[0]);
     let (cols, [pl, pr]) = phases(g, 1, out_hw[1]);
     let [hp, wp] = [out_hw[0] + pt + pb, out_hw[1] + pl + pr];

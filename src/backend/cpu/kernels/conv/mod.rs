@@ -62,7 +62,11 @@ impl ConvAlgorithm {
             ConvAlgorithm::Direct if supported => Ok(true),
             ConvAlgorithm::Direct => Err(shape_error(
                 "conv2d",
-                format!("the direct kernels need AVX-512F and one group: {g:?}"),
+                format!(
+                    "the direct kernels need the avx512 SIMD level (in force: {}) and one \
+                     group: {g:?}",
+                    super::SimdLevel::current()
+                ),
             )),
         }
     }
