@@ -3,9 +3,10 @@
 //! This module owns the geometry, the algorithm choice and the blocked im2col.
 //!
 //! Two algorithms, chosen per call ([`ConvAlgorithm`]):
-//! - direct (AVX-512, one group): register tiles of pixels × output channels accumulate straight
-//!   from a zero-padded copy of each image, with no patch matrix; the input gradient gathers per
-//!   stride phase (`direct_input`). The default wherever it runs.
+//! - direct (AVX-512 or AVX2 + FMA, one group): register tiles of pixels × output channels
+//!   accumulate straight from a zero-padded copy of each image, with no patch matrix; the input
+//!   gradient gathers per stride phase (`direct_input`). The default wherever it runs (at the
+//!   `avx2` and `avx512` SIMD levels); both levels give bit-identical results.
 //! - blocked im2col + GEMM (portable, any geometry): a few hundred output rows at a time are
 //!   gathered into an L2-resident patch matrix and multiplied by the filter through the GEMM
 //!   crate; strided input gradients scatter the patches back (col2im).
@@ -17,6 +18,8 @@
 //! lanes on 16–32 output channels, and im2col copies every input value nine times.
 
 #[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
 mod backward_filter;
 mod backward_input;
@@ -25,6 +28,8 @@ mod direct;
 #[cfg(target_arch = "x86_64")]
 mod direct_input;
 mod forward;
+#[cfg(target_arch = "x86_64")]
+mod tiles;
 
 pub use backward_filter::{conv2d_backward_filter, conv2d_backward_filter_with};
 pub use backward_input::{conv2d_backward_input, conv2d_backward_input_with};
@@ -40,9 +45,9 @@ pub enum ConvAlgorithm {
     Auto,
     /// Blocked im2col + GEMM (col2im for strided input gradients): portable, every geometry.
     Im2colGemm,
-    /// Direct AVX-512 register-tiled kernels reading the padded input in place; one group only.
-    /// Input gradients of strided convolutions have no direct kernel and use the GEMM path.
-    /// An error where the CPU lacks AVX-512F or the geometry has several groups.
+    /// Direct register-tiled kernels (AVX-512 or AVX2 + FMA, by the SIMD level in force) reading
+    /// the padded input in place; one group only. An error at the `scalar` level or where the
+    /// geometry has several groups.
     Direct,
 }
 
@@ -63,8 +68,8 @@ impl ConvAlgorithm {
             ConvAlgorithm::Direct => Err(shape_error(
                 "conv2d",
                 format!(
-                    "the direct kernels need the avx512 SIMD level (in force: {}) and one \
-                     group: {g:?}",
+                    "the direct kernels need the avx2 or avx512 SIMD level (in force: {}) \
+                     and one group: {g:?}",
                     super::SimdLevel::current()
                 ),
             )),
