@@ -7,7 +7,7 @@
 //! split at boundaries that depend only on the shapes (and, for cross-row reductions, on
 //! `rayon::current_num_threads()`), so results are bit-identical from run to run for a given
 //! thread count. Small problems stay on the calling thread. Hand-written AVX-512 and AVX2 paths
-//! (direct convolution, tiny GEMMs) sit next to portable ones; every kernel runs at the
+//! (direct convolution; tiny GEMMs on AVX-512) sit next to portable ones; every kernel runs at the
 //! [`SimdLevel`] in force on the calling thread ([`simd`]: detected, capped by `TOWERPACK_SIMD`,
 //! lowered per call with [`SimdLevel::run`]), and carries it into its parallel tasks.
 //!
