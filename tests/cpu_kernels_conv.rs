@@ -417,6 +417,9 @@ fn random_direct_geometry(rng: &mut rand_chacha::ChaCha8Rng) -> Conv2dGeometry {
     }
 }
 
+/// `y`, `dx` and `dw` of one convolution.
+type Passes = (Vec<f32>, Vec<f32>, Vec<f32>);
+
 /// The three passes of `g` on the direct kernels at `level`, on `threads` threads.
 fn direct_passes(
     level: SimdLevel,
@@ -425,7 +428,7 @@ fn direct_passes(
     x: &[f32],
     w: &[f32],
     dy: &[f32],
-) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+) -> Passes {
     level.run(|| {
         with_threads(threads, || {
             let direct = ConvAlgorithm::Direct;
@@ -472,7 +475,7 @@ fn direct_kernels_match_the_naive_convolution_and_agree_bitwise_across_levels() 
         let large = case >= 120;
         let atol = if large { 2e-3 } else { 1e-4 };
         let threads = if large { 2 } else { 1 };
-        let mut first: Option<(SimdLevel, (Vec<f32>, Vec<f32>, Vec<f32>))> = None;
+        let mut first: Option<(SimdLevel, Passes)> = None;
         for &level in &levels {
             let got = direct_passes(level, threads, g, &x, &w, &dy);
             let what = format!("case {case} {level} {g:?}");
