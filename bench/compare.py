@@ -9,7 +9,13 @@ towerpack) with its spread (min..max over rounds). The machine is shared: only t
 same-run ratios mean anything, and the spread says how much to trust them.
 
     python3 bench/compare.py [--repeats 5] [--threads 2] [--rounds 3] [--secs 1.0]
-        [--models resnet20,mlp,linear] [--cpu-time]
+        [--models resnet20,mlp,linear] [--cpu-time] [--simd scalar|avx2|avx512]
+
+It prints the CPU, the SIMD level its flags allow (what towerpack detects) and the level in
+force. --simd LEVEL (or TOWERPACK_SIMD in the environment) caps towerpack's kernels at LEVEL and
+caps PyTorch the same way (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS), so
+that `--simd avx2` on an AVX-512 machine approximates an AVX2 machine with the same cores,
+caches and clocks — an approximation, not a measurement on an AVX2-only CPU.
 
 On a busy machine, --cpu-time compares CPU seconds per thread (both runtimes' idle threads
 sleeping) instead of wall time, which mostly measures how each copes with being preempted.
@@ -59,8 +65,8 @@ def parse(text):
     return out
 
 
-def run(cmd):
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+def run(cmd, env=None):
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         sys.stderr.write(r.stderr)
         raise SystemExit(f"compare.py: {' '.join(cmd)} failed ({r.returncode})")
@@ -72,6 +78,44 @@ def have_torch():
                           capture_output=True).returncode == 0
 
 
+LEVELS = ("scalar", "avx2", "avx512")
+
+# PyTorch's own switches for each towerpack level (ATen's dispatch, oneDNN, MKL).
+TORCH_CAPS = {
+    "scalar": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
+               "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+             "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "avx512": {},
+}
+
+
+def cpu_info():
+    """(model name, the SIMD level the CPU flags allow, as towerpack's probe decides it)."""
+    model, flags = "unknown CPU", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and model == "unknown CPU":
+                    model = value.strip()
+                elif key.strip() == "flags" and not flags:
+                    flags = set(value.split())
+    except OSError:
+        pass
+    avx2 = {"avx2", "fma", "bmi1", "bmi2", "abm", "popcnt"} <= flags
+    avx512 = avx2 and {"avx512f", "avx512vl", "avx512bw", "avx512dq"} <= flags
+    return model, "avx512" if avx512 else "avx2" if avx2 else "scalar"
+
+
+def torch_capability(env):
+    """What PyTorch reports it dispatches to under `env`."""
+    r = subprocess.run([sys.executable, "-c",
+                        "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+                       capture_output=True, text=True, env=env)
+    return r.stdout.strip() or "unknown"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
@@ -81,12 +125,28 @@ def main():
     ap.add_argument("--models", default="resnet20,mlp,linear")
     ap.add_argument("--cpu-time", action="store_true",
                     help="compare CPU seconds per thread instead of wall time (busy machines)")
+    ap.add_argument("--simd", choices=LEVELS, default=os.environ.get("TOWERPACK_SIMD") or None,
+                    help="cap towerpack (TOWERPACK_SIMD) and PyTorch at this SIMD level")
     a = ap.parse_args()
     models = [m for m in a.models.split(",") if m]
     exe = bench_binary()
+    model, detected = cpu_info()
+    forced = a.simd
+    env = dict(os.environ)
+    env.pop("TOWERPACK_SIMD", None)
+    if forced:
+        env["TOWERPACK_SIMD"] = forced
+        env.update(TORCH_CAPS[forced])
+    in_force = min(forced or detected, detected, key=LEVELS.index)
+    print(f"CPU: {model}; SIMD detected: {detected}; in force: {in_force}"
+          + (f" (forced: TOWERPACK_SIMD={forced}; PyTorch: "
+             + (", ".join(f"{k}={v}" for k, v in TORCH_CAPS[forced].items()) or "uncapped")
+             + ")" if forced else " (native)"))
     torch_ok = have_torch()
     if not torch_ok:
         print("PyTorch is not installed (pip install torch): towerpack figures only")
+    else:
+        print(f"PyTorch CPU capability in force: {torch_capability(env)}")
     common = ["--threads", str(a.threads), "--rounds", str(a.rounds), "--secs", str(a.secs)]
     if a.cpu_time:
         common.append("--cpu-time")
@@ -105,14 +165,14 @@ def main():
                 if cmd is pt_cmd and not torch_ok:
                     continue
                 results.update({("pt" if cmd is pt_cmd else "tp", k): v
-                                for k, v in run(cmd).items()})
+                                for k, v in run(cmd, env).items()})
             ours[m].append(results[("tp", m)][1])
             line = f"round {r + 1} {m:<9} towerpack {results[('tp', m)][1]:>10.1f}/s"
             for v in PAIRS[m] if torch_ok else []:
                 theirs[v].append(results[("pt", v)][1])
                 line += f"  torch[{v}] {results[('pt', v)][1]:>10.1f}/s"
             print(line, flush=True)
-        lowering.append(run([exe, "lower", "--machine", "--rounds", "3"])["resnet50"])
+        lowering.append(run([exe, "lower", "--machine", "--rounds", "3"], env)["resnet50"])
         print(f"round {r + 1} lowering ResNet-50 training step {lowering[-1][0] * 1e3:.1f} ms "
               f"({lowering[-1][1] * 1e3:.1f} ms CPU)", flush=True)
 

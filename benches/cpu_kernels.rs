@@ -5,7 +5,8 @@
 //! `cargo bench --bench cpu_kernels [-- SECTION...]` with sections `gemm-crates`, `gemm`, `conv`,
 //! `conv-algos`, `tiny`, `other` (all by default). `--machine` prints one `kind name seconds gflops` line per
 //! measurement (read by `bench/conv_shapes.py`). Threads: the rayon default (all cores), or
-//! `RAYON_NUM_THREADS`. Timings are the best of several repetitions; the machine is shared, so
+//! `RAYON_NUM_THREADS`. SIMD level: the detected one capped by `TOWERPACK_SIMD`; `conv-algos`
+//! runs every vector level allowed. Timings are the best of several repetitions; the machine is shared, so
 //! compare figures measured in one run only.
 
 use std::hint::black_box;
@@ -18,7 +19,7 @@ use towerpack::backend::cpu::kernels::softmax::{
     sparse_softmax_cross_entropy_with_grad,
 };
 use towerpack::backend::cpu::kernels::{
-    ChannelEpilogue, Conv2dGeometry, ConvAlgorithm, MatRef, NoEpilogue, Padding2d,
+    ChannelEpilogue, Conv2dGeometry, ConvAlgorithm, MatRef, NoEpilogue, Padding2d, SimdLevel,
     conv2d_backward_filter, conv2d_backward_filter_with, conv2d_backward_input,
     conv2d_backward_input_with, conv2d_forward, conv2d_forward_with, sgemm,
 };
@@ -308,8 +309,13 @@ fn bench_conv(r: &Report) {
     }
 }
 
-/// Each convolution pass under each pinned algorithm.
+/// Each convolution pass under each pinned algorithm, at each vector SIMD level this machine
+/// (and `TOWERPACK_SIMD`) allows: `direct-avx2` against `direct-avx512` and `im2col-*`.
 fn bench_conv_algorithms(r: &Report) {
+    let levels: Vec<SimdLevel> = SimdLevel::available()
+        .into_iter()
+        .filter(|&l| l >= SimdLevel::Avx2)
+        .collect();
     for (name, g, _) in resnet20_convs() {
         let x = data(g.input_len(), 3);
         let w = data(g.filter_len(), 4);
@@ -318,22 +324,27 @@ fn bench_conv_algorithms(r: &Report) {
         let mut dx = vec![0.0; g.input_len()];
         let mut dw = vec![0.0; g.filter_len()];
         let flops = 2.0 * g.macs() as f64;
-        for (label, algo) in [
-            ("im2col", ConvAlgorithm::Im2colGemm),
-            ("direct", ConvAlgorithm::Direct),
-        ] {
-            let secs = time(0.1, 3, || {
-                conv2d_forward_with(algo, &g, &x, &w, &mut y, &NoEpilogue).unwrap()
-            });
-            r.line(&format!("fwd-{label}"), name, secs, flops);
-            let secs = time(0.1, 3, || {
-                conv2d_backward_input_with(algo, &g, &dy, &w, &mut dx, &NoEpilogue).unwrap()
-            });
-            r.line(&format!("bwdin-{label}"), name, secs, flops);
-            let secs = time(0.1, 3, || {
-                conv2d_backward_filter_with(algo, &g, &x, &dy, &mut dw).unwrap()
-            });
-            r.line(&format!("bwdw-{label}"), name, secs, flops);
+        for &level in &levels {
+            for (label, algo) in [
+                ("im2col", ConvAlgorithm::Im2colGemm),
+                ("direct", ConvAlgorithm::Direct),
+            ] {
+                let label = format!("{label}-{level}");
+                level.run(|| {
+                    let secs = time(0.1, 3, || {
+                        conv2d_forward_with(algo, &g, &x, &w, &mut y, &NoEpilogue).unwrap()
+                    });
+                    r.line(&format!("fwd-{label}"), name, secs, flops);
+                    let secs = time(0.1, 3, || {
+                        conv2d_backward_input_with(algo, &g, &dy, &w, &mut dx, &NoEpilogue).unwrap()
+                    });
+                    r.line(&format!("bwdin-{label}"), name, secs, flops);
+                    let secs = time(0.1, 3, || {
+                        conv2d_backward_filter_with(algo, &g, &x, &dy, &mut dw).unwrap()
+                    });
+                    r.line(&format!("bwdw-{label}"), name, secs, flops);
+                });
+            }
         }
     }
 }

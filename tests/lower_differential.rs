@@ -1,12 +1,14 @@
 //! Differential tests of lowering and the CPU backend: random graphs are run by the reference
 //! executor (the oracle) and by compiled programs, with and without fusion, on fresh random
 //! inputs. Outputs and updated variables must agree within `|a - b| <= 1e-4 + 1e-4·|b|`
-//! (f32 sums are taken in different orders); NaN must match NaN.
+//! (f32 sums are taken in different orders); NaN must match NaN. The random graphs are also
+//! made training steps (every optimizer, every lowering option), and run on every SIMD level
+//! the machine has.
 
 use rand::seq::IndexedRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use towerpack::backend::cpu::{CpuOptions, CpuSession};
+use towerpack::backend::cpu::{CpuOptions, CpuSession, SimdLevel};
 use towerpack::backend::poison::PoisonScratch;
 use towerpack::backend::reference::ReferenceSession;
 use towerpack::backend::{Feed, Session};
@@ -519,12 +521,19 @@ fn close(a: &HostTensor, b: &HostTensor) -> Result<(), String> {
 }
 
 fn check(seed: u64, opts: LowerOptions, threads: usize) -> Result<(), String> {
-    check_on(seed, opts, threads, 1)
+    check_on(seed, opts, threads, 1, None)
 }
 
 /// [`check`] with every node placed on one of `devices` logical devices at random: the CPU
 /// backend then runs one thread per device, synchronised only where the program says.
-fn check_on(seed: u64, opts: LowerOptions, threads: usize, devices: u16) -> Result<(), String> {
+/// `simd` forces the CPU kernels' instruction set (`None`: the machine's best).
+fn check_on(
+    seed: u64,
+    opts: LowerOptions,
+    threads: usize,
+    devices: u16,
+    simd: Option<SimdLevel>,
+) -> Result<(), String> {
     let (mut g, step, feeds) = random_case(seed);
     if devices > 1 {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xD3);
@@ -541,6 +550,7 @@ fn check_on(seed: u64, opts: LowerOptions, threads: usize, devices: u16) -> Resu
         CpuOptions {
             threads,
             lower: opts,
+            simd,
             ..CpuOptions::default()
         },
     )
@@ -626,7 +636,7 @@ fn results_do_not_depend_on_parallel_splitting_beyond_tolerance() {
 #[test]
 fn programs_spread_over_devices_match_the_reference() {
     let failures = (400..600)
-        .filter_map(|seed| check_on(seed, LowerOptions::default(), 2, 2).err())
+        .filter_map(|seed| check_on(seed, LowerOptions::default(), 2, 2, None).err())
         .collect();
     report(failures, 200);
 }
@@ -671,7 +681,12 @@ fn random_training_case(seed: u64, optimizer: &Optimizer) -> Option<(Graph, Step
 
 /// Runs two steps of `random_training_case(seed, optimizer)` on the reference and the CPU
 /// backend lowered with `opts`; compares the costs and every variable (slots included).
-fn check_training(seed: u64, optimizer: &Optimizer, opts: LowerOptions) -> Result<(), String> {
+fn check_training(
+    seed: u64,
+    optimizer: &Optimizer,
+    opts: LowerOptions,
+    simd: Option<SimdLevel>,
+) -> Result<(), String> {
     let Some((g, step, feeds)) = random_training_case(seed, optimizer) else {
         return Ok(());
     };
@@ -684,6 +699,7 @@ fn check_training(seed: u64, optimizer: &Optimizer, opts: LowerOptions) -> Resul
             threads: 1,
             lower: opts,
             poison_scratch: PoisonScratch::EveryStep,
+            simd,
             ..CpuOptions::default()
         },
     )
@@ -764,7 +780,47 @@ fn optimizer_updates_of_random_graphs_match_the_reference_with_every_lowering_op
         let optimizer = &optimizers[seed as usize % optimizers.len()];
         for opts in options {
             cases += 1;
-            failures.extend(check_training(seed, optimizer, opts).err());
+            failures.extend(check_training(seed, optimizer, opts, None).err());
+        }
+    }
+    report(failures, cases);
+}
+
+#[test]
+fn every_simd_level_of_this_machine_matches_the_reference() {
+    // Each level the CPU supports (scalar, AVX2, AVX-512), forced per session: random graphs,
+    // fused and unfused, on one and two threads, and random training steps.
+    let unfused = LowerOptions {
+        fuse: false,
+        simplify: false,
+        ..LowerOptions::default()
+    };
+    let optimizers = [
+        Optimizer::momentum(0.05, 0.9),
+        Optimizer::adam(1e-5),
+        Optimizer::sgd(0.05).accumulate(2),
+    ];
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    for level in SimdLevel::available() {
+        for seed in 800..880 {
+            for (opts, threads) in [(LowerOptions::default(), 1), (unfused, 2)] {
+                cases += 1;
+                failures.extend(
+                    check_on(seed, opts, threads, 1, Some(level))
+                        .map_err(|e| format!("{level:?}: {e}"))
+                        .err(),
+                );
+            }
+        }
+        for seed in 880..900 {
+            cases += 1;
+            let optimizer = &optimizers[seed as usize % optimizers.len()];
+            failures.extend(
+                check_training(seed, optimizer, LowerOptions::default(), Some(level))
+                    .map_err(|e| format!("{level:?}: {e}"))
+                    .err(),
+            );
         }
     }
     report(failures, cases);

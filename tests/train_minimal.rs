@@ -75,6 +75,9 @@ fn train_to(
 fn mlp_reaches_96_percent_on_held_out_digits() {
     // 8,000 training images are few for an MLP: PyTorch reaches 95.4% with the plain model
     // (same data, same schedule); small random shifts and dropout 0.2 bring it to ~97%.
+    // Measured (issue 21), held-out accuracy after the last epoch by SIMD level
+    // (TOWERPACK_SIMD) × threads: scalar 97.65 / 97.65, avx2 97.50 / 97.50, avx512 97.50 /
+    // 97.50 (1 / 2 threads): 1.5 points clear of the bar on every path.
     let model = Mlp {
         input_shape: vec![28, 28, 1],
         dropout_rate: 0.2,
@@ -104,7 +107,24 @@ fn convnet_reaches_98_percent_on_held_out_digits() {
         MinimalOptions::default(),
     )
     .expect("trainer");
-    let schedule = [0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.005, 0.005, 0.005];
+    // 16 epochs: 8 at 0.05, 4 at 0.01, 4 at 0.002. The former recipe (6 at 0.05, 3 at 0.005)
+    // stopped while the model was still underfitting (training cost ~0.17) and landed ON the
+    // bar: 97.75–98.30% over init seeds and SIMD paths here, 97.80% on an AVX2-only AMD EPYC
+    // (issue 21), so a change of summation order alone could fail it. Longer training with a
+    // gentler decay (tried: 12 epochs 0.05/0.005, a 12-epoch cosine, weight decay 5e-4 and
+    // dropout 0.5 — the regularised ones underfit further, 97.5–97.9%) lifts the plateau.
+    // Measured held-out accuracy of this recipe after the last epoch, by SIMD level
+    // (TOWERPACK_SIMD) × threads, on an AVX-512 Xeon (avx2 forced: AVX2 direct convolutions,
+    // bit-identical to AVX-512 ones, and the GEMM crate's AVX2 kernels):
+    //   avx512: 98.40 (1 thread), 98.50 (2 threads); init seed 1, 1 thread: 98.70
+    //   avx2:   98.30 (1 thread), 98.35 (2 threads)
+    // Spread 98.30–98.70: 0.3 points clear of the bar at worst. The scalar level was not
+    // measured (about 10× slower here); epochs 13–16 wander by ±0.15 on every path, so this
+    // model's plateau on 8,000 images is about 98.5%.
+    let schedule = [
+        0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.01, 0.01, 0.01, 0.01, 0.002, 0.002,
+        0.002, 0.002,
+    ];
     train_to(&mut t, &schedule, true, 0.98, "convnet");
 }
 

@@ -5,7 +5,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use towerpack::backend::cpu::kernels::Conv2dGeometry;
+use towerpack::backend::cpu::kernels::{Conv2dGeometry, SimdLevel};
 
 pub fn rng(seed: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(seed)
@@ -23,22 +23,33 @@ pub fn tie_heavy_vec(rng: &mut ChaCha8Rng, len: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Asserts `|got - want| <= atol + rtol·|want|` element by element, naming the first miss.
+/// Asserts `|got - want| <= atol + rtol·|want|` element by element, naming the first miss and
+/// the SIMD level in force.
 pub fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
-    assert_eq!(got.len(), want.len(), "{what}: lengths differ");
+    let level = SimdLevel::current();
+    assert_eq!(got.len(), want.len(), "{what} [{level}]: lengths differ");
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         let ok = g == w || (g - w).abs() <= atol + rtol * w.abs() || (g.is_nan() && w.is_nan());
-        assert!(ok, "{what}: element {i} is {g}, expected {w}");
+        assert!(ok, "{what} [{level}]: element {i} is {g}, expected {w}");
     }
 }
 
-/// Runs `f` inside a rayon pool of `threads` threads.
+/// Runs `f` inside a rayon pool of `threads` threads, at the SIMD level in force here (a closure
+/// moved to another thread does not inherit it by itself).
 pub fn with_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> R {
+    let level = SimdLevel::current();
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
         .expect("a test thread pool")
-        .install(f)
+        .install(|| level.run(f))
+}
+
+/// Runs `f` at every SIMD level this machine (and `TOWERPACK_SIMD`) allows, narrowest first.
+pub fn at_every_level(f: impl Fn()) {
+    for level in SimdLevel::available() {
+        level.run(&f);
+    }
 }
 
 /// Visits every (output index, input index, filter index) triple of a convolution that

@@ -12,17 +12,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::exec::Prepared;
+use super::kernels::simd::{SimdLevel, with_level};
 use super::memory::Arena;
 use crate::backend::{BackendError, Collective};
 
 impl Prepared {
     /// Runs the program's kernels, logical device `d` on `pools[d]` (devices may share a
-    /// pool). The first error stops every pool's thread.
+    /// pool), at SIMD level `level`. The first error stops every pool's thread.
     pub fn run_kernels_on_devices(
         &mut self,
         state: &mut [Arena],
         pools: &[&rayon::ThreadPool],
         collective: Option<&dyn Collective>,
+        level: SimdLevel,
     ) -> Result<(), BackendError> {
         let devices = self.program.devices();
         if pools.len() < devices {
@@ -66,7 +68,9 @@ impl Prepared {
                             });
                             let kernels: Vec<usize> = mine.collect();
                             pool.install(|| {
-                                run_in_order(this, &kernels, pool, done, failed, collective)
+                                with_level(level, || {
+                                    run_in_order(this, &kernels, pool, done, failed, collective)
+                                })
                             })
                         })
                     })

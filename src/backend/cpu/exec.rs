@@ -9,6 +9,7 @@ use super::bucket::BucketProgram;
 use super::fused::{CHUNK, FusedProgram};
 use super::fused_reduce::ReduceProgram;
 use super::kernels::pool::Pool2dGeometry;
+use super::kernels::simd::carry;
 use super::kernels::{self, Conv2dGeometry, Epilogue, KernelError, MatRef, Padding2d};
 use super::memory::{Arena, RawBuf};
 use crate::backend::{BackendError, Collective};
@@ -635,11 +636,11 @@ fn run_kernel(
                 let chunks = points.div_ceil(CHUNK);
                 let blocks = (threads * 4).min(chunks);
                 let per = chunks.div_ceil(blocks) * CHUNK;
-                (0..blocks).into_par_iter().for_each(|b| {
+                (0..blocks).into_par_iter().for_each(carry(|b: usize| {
                     let (s, e) = ((b * per).min(points), ((b + 1) * per).min(points));
                     // SAFETY: as above; blocks write disjoint output ranges.
                     unsafe { f.run(s, e, ins, outs) };
-                });
+                }));
             }
             Ok(())
         }
@@ -650,11 +651,13 @@ fn run_kernel(
                 unsafe { b.run(0, points, ins, outs) };
             } else {
                 let per = points.div_ceil(threads * 4).div_ceil(CHUNK) * CHUNK;
-                (0..points.div_ceil(per)).into_par_iter().for_each(|i| {
-                    let (s, e) = (i * per, ((i + 1) * per).min(points));
-                    // SAFETY: as above; blocks write disjoint output ranges.
-                    unsafe { b.run(s, e, ins, outs) };
-                });
+                (0..points.div_ceil(per))
+                    .into_par_iter()
+                    .for_each(carry(|i: usize| {
+                        let (s, e) = (i * per, ((i + 1) * per).min(points));
+                        // SAFETY: as above; blocks write disjoint output ranges.
+                        unsafe { b.run(s, e, ins, outs) };
+                    }));
             }
             Ok(())
         }

@@ -8,7 +8,7 @@
 
 use super::access::{Access, coalesce};
 use super::fused::{FusedProgram, add_column_sums};
-use super::kernels::simd::vectorized;
+use super::kernels::simd::{carry, vectorized};
 use super::memory::RawBuf;
 use crate::ir::ReduceOp;
 use rayon::prelude::*;
@@ -283,7 +283,7 @@ impl ReduceProgram {
         let partials: Vec<Vec<Vec<f64>>> = if blocks == 1 {
             vec![fold(0)]
         } else {
-            (0..blocks).into_par_iter().map(fold).collect()
+            (0..blocks).into_par_iter().map(carry(fold)).collect()
         };
         for (j, &op) in self.ops.iter().enumerate() {
             let mut total = vec![identity(op); self.out_len];

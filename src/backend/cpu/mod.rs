@@ -18,4 +18,5 @@ pub mod memory;
 pub mod session;
 mod small;
 
+pub use kernels::{SimdLevel, SimdLevelError};
 pub use session::{CpuOptions, CpuSession};

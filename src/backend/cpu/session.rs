@@ -8,6 +8,7 @@
 //! [`Device`] its [`Placement`] gives it (the cores are split between the workers).
 
 use super::exec::Prepared;
+use super::kernels::simd::{SimdLevel, with_level};
 use super::memory::{Arena, RawBuf};
 use crate::backend::binding::{self, ProgramCache};
 use crate::backend::poison::PoisonScratch;
@@ -28,6 +29,12 @@ pub struct CpuOptions {
     /// When the scratch arenas are filled with signalling NaNs (see
     /// [`crate::backend::poison`]): at allocation, or also before every step.
     pub poison_scratch: PoisonScratch,
+    /// The SIMD level this session's kernels run at (`None`: [`SimdLevel::max`], the detected
+    /// level capped by `TOWERPACK_SIMD`); a level above that is capped, never an error
+    /// ([`CpuSession::simd_level`] says which runs). Sessions of one process may run different
+    /// levels side by side. GEMMs follow it too, through the `gemm` crate's own AVX2 and scalar
+    /// drivers (the crate's API cannot cap its choice; see `kernels::gemm`).
+    pub simd: Option<SimdLevel>,
 }
 
 /// A graph bound to CPU memory.
@@ -50,9 +57,14 @@ pub struct CpuSession {
 }
 
 impl CpuSession {
-    /// Binds `graph` (verified first) to fresh, zeroed variables.
+    /// Binds `graph` (verified first) to fresh, zeroed variables. Errors when `TOWERPACK_SIMD`
+    /// is set to something other than a SIMD level.
     pub fn new(graph: Graph, options: CpuOptions) -> Result<CpuSession, BackendError> {
         verify(&graph)?;
+        SimdLevel::from_env().map_err(|e| BackendError::Unavailable {
+            backend: "cpu".into(),
+            reason: e.to_string(),
+        })?;
         let threads = if options.threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
         } else {
@@ -177,6 +189,12 @@ impl CpuSession {
         self.threads
     }
 
+    /// The SIMD level this session's kernels run at: [`CpuOptions::simd`] (or
+    /// [`SimdLevel::max`]) capped by what this CPU and `TOWERPACK_SIMD` allow.
+    pub fn simd_level(&self) -> SimdLevel {
+        self.options.simd.unwrap_or_else(SimdLevel::max).capped()
+    }
+
     /// The lowered program of `step` for `batch`, compiling it on first use.
     pub fn program(
         &mut self,
@@ -287,12 +305,17 @@ impl Session for CpuSession {
             unsafe { raw.write_host(0, value) };
         }
         let collective = self.collective.as_deref();
+        // The kernels run at the session's level on whichever thread runs them (the device
+        // threads and the kernels' parallel tasks carry it along).
+        let level = self.options.simd.unwrap_or_else(SimdLevel::max).capped();
         if devices > 1 {
-            prepared.run_kernels_on_devices(state, &device_pools, collective)?;
+            prepared.run_kernels_on_devices(state, &device_pools, collective, level)?;
         } else if prepared.is_small() {
-            prepared.run_kernels(state, 1, collective)?;
+            with_level(level, || prepared.run_kernels(state, 1, collective))?;
         } else {
-            pool.install(|| prepared.run_kernels(state, threads, collective))?;
+            pool.install(|| {
+                with_level(level, || prepared.run_kernels(state, threads, collective))
+            })?;
         }
         // Fetches first: a fetched variable read must see the value the step began with, and
         // write-backs overwrite it.

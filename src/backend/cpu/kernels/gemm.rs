@@ -25,9 +25,19 @@
 //! (190 vs 153 GFLOP/s on fc1 with two threads, in an earlier wall-clock run); it is the one
 //! used. Neither serves 8×10×10 well (~250 ns of setup): the AVX-512 direct path below takes
 //! ~60 ns, the portable one ~290 ns.
+//!
+//! SIMD level ([`SimdLevel`]): the crate chooses its microkernels by itself, once per process,
+//! from CPU detection (`gemm_f32::gemm::f32::get_gemm_fn`), and its per-ISA drivers are private
+//! modules: its API cannot cap them. At the detected level towerpack calls the crate as is; at a
+//! level capped below it, [`gemm_at_level`] runs the crate's own AVX2 (`fma`) or scalar driver,
+//! assembled exactly as the crate assembles it from public parts (`gemm_common`'s generic driver
+//! and `gemm_f32`'s microkernel tables, both pinned to 0.19.0), so a forced `avx2` runs the
+//! microkernels an AVX2-only CPU would run. Their cache blocking still follows this CPU's
+//! caches, so the summation order of long products can differ from an AVX2 machine's.
 
 use super::epilogue::Epilogue;
 use super::parallel::{for_each_row_block, threads, worth_parallel};
+use super::simd::{SimdLevel, note, vectorized};
 use super::{KernelError, shape_error};
 
 /// Products with at most this many multiply-adds use the direct loop instead of the crate.
@@ -142,9 +152,11 @@ pub(crate) fn sgemm_on(
         scale_rows(m, n, beta, c, ldc);
     } else if m * n * k <= DIRECT_MAX_MACS {
         #[cfg(target_arch = "x86_64")]
-        if n <= 16 && std::arch::is_x86_feature_detected!("avx512f") {
+        if n <= 16 && SimdLevel::current() == SimdLevel::Avx512 {
+            note(SimdLevel::Avx512);
             if b.col_stride == 1 {
-                // SAFETY: AVX-512F is present; `check_operands` proved the views in bounds.
+                // SAFETY: the level in force is never above the detected one, so AVX-512F is
+                // present; `check_operands` proved the views in bounds.
                 unsafe { narrow_avx512(m, n, k, alpha, &a, &b, beta, c, ldc) };
                 return Ok(());
             }
@@ -162,18 +174,21 @@ pub(crate) fn sgemm_on(
                 return Ok(());
             }
         }
-        direct(m, n, k, alpha, &a, &b, beta, c, ldc);
+        // The same values at every level: each element sums its products in `p` order.
+        vectorized!(direct(m, n, k, alpha, &a, &b, beta, c, ldc));
     } else {
         let parallelism = if parallel {
             gemm::Parallelism::Rayon(threads())
         } else {
             gemm::Parallelism::None
         };
+        let level = SimdLevel::current();
         // SAFETY: `check_operands` proved every index the crate touches in bounds: A's and B's
         // extents through their strides, C's `m` rows of `n` at `ldc`. `c` is borrowed mutably,
         // so it does not alias `a` or `b`. Strides fit `isize` because the slices are in memory.
         unsafe {
-            gemm::gemm(
+            gemm_at_level(
+                level,
                 m,
                 n,
                 k,
@@ -189,14 +204,126 @@ pub(crate) fn sgemm_on(
                 b.row_stride as isize,
                 beta,
                 alpha,
-                false,
-                false,
-                false,
                 parallelism,
             );
         }
     }
     Ok(())
+}
+
+/// `gemm::gemm` (same arguments, no conjugation) with the crate's microkernels for `level`: the
+/// crate's own choice when `level` is the detected one, else its AVX2 or scalar driver built
+/// the way `gemm_common::__inject_mod!` builds them inside the crate. Notes the level that ran.
+///
+/// # Safety
+/// As `gemm::gemm`: every element the strides address is in bounds, `dst` does not alias the
+/// operands, and `level` is not above [`SimdLevel::detected`].
+#[allow(clippy::too_many_arguments)] // `gemm::gemm`'s argument list.
+unsafe fn gemm_at_level(
+    level: SimdLevel,
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_cs: isize,
+    dst_rs: isize,
+    read_dst: bool,
+    lhs: *const f32,
+    lhs_cs: isize,
+    lhs_rs: isize,
+    rhs: *const f32,
+    rhs_cs: isize,
+    rhs_rs: isize,
+    alpha: f32,
+    beta: f32,
+    parallelism: gemm::Parallelism,
+) {
+    macro_rules! driver {
+        ($simd:expr, $isa:ident, $lanes:expr) => {{
+            use gemm_f32::microkernel::$isa::f32::{H_M, H_N, H_UKR, MR_DIV_N, NR, UKR};
+            const N: usize = $lanes;
+            // SAFETY: the caller's contract is `gemm::gemm`'s, which this driver implements.
+            unsafe {
+                gemm_common::gemm::gemm_basic_generic::<
+                    _,
+                    f32,
+                    N,
+                    { MR_DIV_N * N },
+                    NR,
+                    MR_DIV_N,
+                    H_M,
+                    H_N,
+                >(
+                    $simd,
+                    m,
+                    n,
+                    k,
+                    dst,
+                    dst_cs,
+                    dst_rs,
+                    read_dst,
+                    lhs,
+                    lhs_cs,
+                    lhs_rs,
+                    rhs,
+                    rhs_cs,
+                    rhs_rs,
+                    alpha,
+                    beta,
+                    false,
+                    false,
+                    false,
+                    |a, b, c| a * b + c,
+                    &UKR,
+                    &H_UKR,
+                    false,
+                    parallelism,
+                )
+            }
+        }};
+    }
+    note(level);
+    #[cfg(target_arch = "x86_64")]
+    if level < SimdLevel::detected() {
+        match level {
+            SimdLevel::Avx2 => {
+                // `try_new` probes AVX2 + FMA, which `level` implies; `None` cannot happen.
+                if let Some(simd) = gemm_common::simd::V3::try_new() {
+                    driver!(simd, fma, 8);
+                    return;
+                }
+            }
+            SimdLevel::Scalar => {
+                driver!(gemm_common::simd::Scalar, scalar, 1);
+                return;
+            }
+            SimdLevel::Avx512 => {}
+        }
+    }
+    // SAFETY: the caller's contract is `gemm::gemm`'s.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            dst_cs,
+            dst_rs,
+            read_dst,
+            lhs,
+            lhs_cs,
+            lhs_rs,
+            rhs,
+            rhs_cs,
+            rhs_rs,
+            alpha,
+            beta,
+            false,
+            false,
+            false,
+            parallelism,
+        )
+    }
 }
 
 /// [`sgemm`], then `epilogue` on blocks of finished rows of `C` (which must be dense: `ldc == n`).

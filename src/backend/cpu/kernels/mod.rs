@@ -6,8 +6,10 @@
 //! [`KernelError`] instead of panicking. Threading uses the rayon pool the caller runs in; work is
 //! split at boundaries that depend only on the shapes (and, for cross-row reductions, on
 //! `rayon::current_num_threads()`), so results are bit-identical from run to run for a given
-//! thread count. Small problems stay on the calling thread. Hand-written AVX-512 paths (direct
-//! convolution, tiny GEMMs) are chosen by runtime CPU detection next to portable ones.
+//! thread count. Small problems stay on the calling thread. Hand-written AVX-512 and AVX2 paths
+//! (direct convolution; tiny GEMMs on AVX-512) sit next to portable ones; every kernel runs at the
+//! [`SimdLevel`] in force on the calling thread ([`simd`]: detected, capped by `TOWERPACK_SIMD`,
+//! lowered per call with [`SimdLevel::run`]), and carries it into its parallel tasks.
 //!
 //! ```
 //! use towerpack::backend::cpu::kernels::{
@@ -36,7 +38,7 @@ pub mod gemm;
 mod parallel;
 pub mod pool;
 pub mod reduce;
-pub(crate) mod simd;
+pub mod simd;
 pub mod softmax;
 
 pub use conv::{
@@ -45,6 +47,7 @@ pub use conv::{
 };
 pub use epilogue::{ChannelEpilogue, Epilogue, MomentsEpilogue, NoEpilogue};
 pub use gemm::{MatRef, sgemm, sgemm_with_epilogue};
+pub use simd::{SimdLevel, SimdLevelError};
 
 /// A kernel was called with buffers or shapes that do not fit together.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

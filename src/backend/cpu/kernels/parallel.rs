@@ -1,7 +1,9 @@
 //! The threading policy shared by the kernels: when to spread work over the rayon pool, and how
-//! to split it so that results depend only on the shapes (never on scheduling).
+//! to split it so that results depend only on the shapes (never on scheduling). Parallel tasks
+//! run at the caller's SIMD level (`simd::carry`).
 
 use super::KernelError;
+use super::simd::{SimdLevel, with_level};
 use rayon::prelude::*;
 
 /// Below this many floating-point operations a kernel stays on the calling thread: handing work
@@ -34,10 +36,11 @@ where
 {
     let block_len = (block_rows * row_len).max(1);
     if parallel {
+        let level = SimdLevel::current();
         out.par_chunks_mut(block_len)
             .enumerate()
             .try_for_each_init(Vec::new, |scratch, (i, block)| {
-                f(block, i * block_rows, scratch)
+                with_level(level, || f(block, i * block_rows, scratch))
             })
     } else {
         let mut scratch = Vec::new();

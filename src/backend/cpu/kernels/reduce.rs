@@ -9,7 +9,7 @@
 use rayon::prelude::*;
 
 use super::parallel::{split_range, threads, worth_parallel};
-use super::simd::vectorized;
+use super::simd::{carry, vectorized};
 use super::{KernelError, check_len, shape_error};
 
 /// Which reduction to apply.
@@ -212,7 +212,9 @@ pub fn reduce_axis(
     } else if worth_parallel(x.len()) && outer > 1 {
         out.par_chunks_mut(inner)
             .enumerate()
-            .for_each(|(o, out)| reduce_slab(&x[o * slab..(o + 1) * slab], out));
+            .for_each(carry(|(o, out): (usize, &mut [f32])| {
+                reduce_slab(&x[o * slab..(o + 1) * slab], out)
+            }));
     } else {
         for (o, out) in out.chunks_mut(inner).enumerate() {
             reduce_slab(&x[o * slab..(o + 1) * slab], out);
@@ -229,7 +231,9 @@ pub fn reduce_all(x: &[f32], kind: ReduceKind) -> f32 {
     let ranges = split_range(x.len(), threads());
     let parts: Vec<f32> = ranges
         .into_par_iter()
-        .map(|r| reduce_contiguous(&x[r], kind.accumulator()))
+        .map(carry(|r: std::ops::Range<usize>| {
+            reduce_contiguous(&x[r], kind.accumulator())
+        }))
         .collect();
     let step = kind.accumulator();
     let combined = parts.iter().fold(step.identity(), |a, &p| step.step(a, p));
@@ -334,6 +338,6 @@ fn over_row_ranges<T: Send>(
     }
     split_range(rows, threads())
         .into_par_iter()
-        .map(f)
+        .map(carry(f))
         .collect()
 }

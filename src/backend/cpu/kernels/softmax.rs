@@ -5,6 +5,7 @@
 use rayon::prelude::*;
 
 use super::parallel::worth_parallel;
+use super::simd::carry;
 use super::{KernelError, check_len, shape_error};
 
 /// Rows per parallel task (fixed so results never depend on scheduling; rows are independent).
@@ -18,11 +19,11 @@ fn per_row(out: &mut [f32], cols: usize, f: impl Fn(usize, &mut [f32]) + Sync + 
     if worth_parallel(out.len() * 16) {
         out.par_chunks_mut(cols * ROWS_PER_TASK)
             .enumerate()
-            .for_each(|(t, rows)| {
+            .for_each(carry(|(t, rows): (usize, &mut [f32])| {
                 for (i, row) in rows.chunks_exact_mut(cols).enumerate() {
                     f(t * ROWS_PER_TASK + i, row);
                 }
-            });
+            }));
     } else {
         for (i, row) in out.chunks_exact_mut(cols).enumerate() {
             f(i, row);

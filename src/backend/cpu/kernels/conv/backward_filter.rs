@@ -11,6 +11,7 @@ use super::{Conv2dGeometry, ConvAlgorithm, block_rows, check_operands, im2col};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::gemm::{MatRef, sgemm_on};
 use crate::backend::cpu::kernels::parallel::{split_range, threads, worth_parallel};
+use crate::backend::cpu::kernels::simd::carry;
 
 /// `dw = ∂conv2d/∂w · dy` for the convolution `g`: `x` is `[N, H, W, C]`, `dy` is
 /// `[N, OH, OW, O]`, `dw` is the HWIO filter `[KH, KW, C/groups, O]` (overwritten).
@@ -48,10 +49,10 @@ pub fn conv2d_backward_filter_with(
     }
     let partials = ranges
         .into_par_iter()
-        .map(|range| {
+        .map(carry(|range: std::ops::Range<usize>| {
             let mut partial = vec![0.0; dw.len()];
             accumulate_range(g, out_hw, x, dy, range, &mut partial).map(|()| partial)
-        })
+        }))
         .collect::<Result<Vec<_>, _>>()?;
     dw.copy_from_slice(&partials[0]);
     for partial in &partials[1..] {

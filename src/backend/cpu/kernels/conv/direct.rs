@@ -1,80 +1,51 @@
-//! Direct convolution (implicit GEMM) on AVX-512, one image per task: the image is copied once
-//! into a zero-padded, cache-resident buffer, and register tiles of output pixels × output
-//! channels accumulate straight from it and from the HWIO filter rows. No patch matrix is
-//! built, which is what makes narrow layers (16–64 channels) fast. One group only.
+//! Direct convolution (implicit GEMM) on AVX-512 or AVX2, one image per task: the image is
+//! copied once into a zero-padded, cache-resident buffer, and register tiles of output pixels ×
+//! output channels accumulate straight from it and from the HWIO filter rows. No patch matrix
+//! is built, which is what makes narrow layers (16–64 channels) fast. One group only.
+//!
+//! This module owns the passes (forward, filter gradient; the input gradient is in
+//! `direct_input`) and picks the microkernels of the SIMD level in force ([`supported`]); the
+//! tile drivers are in `tiles`, the microkernels in `avx512` and `avx2`. Both instruction sets
+//! give bit-identical results (see `tiles`).
 
-use super::avx512::{Segment, filter_tile, forward_tile, lane_masks};
+use super::tiles::{Segment, TileKernels, filter_image, row_stride, tile_row, with_row_stride};
 use super::{Conv2dGeometry, check_operands};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::parallel::{
     for_each_row_block, scratch_of, split_range, threads, worth_parallel,
 };
+use crate::backend::cpu::kernels::simd::{SimdLevel, carry};
 use rayon::prelude::*;
 
-/// Whether the direct kernels can run this convolution on this CPU.
+/// Whether the direct kernels can run this convolution at the SIMD level in force (AVX2 or
+/// AVX-512, one group).
 pub(super) fn supported(g: &Conv2dGeometry) -> bool {
-    g.groups == 1 && std::arch::is_x86_feature_detected!("avx512f")
+    g.groups == 1 && SimdLevel::current() >= SimdLevel::Avx2
 }
 
-/// Largest tile for `v` channel vectors: `R·V` accumulators (at most 24) stay in registers
-/// next to the `V` filter vectors.
-fn max_tile_rows(v: usize) -> usize {
-    match v {
-        1 => 16,
-        2 => 12,
-        3 => 8,
-        _ => 6,
-    }
-}
-
-/// Widest channel chunk of the pixel tiles (forward and input gradient): two vectors let a tile
-/// hold 8–12 pixels, so each filter vector loaded from L2 feeds twice the multiply-adds of four
-/// vectors × at most 6 pixels (deep filters, e.g. 3×3×64×64 = 147 KiB, do not fit in L1). On this
-/// machine (one FMA per cycle) both run at the same speed; with two FMA units the filter traffic
-/// of the wider chunk would start to bind.
-const PIXEL_TILE_MAX_V: usize = 2;
-
-/// Splits `len` rows into the fewest tiles of at most `max_tile_rows(v)`, as even as possible
-/// (the first `len % tiles` one row longer), and returns the size of the tile starting at `done`.
-fn tile_rows(v: usize, len: usize, done: usize) -> usize {
-    let tiles = len.div_ceil(max_tile_rows(v));
-    let (base, longer) = (len / tiles, len % tiles);
-    if done < longer * (base + 1) {
-        base + 1
-    } else {
-        base
-    }
-}
-
-/// Output channel chunks `(first channel, vectors)`: up to `max_v` vectors of 16 channels each.
-fn channel_chunks(o: usize, max_v: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..o)
-        .step_by(16 * max_v)
-        .map(move |start| (start, (o - start).div_ceil(16).min(max_v)))
-}
-
-/// Expands to a `match` over every tile shape `(R, V)` that `tile_rows` can return, calling
-/// `$call!(R, V)` in the matching arm.
-macro_rules! tile_shapes {
-    ($r:expr, $v:expr, $call:ident) => {
-        tile_shapes!(@arms $r, $v, $call,
-            1: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16],
-            2: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
-            3: [1, 2, 3, 4, 5, 6, 7, 8],
-            4: [1, 2, 3, 4, 5, 6])
-    };
-    (@arms $r:expr, $v:expr, $call:ident, $($vv:literal: [$($rr:literal),*]),*) => {
-        match ($r, $v) {
-            $($(($rr, $vv) => $call!($rr, $vv),)*)*
-            // `tile_rows` returns 1..=max_tile_rows(v) and `channel_chunks` v in 1..=4.
-            (r, v) => unreachable!("no tile of {r} rows × {v} vectors"),
+/// Runs `$pass::<K>($args)` with the microkernels `K` of the SIMD level in force, which
+/// `supported` checked is AVX2 or AVX-512, and notes the level.
+macro_rules! at_level {
+    ($pass:ident($($args:expr),*)) => {{
+        use $crate::backend::cpu::kernels::conv::{avx2::Avx2, avx512::Avx512};
+        use $crate::backend::cpu::kernels::simd::{SimdLevel, note};
+        match SimdLevel::current() {
+            SimdLevel::Avx512 => {
+                note(SimdLevel::Avx512);
+                $pass::<Avx512>($($args),*)
+            }
+            _ => {
+                note(SimdLevel::Avx2);
+                $pass::<Avx2>($($args),*)
+            }
         }
-    };
+    }};
 }
+pub(super) use at_level;
 
 /// The zero-padded image's `[rows, cols]`.
-fn padded_hw(g: &Conv2dGeometry) -> [usize; 2] {
+pub(super) fn padded_hw(g: &Conv2dGeometry) -> [usize; 2] {
     let p = g.padding;
     [g.in_hw[0] + p.top + p.bottom, g.in_hw[1] + p.left + p.right]
 }
@@ -142,6 +113,16 @@ pub(super) fn forward(
     y: &mut [f32],
     epilogue: &dyn Epilogue,
 ) -> Result<(), KernelError> {
+    at_level!(forward_with(g, x, w, y, epilogue))
+}
+
+fn forward_with<K: TileKernels>(
+    g: &Conv2dGeometry,
+    x: &[f32],
+    w: &[f32],
+    y: &mut [f32],
+    epilogue: &dyn Epilogue,
+) -> Result<(), KernelError> {
     let out_hw = check_operands("conv2d_forward", g, x.len(), w.len(), y.len())?;
     let (c, o) = (g.in_channels, g.out_channels);
     let image_len = g.in_hw[0] * g.in_hw[1] * c;
@@ -152,12 +133,15 @@ pub(super) fn forward(
     }
     let [hp, wp] = padded_hw(g);
     let segs = segments(g);
+    // Filter rows padded to whole vectors where the microkernels need it.
+    let w_stride = row_stride::<K>(o);
+    let w = with_row_stride(w, o, w_stride);
     let parallel = worth_parallel(2 * g.macs()) && g.batch > 1;
     for_each_row_block(y, o, out_rows, parallel, |y_image, first_row, scratch| {
         let n = first_row / out_rows;
         let padded = scratch_of(scratch, hp * wp * c);
         pad_image(g, &x[n * image_len..(n + 1) * image_len], padded);
-        forward_image(g, out_hw, &segs, padded, w, y_image);
+        forward_image::<K>(g, out_hw, &segs, padded, &w, w_stride, y_image);
         if !epilogue.is_identity() {
             epilogue.apply(y_image, first_row, o);
         }
@@ -165,12 +149,13 @@ pub(super) fn forward(
     })
 }
 
-fn forward_image(
+fn forward_image<K: TileKernels>(
     g: &Conv2dGeometry,
     out_hw: [usize; 2],
     segs: &[Segment],
     padded: &[f32],
     w: &[f32],
+    w_stride: usize,
     y_image: &mut [f32],
 ) {
     let (c, o) = (g.in_channels, g.out_channels);
@@ -181,12 +166,13 @@ fn forward_image(
         let out_row = &mut y_image[oh * ow_len * o..(oh + 1) * ow_len * o];
         // The windows of the row's pixels (and every segment) lie inside the padded image: the
         // geometry was validated, so each window fits the padded input.
-        tile_row(
+        tile_row::<K>(
             &padded[row_origin..],
             g.strides[1] * c,
             ow_len,
             segs,
             w,
+            w_stride,
             o,
             out_row,
             o,
@@ -194,75 +180,18 @@ fn forward_image(
     }
 }
 
-/// Computes `count` output pixels: pixel `t` reads the source from `source[t·ps..]` (plus each
-/// segment's offset) and writes `channels` values at `out[t·out_ps..]`, where
-/// `out[p, c] = Σ_seg Σ_j source[p·ps + a_off + j] · w[(k0 + j)·channels + c]`.
-///
-/// Panics (a bug, not a user error) unless every read lies in `source`, every filter row in `w`
-/// and every written pixel in `out`; these are checked once per call, not per element.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn tile_row(
-    source: &[f32],
-    ps: usize,
-    count: usize,
-    segs: &[Segment],
-    w: &[f32],
-    channels: usize,
-    out: &mut [f32],
-    out_ps: usize,
-) {
-    if count == 0 || channels == 0 {
-        return;
-    }
-    let reach = segs.iter().map(|s| s.a_off + s.len).max().unwrap_or(0);
-    let rows = segs.iter().map(|s| s.k0 + s.len).max().unwrap_or(0);
-    assert!(
-        (count - 1) * ps + reach <= source.len()
-            && rows * channels <= w.len()
-            && (count - 1) * out_ps + channels <= out.len(),
-        "direct convolution tile out of bounds"
-    );
-    assert!(std::arch::is_x86_feature_detected!("avx512f"));
-    for (first, v) in channel_chunks(channels, PIXEL_TILE_MAX_V) {
-        let masks = lane_masks(channels - first);
-        let mut t = 0;
-        while t < count {
-            let r = tile_rows(v, count, t);
-            // SAFETY: AVX-512F is present and the bounds were asserted above: the tile's pixels
-            // `t..t + r` read below `(count - 1)·ps + reach`, filter rows below `rows`, and write
-            // pixels below `count` (lanes past `channels` are masked off).
-            unsafe {
-                let a = source.as_ptr().add(t * ps);
-                let dst = out.as_mut_ptr().add(t * out_ps + first);
-                let wt = w.as_ptr().add(first);
-                let ch = channels;
-                macro_rules! call {
-                    ($rr:literal, $vv:literal) => {
-                        // One-vector tiles are bound by address arithmetic unless the pixel
-                        // stride is a constant: specialise the common ones.
-                        match (ps, $vv) {
-                            (16, 1) => forward_tile::<$rr, $vv, 16>(
-                                a, ps, segs, wt, ch, masks, dst, out_ps,
-                            ),
-                            (3, 1) => {
-                                forward_tile::<$rr, $vv, 3>(a, ps, segs, wt, ch, masks, dst, out_ps)
-                            }
-                            _ => {
-                                forward_tile::<$rr, $vv, 0>(a, ps, segs, wt, ch, masks, dst, out_ps)
-                            }
-                        }
-                    };
-                }
-                tile_shapes!(r, v, call);
-            }
-            t += r;
-        }
-    }
-}
-
 /// The filter gradient (see [`super::conv2d_backward_filter`]); `supported(g)` must hold. Images
 /// are split into one range per thread; partial gradients are summed in range order.
 pub(super) fn backward_filter(
+    g: &Conv2dGeometry,
+    x: &[f32],
+    dy: &[f32],
+    dw: &mut [f32],
+) -> Result<(), KernelError> {
+    at_level!(backward_filter_with(g, x, dy, dw))
+}
+
+fn backward_filter_with<K: TileKernels>(
     g: &Conv2dGeometry,
     x: &[f32],
     dy: &[f32],
@@ -277,16 +206,19 @@ pub(super) fn backward_filter(
     let ranges = split_range(g.batch, parts);
     let origins = pixel_origins(g, out_hw);
     let segs = segments(g);
+    let o = g.out_channels;
+    let dy_stride = row_stride::<K>(o);
     let run = |images: std::ops::Range<usize>, dw: &mut [f32]| {
         dw.fill(0.0);
         let [hp, wp] = padded_hw(g);
         let mut padded = vec![0.0; hp * wp * g.in_channels];
         let image_len = g.in_hw[0] * g.in_hw[1] * g.in_channels;
-        let dy_len = origins.len() * g.out_channels;
+        let dy_len = origins.len() * o;
         for n in images {
             pad_image(g, &x[n * image_len..(n + 1) * image_len], &mut padded);
-            let dy_image = &dy[n * dy_len..(n + 1) * dy_len];
-            filter_image(g, &segs, &origins, &padded, dy_image, dw);
+            // `dy` rows padded to whole vectors where the microkernels need it.
+            let dy_image = with_row_stride(&dy[n * dy_len..(n + 1) * dy_len], o, dy_stride);
+            filter_image::<K>(&segs, &origins, &padded, &dy_image, dy_stride, o, dw);
         }
     };
     if ranges.len() <= 1 {
@@ -295,65 +227,15 @@ pub(super) fn backward_filter(
     }
     let partials: Vec<Vec<f32>> = ranges
         .into_par_iter()
-        .map(|images| {
+        .map(carry(|images: std::ops::Range<usize>| {
             let mut partial = vec![0.0; dw.len()];
             run(images, &mut partial);
             partial
-        })
+        }))
         .collect();
     dw.copy_from_slice(&partials[0]);
     for partial in &partials[1..] {
         dw.iter_mut().zip(partial).for_each(|(d, p)| *d += p);
     }
     Ok(())
-}
-
-/// Adds one image's filter gradient to `dw`.
-///
-/// Panics (a bug, not a user error) unless every read lies in `padded` and `dy_image` and every
-/// filter row in `dw`; checked once per image, not per element.
-fn filter_image(
-    g: &Conv2dGeometry,
-    segs: &[Segment],
-    origins: &[usize],
-    padded: &[f32],
-    dy_image: &[f32],
-    dw: &mut [f32],
-) {
-    let o = g.out_channels;
-    let reach = segs.iter().map(|s| s.a_off + s.len).max().unwrap_or(0);
-    let rows = segs.iter().map(|s| s.k0 + s.len).max().unwrap_or(0);
-    let last_origin = origins.iter().copied().max().unwrap_or(0);
-    assert!(
-        last_origin + reach <= padded.len()
-            && origins.len() * o <= dy_image.len()
-            && rows * o <= dw.len(),
-        "direct filter-gradient tile out of bounds"
-    );
-    assert!(std::arch::is_x86_feature_detected!("avx512f"));
-    for (first, v) in channel_chunks(o, 4) {
-        let masks = lane_masks(o - first);
-        for seg in segs {
-            let mut j = 0;
-            while j < seg.len {
-                let r = tile_rows(v, seg.len, j);
-                // SAFETY: AVX-512F is present and the bounds were asserted above: every window
-                // origin plus `a_off + j + r <= a_off + len` stays below `last_origin + reach`;
-                // `dy_image` holds `origins.len()` rows of `o`; filter rows `k0 + j + r <= rows`
-                // exist, and lanes past `o` are masked.
-                unsafe {
-                    let a = padded.as_ptr().add(seg.a_off + j);
-                    let dyp = dy_image.as_ptr().add(first);
-                    let dwp = dw.as_mut_ptr().add((seg.k0 + j) * o + first);
-                    macro_rules! call {
-                        ($rr:literal, $vv:literal) => {
-                            filter_tile::<$rr, $vv>(a, origins, dyp, o, masks, dwp)
-                        };
-                    }
-                    tile_shapes!(r, v, call);
-                }
-                j += r;
-            }
-        }
-    }
 }

@@ -1,12 +1,12 @@
-//! The input gradient on the direct AVX-512 kernels, for any stride, as a gather: the pixels of
+//! The input gradient on the direct AVX-512 or AVX2 kernels, for any stride, as a gather: the pixels of
 //! `dx` are split into `stride_h × stride_w` phases (`h mod s_h`, `w mod s_w`); within one phase
 //! every pixel receives the same taps, at fixed offsets in `dy`, so a phase is a stride-1
 //! correlation of the zero-padded `dy` with the taps' filter slices — the forward tile kernel,
 //! with no wasted multiplications by inserted zeros and no scatter (so no write conflicts).
 
 use super::Conv2dGeometry;
-use super::avx512::Segment;
-use super::direct::tile_row;
+use super::direct::at_level;
+use super::tiles::{Segment, TileKernels, row_stride, tile_row};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::parallel::{for_each_row_block, scratch_of, worth_parallel};
@@ -55,6 +55,17 @@ pub(super) fn backward_input(
     dx: &mut [f32],
     epilogue: &dyn Epilogue,
 ) -> Result<(), KernelError> {
+    at_level!(backward_input_with(g, out_hw, dy, w, dx, epilogue))
+}
+
+fn backward_input_with<K: TileKernels>(
+    g: &Conv2dGeometry,
+    out_hw: [usize; 2],
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    epilogue: &dyn Epilogue,
+) -> Result<(), KernelError> {
     let (c, o) = (g.in_channels, g.out_channels);
     let [h, wd] = g.in_hw;
     let image_rows = h * wd;
@@ -64,13 +75,15 @@ pub(super) fn backward_input(
     let (rows, [pt, pb]) = phases(g, 0, out_hw[0]);
     let (cols, [pl, pr]) = phases(g, 1, out_hw[1]);
     let [hp, wp] = [out_hw[0] + pt + pb, out_hw[1] + pl + pr];
-    // The filter with each tap's `[C, O]` block transposed to `[O, C]`: rows are `dy` channels.
+    // The filter with each tap's `[C, O]` block transposed to `[O, C]`: rows are `dy` channels
+    // (padded to whole vectors where the microkernels need it).
     let taps = g.kernel_hw[0] * g.kernel_hw[1];
-    let mut w_t = vec![0.0; w.len()];
+    let w_stride = row_stride::<K>(c);
+    let mut w_t = vec![0.0; taps * o * w_stride];
     for tap in 0..taps {
         for ci in 0..c {
             for oi in 0..o {
-                w_t[(tap * o + oi) * c + ci] = w[(tap * c + ci) * o + oi];
+                w_t[(tap * o + oi) * w_stride + ci] = w[(tap * c + ci) * o + oi];
             }
         }
     }
@@ -119,7 +132,7 @@ pub(super) fn backward_input(
                             continue;
                         }
                         let source = &padded[i * wp * o..];
-                        tile_row(source, o, col.count, &segs, &w_t, c, out, out_ps);
+                        tile_row::<K>(source, o, col.count, &segs, &w_t, w_stride, c, out, out_ps);
                     }
                 }
             }
