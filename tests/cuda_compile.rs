@@ -233,6 +233,9 @@ fn packed_parameters_arrive_field_by_field() {
         fn status(&self) -> u64 {
             0x5151_0000
         }
+        fn workspace(&self) -> u64 {
+            0x7171_0000
+        }
     }
     let dev = Device::new(0);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);

@@ -61,7 +61,11 @@ fn the_last_cta_combines_every_partial_in_a_fixed_order() {
                 .ptr(out)
                 .launch(&dev, &m, "split_sum", [blocks as u32, 1, 1], [256, 1, 1], 0)
                 .unwrap();
-            assert_bits(&format!("n={n} run {run}"), &download(&dev, out, 1), &[want]);
+            assert_bits(
+                &format!("n={n} run {run}"),
+                &download(&dev, out, 1),
+                &[want],
+            );
             assert_eq!(download::<u32>(&dev, counter, 1), vec![0], "counter reset");
         }
     }

@@ -4,8 +4,9 @@
 //! into staging buffers, the launch, peer copies of remote results back, an event.
 //!
 //! Memory: one scratch arena per device (the memory plan's), one constants arena per device,
-//! one staging buffer per (device, remote buffer) a kernel of that device touches. State arenas
-//! and status words belong to the session and are passed in.
+//! one staging buffer per (device, remote buffer) a kernel of that device touches, one workspace
+//! per split launch (`RenderedKernel::workspace_bytes`). State arenas and status words belong to
+//! the session and are passed in.
 
 use super::driver::{DevicePtr, Driver, EventId, ModuleId};
 use super::error::CudaError;
@@ -116,6 +117,8 @@ struct KernelAddresses<'a> {
     prepared: &'a Prepared,
     device: usize,
     status: DevicePtr,
+    /// The launch's own workspace (null when it needs none).
+    workspace: DevicePtr,
 }
 
 impl AddressOf for KernelAddresses<'_> {
@@ -125,6 +128,10 @@ impl AddressOf for KernelAddresses<'_> {
 
     fn status(&self) -> u64 {
         self.status.0
+    }
+
+    fn workspace(&self) -> u64 {
+        self.workspace.0
     }
 }
 
@@ -319,10 +326,18 @@ impl Prepared {
                         m
                     }
                 };
+                // A split launch's partials and arrival counters: zeroed once here; the kernel
+                // leaves its counters at zero, so every later launch reuses the workspace.
+                let workspace = if r.workspace_bytes > 0 {
+                    driver.alloc(device, r.workspace_bytes)?
+                } else {
+                    DevicePtr(0)
+                };
                 let at = KernelAddresses {
                     prepared: self,
                     device,
                     status: memory.status[device],
+                    workspace,
                 };
                 Action::Launch {
                     module,

@@ -123,6 +123,7 @@ pub fn render(
     program: &Program,
     k: &Kernel,
     index: usize,
+    _target: &super::Target,
 ) -> Result<Option<RenderedKernel>, RenderError> {
     let mut p = ParamStruct::default();
     let mut g = head(program, k);
@@ -326,6 +327,7 @@ pub fn render(
         generated: g,
         params: p,
         launch,
+        workspace_bytes: 0,
     }))
 }
 
