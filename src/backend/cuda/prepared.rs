@@ -11,7 +11,7 @@
 use super::driver::{DevicePtr, Driver, EventId, ModuleId};
 use super::error::CudaError;
 use super::nvrtc::Compiler;
-use super::render::{self, AddressOf, KernelPlan, LaunchDims};
+use super::render::{self, AddressOf, KernelPlan, LaunchDims, Target};
 use crate::backend::{BackendError, Collective};
 use crate::ir::ReduceOp;
 use crate::lower::{BufferId, Kernel, Program, Storage};
@@ -299,7 +299,11 @@ impl Prepared {
     ) -> Result<Submission, BackendError> {
         let k = &self.program.kernels[i];
         let device = usize::from(k.device);
-        let plan = render::render_kernel(&self.program, i).map_err(|e| kernel_error(k, e))?;
+        let target = driver
+            .multiprocessors(device)
+            .map_or_else(Target::default, Target::with_multiprocessors);
+        let plan =
+            render::render_kernel_for(&self.program, i, &target).map_err(|e| kernel_error(k, e))?;
         let action = match plan {
             KernelPlan::Empty => Action::Nothing,
             KernelPlan::AllReduce { op, len } => {

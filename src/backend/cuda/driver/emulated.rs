@@ -205,6 +205,10 @@ impl Driver for EmulatedDriver {
         Ok(())
     }
 
+    fn multiprocessors(&self, device: usize) -> Option<u32> {
+        self.devices.get(device).map(|d| d.multiprocessors())
+    }
+
     fn lane_instructions(&self) -> Option<u64> {
         Some(self.lane_instructions.load(Ordering::Relaxed))
     }
