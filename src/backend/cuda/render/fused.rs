@@ -145,6 +145,11 @@ pub fn elementwise(
 /// The `tp_epilogue` hook of a matrix product or convolution: operand 0 is the kernel's value,
 /// operands `1..` read the extra inputs `k.inputs[main..]` over the output's shape; every output
 /// is stored at `flat`. Without an epilogue the value is stored as output 0.
+///
+/// With per-channel reductions (convolutions only), the hook also takes `float* red` (the
+/// calling thread's sums for the element's channel) and adds the reduced outputs of the
+/// expression into it instead of storing them; `tp_epi_finish(p, r, channel, sum)` stores
+/// reduction `r` of a channel once the blocks' sums are combined (a mean divided by the rows).
 pub fn epilogue(
     program: &Program,
     k: &Kernel,
@@ -154,17 +159,24 @@ pub fn epilogue(
     let main = k.kind.main_inputs();
     let operands = operand_fields(program, params, &k.inputs[main..], "e", &k.outputs);
     g.push_str(&params.declaration());
-    g.push_str("TP_DEV void tp_epilogue(const tp_params& p, tp_idx flat, float acc) {\n");
-    match k.kind.epilogue() {
-        None => g.push_str(&stores(program, &k.outputs[..1], &["acc".into()], "flat")),
-        Some(e) if !e.reductions.is_empty() => {
+    let reductions = k.kind.epilogue().map_or(&[][..], |e| &e.reductions[..]);
+    if reductions.is_empty() {
+        g.push_str("TP_DEV void tp_epilogue(const tp_params& p, tp_idx flat, float acc) {\n");
+    } else {
+        if matches!(k.kind, crate::lower::KernelKind::MatMul(..)) {
             return Err(RenderError::Unsupported(format!(
-                "`{}`: epilogue reductions (lower with `epilogue_reductions: false`)",
+                "`{}`: per-channel reductions in a matrix product's epilogue",
                 k.name
             )));
         }
+        g.push_str(
+            "TP_DEV void tp_epilogue(const tp_params& p, tp_idx flat, float acc, float* red) {\n",
+        );
+    }
+    let shape = &program.buffer(k.outputs[0]).shape;
+    match k.kind.epilogue() {
+        None => g.push_str(&stores(program, &k.outputs[..1], &["acc".into()], "flat")),
         Some(e) => {
-            let shape = &program.buffer(k.outputs[0]).shape;
             let src = FlatPoint {
                 var: "flat",
                 shape,
@@ -172,10 +184,50 @@ pub fn epilogue(
                 own: Some("acc"),
             };
             let outs = cexpr::render(&e.expr, &src, "v", "    ", g)?;
-            g.push_str(&stores(program, &k.outputs, &outs, "flat"));
+            let stored = e.stored_outputs();
+            g.push_str(&stores(
+                program,
+                &k.outputs[..stored],
+                &outs[..stored],
+                "flat",
+            ));
+            for (j, (&id, v)) in e.expr.outputs[stored..]
+                .iter()
+                .zip(&outs[stored..])
+                .enumerate()
+            {
+                if e.expr.dtype(id) != DType::F32 {
+                    return Err(RenderError::Unsupported(format!(
+                        "`{}`: a per-channel epilogue reduction of {}",
+                        k.name,
+                        e.expr.dtype(id)
+                    )));
+                }
+                let _ = writeln!(g, "    red[{j}] += {v};");
+            }
         }
     }
     g.push_str("}\n");
+    if !reductions.is_empty() {
+        let stored = k.outputs.len() - reductions.len();
+        let rows: usize = shape[..shape.len().saturating_sub(1)].iter().product();
+        g.push_str("TP_DEV void tp_epi_finish(const tp_params& p, int r, int c, float sum) {\n");
+        for (j, op) in reductions.iter().enumerate() {
+            let out = k.outputs[stored + j];
+            let value = match op {
+                ReduceOp::Mean => format!("sum / {}", cexpr::literal(rows as f64, DType::F32)),
+                _ => "sum".to_string(),
+            };
+            let dtype = program.buffer(out).dtype;
+            let stored_value = cexpr::to_storage(&cexpr::cast(&value, DType::F32, dtype), dtype);
+            let _ = writeln!(
+                g,
+                "    if (r == {j}) p.out{}[c] = {stored_value};",
+                stored + j
+            );
+        }
+        g.push_str("}\n");
+    }
     Ok(())
 }
 
@@ -265,11 +317,6 @@ fn acc_size(types: &[&str]) -> usize {
     end.next_multiple_of(align).max(1)
 }
 
-/// Where a split launch's arrival counters start in its workspace: after `partial_bytes`.
-pub fn counters_offset(partial_bytes: usize) -> usize {
-    partial_bytes.next_multiple_of(256)
-}
-
 /// A reduction of `shape` over `axes` with a fused prologue. When its outputs give too few
 /// blocks to fill `target` and the reduced axis is long, the reduced points are split across
 /// `TP_SPLIT` blocks per output tile (`blockIdx.y`), whose partials the last of them combines
@@ -314,7 +361,7 @@ pub fn reduce(
     let mut workspace_bytes = 0;
     if split.parts > 1 {
         let partials = split.parts * out_len * acc_size(&types);
-        let counters = counters_offset(partials);
+        let counters = launch::counters_offset(partials);
         params
             .push(
                 "ws",

@@ -18,6 +18,8 @@ pub struct Target {
     pub min_lane_iterations: usize,
     /// The shortest range of K one block of a split GEMM covers.
     pub min_split_k: usize,
+    /// Forces the GEMM tile (when it fits the shared memory): tests run every tile this way.
+    pub tile: Option<Tile>,
 }
 
 /// Multiprocessors of an NVIDIA H100 SXM, the default target (the emulated device reports none,
@@ -47,6 +49,7 @@ impl Target {
             multiprocessors: multiprocessors.max(1),
             min_lane_iterations: 8,
             min_split_k: 8 * GEMM_BK,
+            tile: None,
         }
     }
 
@@ -154,10 +157,30 @@ impl Tile {
         if self.tm * self.tn <= 16 { 3 } else { 2 }
     }
 
-    /// Bytes of static shared memory: two stages of `BK × (bm + 4)` and `BK × (bn + 4)` floats.
-    pub fn shared_bytes(&self) -> usize {
-        2 * GEMM_BK * (self.bm + 4 + self.bn + 4) * 4
+    /// Bytes of static shared memory: two stages of `BK × (bm + 4)` and `BK × (bn + 4)` floats,
+    /// the combine's flag, and with `red_outputs` per-channel epilogue reductions the warps' sums
+    /// (`8 × red_outputs × bn` floats).
+    pub fn shared_bytes(&self, red_outputs: usize) -> usize {
+        2 * GEMM_BK * (self.bm + 4 + self.bn + 4) * 4 + 16 + 8 * red_outputs * self.bn * 4
     }
+}
+
+/// Static shared memory a block may declare.
+pub const MAX_SHARED: usize = 48 << 10;
+
+/// Where the arrival counters of a split launch start in its workspace: after `partial_bytes`
+/// of partials.
+pub fn counters_offset(partial_bytes: usize) -> usize {
+    partial_bytes.next_multiple_of(256)
+}
+
+/// Bytes of workspace of the two-level combine of `kernels/split.cuh` for `slots` slots of
+/// `members` partials of `len` floats in groups of `group`, and where its counters start.
+pub fn combine_workspace(slots: usize, members: usize, group: usize, len: usize) -> (usize, usize) {
+    let groups = members.div_ceil(group.max(1));
+    let sums = if groups > 1 { groups } else { 0 };
+    let counters = counters_offset(slots * (members + sums) * len * 4);
+    (counters + slots * (groups + 1) * 4, counters)
 }
 
 /// How a GEMM of `m × n` outputs (`z` of them) over `k` runs: its tile, its split of K, and
@@ -220,17 +243,25 @@ pub fn combine_group(parts: usize) -> usize {
 }
 
 /// Chooses the tile (and, when `may_split`, the split of K) of an `m × n` GEMM over `k`, `z`
-/// times: the cheapest by [`gemm_cost`] among [`TILES`] and splits reaching the resident blocks.
+/// times, whose epilogue takes `red_outputs` per-channel reductions: the cheapest by
+/// [`gemm_cost`] among the [`TILES`] fitting the shared memory, and splits reaching the
+/// resident blocks.
 pub fn gemm(
     m: usize,
     n: usize,
     k: usize,
     z: usize,
     may_split: bool,
+    red_outputs: usize,
     target: &Target,
 ) -> GemmLaunch {
     let mut best: Option<(f64, GemmLaunch)> = None;
-    for t in TILES {
+    let fits = |t: &Tile| t.shared_bytes(red_outputs) <= MAX_SHARED;
+    let candidates: Vec<Tile> = match target.tile.filter(fits) {
+        Some(t) => vec![t],
+        None => TILES.into_iter().filter(fits).collect(),
+    };
+    for t in candidates {
         let tiles = m.div_ceil(t.bm) * n.div_ceil(t.bn) * z.max(1);
         let max_parts = if may_split {
             split(
@@ -293,7 +324,7 @@ mod tests {
         for t in TILES {
             assert_eq!(t.threads_x() * (t.bm / t.tm), 256, "{t:?}");
             assert_eq!(t.bm % t.tm + t.bn % t.tn, 0, "{t:?}");
-            assert!(t.shared_bytes() <= 48 << 10, "{t:?}");
+            assert!(t.shared_bytes(4) <= MAX_SHARED, "{t:?}");
         }
     }
 
@@ -344,23 +375,23 @@ mod tests {
     fn the_filter_gradient_of_resnet20_is_split_along_k() {
         let h100 = Target::default();
         // 3×3×16 → 16 at batch 128, 32×32: M = 144, N = 16, K = 131072.
-        let g = gemm(144, 16, 131_072, 1, true, &h100);
+        let g = gemm(144, 16, 131_072, 1, true, 0, &h100);
         let [gx, gy, gz] = g.grid(144, 16, 1);
         assert!(gx * gy * gz >= h100.multiprocessors as usize, "{g:?}");
         assert!(g.split.parts > 1);
         assert_eq!(g.split.chunk % GEMM_BK, 0);
         // Without the permission to split, the same problem runs on a handful of blocks.
-        let unsplit = gemm(144, 16, 131_072, 1, false, &h100);
+        let unsplit = gemm(144, 16, 131_072, 1, false, 0, &h100);
         assert_eq!(unsplit.split.parts, 1);
     }
 
     #[test]
     fn the_forward_convolution_takes_a_tall_tile_and_no_split() {
         let h100 = Target::default();
-        let g = gemm(131_072, 16, 144, 1, true, &h100);
+        let g = gemm(131_072, 16, 144, 1, true, 0, &h100);
         assert_eq!(g.split.parts, 1);
         assert_eq!((g.tile.bm, g.tile.bn), (256, 16));
-        let g = gemm(8192, 64, 576, 1, true, &h100);
+        let g = gemm(8192, 64, 576, 1, true, 0, &h100);
         assert_eq!(g.tile.bn, 64, "{g:?}");
     }
 }

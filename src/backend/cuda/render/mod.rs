@@ -188,6 +188,14 @@ fn storage_range(program: &Program, b: BufferId) -> (Storage, usize, usize) {
     (key, start, start + buf.bytes())
 }
 
+/// True when `view`'s first element is 16-byte aligned in device memory (storages and staging
+/// copies start 256-byte aligned), so 128-bit loads may read it.
+pub fn aligned16(program: &Program, view: &crate::lower::View) -> bool {
+    let (_, start, _) = storage_range(program, view.buffer);
+    let size = program.buffer(view.buffer).dtype.size_bytes();
+    (start + view.offset * size).is_multiple_of(16)
+}
+
 /// True when buffers `a` and `b` share bytes.
 pub fn overlaps(program: &Program, a: BufferId, b: BufferId) -> bool {
     let (ka, sa, ea) = storage_range(program, a);
