@@ -84,9 +84,11 @@ impl BackendChoice {
     }
 }
 
-/// The CUDA backend's options with the trainer's bucket size.
+/// The CUDA backend's options with the trainer's bucket size, and batch-norm statistics and
+/// gradient sums taken in convolution epilogues (as on the CPU).
 fn cuda_options(bucket_bytes: Option<usize>) -> CudaOptions {
     let mut options = CudaOptions::default();
+    options.lower.epilogue_reductions = true;
     set_bucket_bytes(&mut options.lower, bucket_bytes);
     options
 }
