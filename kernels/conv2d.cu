@@ -50,7 +50,7 @@ struct tp_conv_fwd_out {
     TP_DEV int channel(int co) const { return first_channel + co; }
 };
 
-extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_conv2d(const tp_params p) {
+extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d(const tp_params p) {
     const int g = blockIdx.z / TP_SPLIT_K, split = blockIdx.z % TP_SPLIT_K;
     const tp_conv_fwd_a la = {p.x + g * TP_CG};
     const tp_conv_fwd_b lb = {p.filter + g * TP_OG};

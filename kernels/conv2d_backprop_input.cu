@@ -50,7 +50,7 @@ struct tp_conv_bwd_input_out {
     TP_DEV int channel(int ci) const { return first_channel + ci; }
 };
 
-extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_conv2d_backprop_input(const tp_params p) {
+extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_input(const tp_params p) {
     const int g = blockIdx.z / TP_SPLIT_K, split = blockIdx.z % TP_SPLIT_K;
     const tp_conv_bwd_input_a la = {p.dy + g * TP_OG};
     const tp_conv_bwd_input_b lb = {p.filter + g * TP_OG};

@@ -19,8 +19,7 @@
 // With VEC = 4 a thread loads 4 consecutive elements at once (a float4 at the element's address)
 // along k (K_FAST) or along the lines (otherwise); the renderer only chooses it where the data
 // allow it (extents multiples of 4, 16-byte aligned), so a vector is all inside or all padding.
-// Threads are assigned to a tile's vectors along the fast direction first: neighbouring threads
-// read neighbouring addresses.
+// Each thread loads one line of the tile (see tp_operand), so it keeps one Line in registers.
 //
 // After the loop, tp_gemm_output hands the tile to the epilogue. Split-K (TP_SPLIT_K > 1:
 // blockIdx.z = z * TP_SPLIT_K + split, each split covering TP_K_CHUNK of K) first combines the
@@ -29,8 +28,10 @@
 // block's rows (threads, then a warp butterfly, then warps in order), then combine the blocks of
 // a column tile in a fixed order and finish them (tp_epi_finish).
 //
-// Generated: TP_BM, TP_BN, TP_TM, TP_TN, TP_VEC_A, TP_VEC_B, TP_SPLIT_K, TP_K_CHUNK, TP_GROUP,
-// TP_EPI_RED, TP_RED_GROUP; tp_epilogue(p, flat, value[, red]), tp_epi_finish(p, r, channel, sum).
+// Generated: TP_BM, TP_BN, TP_TM, TP_TN, TP_VEC_A, TP_VEC_B, TP_MIN_BLOCKS, TP_SPLIT_K,
+// TP_K_CHUNK, TP_GROUP, TP_EPI_RED, TP_RED_GROUP; tp_epilogue(p, flat, value[, red]),
+// tp_epi_finish(p, r, channel, sum). Kernels declare TP_GEMM_BOUNDS: TP_MIN_BLOCKS resident
+// blocks per SM bound the registers (none: ptxas's own choice).
 
 #define TP_BK 16
 #define TP_PAD 4
@@ -39,6 +40,11 @@
 static_assert(TP_BLOCK == 256, "the GEMM tile assumes 256 threads");
 static_assert(TP_TX * TP_TY == TP_BLOCK, "a tile has one thread per register block");
 static_assert(TP_TX <= 32 && 32 % TP_TX == 0, "a warp spans whole rows of threads");
+#if TP_MIN_BLOCKS > 0
+#define TP_GEMM_BOUNDS __launch_bounds__(TP_BLOCK, TP_MIN_BLOCKS)
+#else
+#define TP_GEMM_BOUNDS __launch_bounds__(TP_BLOCK)
+#endif
 
 template <int VEC>
 struct tp_vec {
@@ -53,31 +59,38 @@ struct tp_vec<4> {
     static TP_DEV float4 load(const float* a) { return __ldg(reinterpret_cast<const float4*>(a)); }
 };
 
-// One operand's share of the tile loads: SLOTS fixed (line, k-offset) pairs per thread and the
-// values in flight for the next tile. EDGE is the tile's extent along the lines (TP_BM or TP_BN).
+// One operand's share of the tile loads: SLOTS elements (or vectors) per thread and the values in
+// flight for the next tile. EDGE is the tile's extent along the lines (TP_BM or TP_BN). Threads
+// take consecutive line positions first (LINES of them: EDGE lines, or EDGE / VEC vectors of 4
+// lines when the lines are the fast direction); LINES divides TP_BLOCK, so each thread keeps ONE
+// line for all its slots (one Line in registers) and steps along k from slot to slot. Stores to
+// shared memory from consecutive threads hit consecutive banks.
 template <class L, int EDGE>
 struct tp_operand {
     enum {
         VEC = L::VEC,
         ELEMS = EDGE * TP_BK / VEC,
         SLOTS = (ELEMS + TP_BLOCK - 1) / TP_BLOCK,
-        FAST = L::K_FAST ? TP_BK / VEC : EDGE / VEC
+        LINES = L::K_FAST ? EDGE : EDGE / VEC,
+        K_STEP = TP_BLOCK / LINES  // k rows (vectors along k when K_FAST) between slots
     };
+    static_assert(TP_BLOCK % LINES == 0, "one line per thread");
     typedef tp_vec<VEC> V;
-    typename L::Line line[SLOTS];
-    bool live[SLOTS];
+    typename L::Line line;
+    bool live;
     typename V::type v[SLOTS];
 
-    static TP_DEV int slot_e(int s) { return threadIdx.x + s * TP_BLOCK; }
-    static TP_DEV int slot_mn(int s) { return L::K_FAST ? slot_e(s) / FAST : slot_e(s) % FAST * VEC; }
-    static TP_DEV int slot_k(int s) { return L::K_FAST ? slot_e(s) % FAST * VEC : slot_e(s) / FAST; }
+    static TP_DEV int slot_mn() { return threadIdx.x % LINES * (L::K_FAST ? 1 : VEC); }
+    static TP_DEV int slot_k(int s) {
+        return (threadIdx.x / LINES + s * K_STEP) * (L::K_FAST ? VEC : 1);
+    }
+    static TP_DEV bool slot_used(int s) {
+        return ELEMS % TP_BLOCK == 0 || threadIdx.x + s * TP_BLOCK < ELEMS;
+    }
 
     TP_DEV void init(const L& l, int mn0, int extent) {
-#pragma unroll
-        for (int s = 0; s < SLOTS; ++s) {
-            live[s] = slot_e(s) < ELEMS && mn0 + slot_mn(s) < extent;
-            line[s] = l.line(live[s] ? mn0 + slot_mn(s) : 0);
-        }
+        live = mn0 + slot_mn() < extent;
+        line = l.line(live ? mn0 + slot_mn() : 0);
     }
 
     // Global loads of the tile starting at k0 (elements at or past k_end are zero).
@@ -85,17 +98,18 @@ struct tp_operand {
 #pragma unroll
         for (int s = 0; s < SLOTS; ++s) {
             const int k = k0 + slot_k(s);
-            const float* a = live[s] && k < k_end ? l.at(line[s], k) : nullptr;
+            const float* a = live && slot_used(s) && k < k_end ? l.at(line, k) : nullptr;
             v[s] = a ? V::load(a) : V::zero();
         }
     }
 
     // Into a shared stage laid out [TP_BK][EDGE + TP_PAD] (k-major).
     TP_DEV void store(float (*sh)[EDGE + TP_PAD]) const {
+        const int mn = slot_mn();
 #pragma unroll
         for (int s = 0; s < SLOTS; ++s) {
-            if (ELEMS % TP_BLOCK != 0 && slot_e(s) >= ELEMS) continue;
-            const int mn = slot_mn(s), k = slot_k(s);
+            if (!slot_used(s)) continue;
+            const int k = slot_k(s);
             if constexpr (VEC == 1) {
                 sh[k][mn] = v[s];
             } else if constexpr (L::K_FAST) {

@@ -33,7 +33,7 @@ struct tp_matmul_out {
     TP_DEV int channel(int n) const { return n; }
 };
 
-extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_matmul(const tp_params p) {
+extern "C" __global__ void TP_GEMM_BOUNDS tp_matmul(const tp_params p) {
     const int batch = blockIdx.z / TP_SPLIT_K, split = blockIdx.z % TP_SPLIT_K;
     const tp_matmul_a la = {p.a + batch * (tp_idx)TP_A_BATCH_STRIDE};
     const tp_matmul_b lb = {p.b + batch * (tp_idx)TP_B_BATCH_STRIDE};

@@ -1,8 +1,11 @@
 //! The CUDA backend's kernels compile: every hand-written and generated kernel of the example
-//! training programs (MLP, ResNet-20, a small convnet) and of an op-coverage graph is rendered, compiled by NVRTC for compute_80 and
+//! training programs (MLP, ResNet-20, a small convnet; and ResNet-20 at batch 128 as the CUDA
+//! trainer lowers it, with batch-norm reductions in convolution epilogues, rendered for an H100)
+//! and of an op-coverage graph is rendered, compiled by NVRTC for compute_80 and
 //! compute_90, assembled by ptxas for sm_80 and sm_90 with zero spills (registers and shared
 //! memory snapshotted), loaded by the emulated device (its PTX whitelist), and its parameter
-//! struct matches the signature NVRTC emitted. Needs NVRTC and ptxas (CI installs both); a
+//! struct matches the signature NVRTC emitted. Every GEMM tile is also forced through ptxas and
+//! the emulated device. Needs NVRTC and ptxas (CI installs both); a
 //! missing one fails these tests with a message saying so.
 
 mod cuda_common;
@@ -29,8 +32,20 @@ fn programs() -> &'static Vec<(&'static str, Program)> {
             .map(|(name, _, p)| (name, p))
             .collect();
         v.push(("ops", cuda_common::ops_program().1));
+        v.push(("resnet20_b128", resnet20_b128()));
         v
     })
+}
+
+/// ResNet-20's training step at batch 128 as the CUDA trainer lowers it (batch-norm statistics
+/// and gradient sums in convolution epilogues).
+fn resnet20_b128() -> Program {
+    let tg = cuda_common::resnet20();
+    let options = towerpack::lower::LowerOptions {
+        epilogue_reductions: true,
+        ..towerpack::lower::LowerOptions::default()
+    };
+    towerpack::lower::lower(&tg.graph, &tg.step, 128, &options).expect("lower")
 }
 
 /// The distinct kernel sources of a program: source → (rendered kernel, indices using it).
@@ -404,12 +419,7 @@ fn work(p: &Program, k: &towerpack::lower::Kernel) -> usize {
 #[test]
 fn resnet20_at_batch_128_fills_an_h100() {
     use towerpack::backend::cuda::render::Target;
-    let tg = cuda_common::resnet20();
-    let options = towerpack::lower::LowerOptions {
-        epilogue_reductions: true,
-        ..towerpack::lower::LowerOptions::default()
-    };
-    let p = towerpack::lower::lower(&tg.graph, &tg.step, 128, &options).expect("lower");
+    let p = resnet20_b128();
     let h100 = Target::default();
     let mut idle = Vec::new();
     let mut table = String::from("k | kernel | grid | blocks | block | work | workspace B\n");
@@ -482,6 +492,8 @@ fn every_gemm_tile_assembles_without_spills_and_multiplies_on_the_emulated_devic
     let dev = Device::new(0);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
     let mut failures = Vec::new();
+    let mut table =
+        String::from("tile bm x bn (tm x tn) | m x n x k | sm_80 regs, smem | sm_90 regs, smem\n");
     for (m, n, k) in [(100usize, 70usize, 40usize), (64, 36, 1000)] {
         let mut g = Graph::new();
         let input = |g: &mut Graph, name: &str, ty| {
@@ -532,6 +544,7 @@ fn every_gemm_tile_assembles_without_spills_and_multiplies_on_the_emulated_devic
                     .contains(&format!("#define TP_BM ((int){})", tile.bm))
             );
             let source = r.source();
+            let mut cells = Vec::new();
             for arch in [Arch(80), Arch(90)] {
                 let ptx = compiler()
                     .compile("tile", &source, arch)
@@ -540,7 +553,16 @@ fn every_gemm_tile_assembles_without_spills_and_multiplies_on_the_emulated_devic
                 if rep.spill_stores + rep.spill_loads + rep.stack > 0 {
                     failures.push(format!("{tile:?} on {}: {rep:?}", arch.sm()));
                 }
+                cells.push(format!("{}, {} B", rep.registers, rep.shared));
             }
+            table.push_str(&format!(
+                "{}x{} ({}x{}) | {m}x{n}x{k} | {}\n",
+                tile.bm,
+                tile.bn,
+                tile.tm,
+                tile.tn,
+                cells.join(" | ")
+            ));
             let ptx = compiler()
                 .compile("tile", &source, Arch::EMULATED)
                 .unwrap_or_else(|e| panic!("{e}"));
@@ -592,4 +614,7 @@ fn every_gemm_tile_assembles_without_spills_and_multiplies_on_the_emulated_devic
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    insta::with_settings!({snapshot_path => "../snapshots", prepend_module_to_snapshot => false}, {
+        insta::assert_snapshot!("cuda_registers_gemm_tiles", table);
+    });
 }

@@ -410,3 +410,70 @@ fn epilogue_reductions_of_convolutions_match_the_cpu_and_repeat_bitwise() {
     );
     assert!(members.iter().any(|&b| b > 8), "{members:?}");
 }
+
+/// Two ResNet-20 training steps (batch 2) as the CUDA trainer lowers them, on an emulated device
+/// reporting 4 SMs (tall tiles, split reductions, split-K with two-level combines, epilogue
+/// reductions combined across blocks): each step ends as the CPU backend's step from the same
+/// variables ends, and two sessions end bit for bit equal. (Steps are compared one at a time:
+/// batch norm over 2 images makes the step chaotic — variables 2e-6 apart before a step end
+/// 1e-2 apart after it, on the CPU alone.)
+#[test]
+fn resnet20_training_steps_match_the_cpu_and_repeat_bitwise() {
+    cuda_common::require_nvrtc();
+    let tg = cuda_common::resnet20();
+    let lower = lowering(true);
+    let batch = 2;
+    let session = || {
+        let driver = EmulatedDriver::new(1);
+        driver.device(0).expect("device 0").set_multiprocessors(4);
+        let options = CudaOptions {
+            cache_dir: None,
+            lower: lower.clone(),
+        };
+        let mut s = CudaSession::with_driver(tg.graph.clone(), Arc::new(driver), options)
+            .expect("emulated session");
+        s.initialize_variables(3).expect("init");
+        s
+    };
+    let (mut a, mut b) = (session(), session());
+    let mut cpu = CpuSession::new(
+        tg.graph.clone(),
+        CpuOptions {
+            threads: 2,
+            lower: lower.clone(),
+            ..CpuOptions::default()
+        },
+    )
+    .expect("cpu session");
+    for step in 0..2 {
+        for (id, _) in tg.graph.variable_ids() {
+            let v = a.read_variable(id).expect("read");
+            cpu.write_variable(id, &v).expect("write");
+        }
+        let feeds = cuda_common::feeds(&tg, batch, step);
+        cpu.run(&tg.step, &feeds).expect("cpu step");
+        a.run(&tg.step, &feeds).expect("emulated step");
+        b.run(&tg.step, &feeds).expect("emulated step");
+        let mut compared = 0;
+        for (id, def) in tg.graph.variable_ids() {
+            let (x, y, want) = (
+                a.read_variable(id).expect("read"),
+                b.read_variable(id).expect("read"),
+                cpu.read_variable(id).expect("read"),
+            );
+            assert!(
+                x.to_le_bytes() == y.to_le_bytes(),
+                "step {step}, {}: two emulated sessions differ",
+                def.name
+            );
+            let err = normalized_error(&x, &want);
+            assert!(
+                err <= 2e-5,
+                "step {step}, {}: error {err:.3e} against the CPU",
+                def.name
+            );
+            compared += 1;
+        }
+        assert!(compared > 60, "ResNet-20's variables: {compared}");
+    }
+}

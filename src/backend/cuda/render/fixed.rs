@@ -84,6 +84,7 @@ fn tiled(
     }
     g.push_str(&constant("TP_VEC_A", "int", if gm.vec_a { 4 } else { 1 }));
     g.push_str(&constant("TP_VEC_B", "int", if gm.vec_b { 4 } else { 1 }));
+    g.push_str(&define("TP_MIN_BLOCKS", t.min_blocks()));
     g.push_str(&define("TP_SPLIT_K", l.split.parts));
     g.push_str(&constant("TP_K_CHUNK", "int", l.split.chunk.max(1)));
     g.push_str(&define("TP_GROUP", l.group));

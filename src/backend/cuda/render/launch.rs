@@ -151,10 +151,24 @@ impl Tile {
         (tm * tn / (tm + tn) / 4.0).min(1.0)
     }
 
-    /// Blocks resident per SM: accumulators and staging registers bound it (≤ 80 registers a
-    /// thread for 16 accumulators, ≤ 128 for 32).
+    /// The `minBlocksPerMultiprocessor` of the kernel's `__launch_bounds__` (`TP_MIN_BLOCKS`,
+    /// 0 for none): 16 accumulators get 2 (≤ 128 registers: ptxas 12.9's own choice for sm_90,
+    /// 80, spills in the convolution loaders), 32 get 1 (≤ 255); smaller register blocks keep
+    /// ptxas's choice (≤ 64 registers).
+    pub fn min_blocks(&self) -> usize {
+        match self.tm * self.tn {
+            0..=8 => 0,
+            9..=16 => 2,
+            _ => 1,
+        }
+    }
+
+    /// Blocks resident per SM, as the registers allow (64 K per SM).
     pub fn blocks_per_sm(&self) -> usize {
-        if self.tm * self.tn <= 16 { 3 } else { 2 }
+        match self.min_blocks() {
+            0 => 3,
+            n => n,
+        }
     }
 
     /// Bytes of static shared memory: two stages of `BK × (bm + 4)` and `BK × (bn + 4)` floats,
@@ -243,9 +257,10 @@ pub fn combine_group(parts: usize) -> usize {
 }
 
 /// Chooses the tile (and, when `may_split`, the split of K) of an `m × n` GEMM over `k`, `z`
-/// times, whose epilogue takes `red_outputs` per-channel reductions: the cheapest by
-/// [`gemm_cost`] among the [`TILES`] fitting the shared memory, and splits reaching the
-/// resident blocks.
+/// times, whose epilogue takes `red_outputs` per-channel reductions: among the [`TILES`]
+/// fitting the shared memory, and splits reaching the resident blocks, the launches with at
+/// least one block per SM when there are any (a launch never leaves SMs idle to run bigger
+/// tiles), and of those the cheapest by [`gemm_cost`].
 pub fn gemm(
     m: usize,
     n: usize,
@@ -255,7 +270,7 @@ pub fn gemm(
     red_outputs: usize,
     target: &Target,
 ) -> GemmLaunch {
-    let mut best: Option<(f64, GemmLaunch)> = None;
+    let mut best: Option<((bool, f64), GemmLaunch)> = None;
     let fits = |t: &Tile| t.shared_bytes(red_outputs) <= MAX_SHARED;
     let candidates: Vec<Tile> = match target.tile.filter(fits) {
         Some(t) => vec![t],
@@ -287,7 +302,8 @@ pub fn gemm(
                 }
             };
             let group = combine_group(s.parts);
-            let cost = gemm_cost(&t, &s, group, m, n, z.max(1), target);
+            let idle = tiles * s.parts < target.multiprocessors as usize;
+            let cost = (idle, gemm_cost(&t, &s, group, m, n, z.max(1), target));
             if best.as_ref().is_none_or(|(c, _)| cost < *c) {
                 best = Some((
                     cost,
@@ -391,7 +407,21 @@ mod tests {
         let g = gemm(131_072, 16, 144, 1, true, 0, &h100);
         assert_eq!(g.split.parts, 1);
         assert_eq!((g.tile.bm, g.tile.bn), (256, 16));
-        let g = gemm(8192, 64, 576, 1, true, 0, &h100);
-        assert_eq!(g.tile.bn, 64, "{g:?}");
+        // Stage 3 (8×8×64 at batch 128, batch-norm mean in the epilogue: no split): a tile
+        // small enough that every SM gets a block, rather than 64×64 tiles on 128 blocks.
+        let g = gemm(8192, 64, 576, 1, false, 1, &h100);
+        let blocks: usize = g.grid(8192, 64, 1).iter().product();
+        assert!(blocks >= h100.multiprocessors as usize, "{g:?}");
+        // On a device with fewer SMs the same problem takes a larger register block.
+        let small = gemm(
+            8192,
+            64,
+            576,
+            1,
+            false,
+            1,
+            &Target::with_multiprocessors(16),
+        );
+        assert!(small.tile.tm * small.tile.tn >= 16, "{small:?}");
     }
 }
