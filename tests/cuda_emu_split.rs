@@ -126,7 +126,7 @@ fn emulated(c: &Case, multiprocessors: u32, lower: &LowerOptions) -> CudaSession
         .set_multiprocessors(multiprocessors);
     let options = CudaOptions {
         cache_dir: None,
-        lower: lower.clone(),
+        lower: *lower,
     };
     CudaSession::with_driver(c.g.clone(), Arc::new(driver), options).expect("emulated session")
 }
@@ -167,7 +167,7 @@ fn check(c: &Case, multiprocessors: u32, lower: &LowerOptions, tol: f64) -> Prog
         c.g.clone(),
         CpuOptions {
             threads: 2,
-            lower: lower.clone(),
+            lower: *lower,
             ..CpuOptions::default()
         },
     )
@@ -428,7 +428,7 @@ fn resnet20_training_steps_match_the_cpu_and_repeat_bitwise() {
         driver.device(0).expect("device 0").set_multiprocessors(4);
         let options = CudaOptions {
             cache_dir: None,
-            lower: lower.clone(),
+            lower,
         };
         let mut s = CudaSession::with_driver(tg.graph.clone(), Arc::new(driver), options)
             .expect("emulated session");
@@ -440,7 +440,7 @@ fn resnet20_training_steps_match_the_cpu_and_repeat_bitwise() {
         tg.graph.clone(),
         CpuOptions {
             threads: 2,
-            lower: lower.clone(),
+            lower,
             ..CpuOptions::default()
         },
     )
