@@ -1,61 +1,65 @@
 // 2-D convolution forward, NHWC input and HWIO filter, as an implicit GEMM on the tiled core:
 // rows are output pixels (M = n.oh.ow), columns the group's output channels (N = o / groups),
-// K runs over (kh, kw, ci) with ci fastest, so A is gathered from x on the fly (zero padding)
-// and B is the filter read in place. Output element (m, co) goes through the epilogue hook.
+// K runs over (kh, kw, ci) with ci fastest, so A is gathered from x on the fly (zero padding;
+// 4 channels of a tap at once when TP_VEC_A = 4) and B is the filter read in place. Output
+// element (m, co) goes through the epilogue hook; per-channel epilogue reductions (batch-norm
+// statistics) are summed over the rows as the tile is stored (kernels/gemm_core.cuh).
 //
-// Generated hooks: TP_BLOCK, tp_idx, struct tp_params { x, filter, conv geometry (batch, in_h, in_w, in_c,
-//   out_h, out_w, out_c, k_h, k_w, stride_h, stride_w, dil_h, dil_w, pad_top, pad_left, groups),
-//   tp_epilogue(p, flat, value). Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups).
+// Generated hooks: TP_BLOCK, tp_idx, the geometry (TP_BATCH, TP_IN_H, TP_IN_W, TP_IN_C,
+//   TP_OUT_H, TP_OUT_W, TP_OUT_C, TP_K_H, TP_K_W, TP_STRIDE_H, TP_STRIDE_W, TP_DIL_H, TP_DIL_W,
+//   TP_PAD_TOP, TP_PAD_LEFT, TP_GROUPS: compile-time, so divisions are multiplications), the
+//   GEMM constants of gemm_core.cuh, struct tp_params { x, filter, epilogue operands, outputs,
+//   workspace }, tp_epilogue. Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups * TP_SPLIT_K).
+
+#define TP_CG (TP_IN_C / TP_GROUPS)
+#define TP_OG (TP_OUT_C / TP_GROUPS)
 
 struct tp_conv_fwd_a {
-    const tp_params& p;
     const float* x;
-    int cg;
-    enum { K_FAST = true };
+    enum { K_FAST = true, VEC = TP_VEC_A };
     struct Line {
         const float* image;
         int ih0, iw0;
     };
     TP_DEV Line line(int m) const {
-        const int ow = m % p.out_w, t = m / p.out_w;
-        const int oh = t % p.out_h, n = t / p.out_h;
-        return {x + (tp_idx)n * p.in_h * p.in_w * p.in_c, oh * p.stride_h - p.pad_top,
-                ow * p.stride_w - p.pad_left};
+        const int ow = m % TP_OUT_W, t = m / TP_OUT_W;
+        const int oh = t % TP_OUT_H, n = t / TP_OUT_H;
+        return {x + (tp_idx)n * TP_IN_H * TP_IN_W * TP_IN_C, oh * TP_STRIDE_H - TP_PAD_TOP,
+                ow * TP_STRIDE_W - TP_PAD_LEFT};
     }
-    TP_DEV float at(const Line& l, int k) const {
-        const int ci = k % cg, t = k / cg;
-        const int kw = t % p.k_w, kh = t / p.k_w;
-        const int ih = l.ih0 + kh * p.dil_h, iw = l.iw0 + kw * p.dil_w;
-        if (ih < 0 || ih >= p.in_h || iw < 0 || iw >= p.in_w) return 0.0f;
-        return l.image[((tp_idx)ih * p.in_w + iw) * p.in_c + ci];
+    TP_DEV const float* at(const Line& l, int k) const {
+        const int ci = k % TP_CG, t = k / TP_CG;
+        const int kw = t % TP_K_W, kh = t / TP_K_W;
+        const int ih = l.ih0 + kh * TP_DIL_H, iw = l.iw0 + kw * TP_DIL_W;
+        if (ih < 0 || ih >= TP_IN_H || iw < 0 || iw >= TP_IN_W) return nullptr;
+        return l.image + ((tp_idx)ih * TP_IN_W + iw) * TP_IN_C + ci;
     }
 };
 
 struct tp_conv_fwd_b {
     const float* w;
-    int o;
-    enum { K_FAST = false };
+    enum { K_FAST = false, VEC = TP_VEC_B };
     typedef const float* Line;
     TP_DEV Line line(int co) const { return w + co; }
-    TP_DEV float at(const Line& l, int k) const { return l[(tp_idx)k * o]; }
+    TP_DEV const float* at(const Line& l, int k) const { return l + (tp_idx)k * TP_OUT_C; }
 };
 
-struct tp_conv_fwd_store {
-    const tp_params& p;
+struct tp_conv_fwd_out {
     int first_channel;
-    TP_DEV void operator()(int m, int co, float v) const {
-        tp_epilogue(p, (tp_idx)m * p.out_c + first_channel + co, v);
-    }
+    TP_DEV tp_idx flat(int m, int co) const { return (tp_idx)m * TP_OUT_C + first_channel + co; }
+    TP_DEV int channel(int co) const { return first_channel + co; }
 };
 
-extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_conv2d(const tp_params p) {
-    const int g = blockIdx.z, cg = p.in_c / p.groups, og = p.out_c / p.groups;
-    const tp_conv_fwd_a la = {p, p.x + g * cg, cg};
-    const tp_conv_fwd_b lb = {p.filter + g * og, p.out_c};
-    const int M = p.batch * p.out_h * p.out_w, K = p.k_h * p.k_w * cg;
+extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d(const tp_params p) {
+    const int g = blockIdx.z / TP_SPLIT_K, split = blockIdx.z % TP_SPLIT_K;
+    const tp_conv_fwd_a la = {p.x + g * TP_CG};
+    const tp_conv_fwd_b lb = {p.filter + g * TP_OG};
+    constexpr int M = TP_BATCH * TP_OUT_H * TP_OUT_W, K = TP_K_H * TP_K_W * TP_CG;
     const int m0 = blockIdx.x * TP_BM, n0 = blockIdx.y * TP_BN;
+    const int k0 = split * TP_K_CHUNK, k1 = K - k0 < TP_K_CHUNK ? K : k0 + TP_K_CHUNK;
     float acc[TP_TM][TP_TN];
-    tp_gemm_tile(la, lb, M, og, K, m0, n0, acc);
-    const tp_conv_fwd_store store = {p, g * og};
-    tp_gemm_store(store, M, og, m0, n0, acc);
+    tp_gemm_tile(la, lb, M, TP_OG, k0, k1, m0, n0, acc);
+    const tp_conv_fwd_out out = {g * TP_OG};
+    tp_gemm_output(p, out, M, TP_OG, m0, n0, (g * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x,
+                   split, acc);
 }

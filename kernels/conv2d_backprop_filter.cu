@@ -1,59 +1,62 @@
 // Gradient of a 2-D convolution with respect to its HWIO filter, as an implicit GEMM on the tiled
 // core: rows are filter taps (M = kh.kw.ci, ci fastest), columns the group's output channels
 // (N = o / groups), K runs over output pixels (n.oh.ow). A gathers x at the input pixel each tap
-// reads for that output pixel (zero in the padding); B reads dy in place.
+// reads for that output pixel (zero in the padding; 4 channels of a tap at once when
+// TP_VEC_A = 4); B reads dy in place. K is long and M.N small, so K is split across
+// TP_SPLIT_K blocks per tile whose partial tiles are combined in a fixed order
+// (kernels/split.cuh): enough blocks to fill the device, the same bits on every run.
 //
 // Generated hooks: as conv2d.cu, with pointers x and dy; tp_epilogue stores dw.
-// Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups).
+// Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups * TP_SPLIT_K).
+
+#define TP_CG (TP_IN_C / TP_GROUPS)
+#define TP_OG (TP_OUT_C / TP_GROUPS)
 
 struct tp_conv_bwd_filter_a {
-    const tp_params& p;
     const float* x;
-    int cg;
-    enum { K_FAST = false };
+    enum { K_FAST = false, VEC = TP_VEC_A };
     struct Line {
         const float* channel;
         int dh, dw;
     };
     TP_DEV Line line(int m) const {
-        const int ci = m % cg, t = m / cg;
-        const int kw = t % p.k_w, kh = t / p.k_w;
-        return {x + ci, kh * p.dil_h - p.pad_top, kw * p.dil_w - p.pad_left};
+        const int ci = m % TP_CG, t = m / TP_CG;
+        const int kw = t % TP_K_W, kh = t / TP_K_W;
+        return {x + ci, kh * TP_DIL_H - TP_PAD_TOP, kw * TP_DIL_W - TP_PAD_LEFT};
     }
-    TP_DEV float at(const Line& l, int k) const {
-        const int ow = k % p.out_w, t = k / p.out_w;
-        const int oh = t % p.out_h, n = t / p.out_h;
-        const int ih = oh * p.stride_h + l.dh, iw = ow * p.stride_w + l.dw;
-        if (ih < 0 || ih >= p.in_h || iw < 0 || iw >= p.in_w) return 0.0f;
-        return l.channel[(((tp_idx)n * p.in_h + ih) * p.in_w + iw) * p.in_c];
+    TP_DEV const float* at(const Line& l, int k) const {
+        const int ow = k % TP_OUT_W, t = k / TP_OUT_W;
+        const int oh = t % TP_OUT_H, n = t / TP_OUT_H;
+        const int ih = oh * TP_STRIDE_H + l.dh, iw = ow * TP_STRIDE_W + l.dw;
+        if (ih < 0 || ih >= TP_IN_H || iw < 0 || iw >= TP_IN_W) return nullptr;
+        return l.channel + (((tp_idx)n * TP_IN_H + ih) * TP_IN_W + iw) * TP_IN_C;
     }
 };
 
 struct tp_conv_bwd_filter_b {
     const float* dy;
-    int o;
-    enum { K_FAST = false };
+    enum { K_FAST = false, VEC = TP_VEC_B };
     typedef const float* Line;
     TP_DEV Line line(int co) const { return dy + co; }
-    TP_DEV float at(const Line& l, int k) const { return l[(tp_idx)k * o]; }
+    TP_DEV const float* at(const Line& l, int k) const { return l + (tp_idx)k * TP_OUT_C; }
 };
 
-struct tp_conv_bwd_filter_store {
-    const tp_params& p;
+struct tp_conv_bwd_filter_out {
     int first_channel;
-    TP_DEV void operator()(int m, int co, float v) const {
-        tp_epilogue(p, (tp_idx)m * p.out_c + first_channel + co, v);
-    }
+    TP_DEV tp_idx flat(int m, int co) const { return (tp_idx)m * TP_OUT_C + first_channel + co; }
+    TP_DEV int channel(int co) const { return first_channel + co; }
 };
 
-extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_conv2d_backprop_filter(const tp_params p) {
-    const int g = blockIdx.z, cg = p.in_c / p.groups, og = p.out_c / p.groups;
-    const tp_conv_bwd_filter_a la = {p, p.x + g * cg, cg};
-    const tp_conv_bwd_filter_b lb = {p.dy + g * og, p.out_c};
-    const int M = p.k_h * p.k_w * cg, K = p.batch * p.out_h * p.out_w;
+extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_filter(const tp_params p) {
+    const int g = blockIdx.z / TP_SPLIT_K, split = blockIdx.z % TP_SPLIT_K;
+    const tp_conv_bwd_filter_a la = {p.x + g * TP_CG};
+    const tp_conv_bwd_filter_b lb = {p.dy + g * TP_OG};
+    constexpr int M = TP_K_H * TP_K_W * TP_CG, K = TP_BATCH * TP_OUT_H * TP_OUT_W;
     const int m0 = blockIdx.x * TP_BM, n0 = blockIdx.y * TP_BN;
+    const int k0 = split * TP_K_CHUNK, k1 = K - k0 < TP_K_CHUNK ? K : k0 + TP_K_CHUNK;
     float acc[TP_TM][TP_TN];
-    tp_gemm_tile(la, lb, M, og, K, m0, n0, acc);
-    const tp_conv_bwd_filter_store store = {p, g * og};
-    tp_gemm_store(store, M, og, m0, n0, acc);
+    tp_gemm_tile(la, lb, M, TP_OG, k0, k1, m0, n0, acc);
+    const tp_conv_bwd_filter_out out = {g * TP_OG};
+    tp_gemm_output(p, out, M, TP_OG, m0, n0, (g * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x,
+                   split, acc);
 }

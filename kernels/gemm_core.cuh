@@ -1,99 +1,274 @@
-// The tiled SGEMM main loop shared by matmul and the three implicit-GEMM convolutions.
+// The tiled SGEMM shared by matmul and the three implicit-GEMM convolutions.
 //
-// A block of TP_BLOCK = 256 threads, seen as 16 x 16, computes a TP_BM x TP_BN tile of C = A.B
-// (edges 16, 32 or 64, chosen per launch from the problem's shape so that narrow matrices waste
-// no lanes). Each thread holds a TM x TN register block (TM = TP_BM / 16, TN = TP_BN / 16): rows
-// ty + 16 i and columns tx + 16 j (tx = tid % 16, ty = tid / 16), so a warp's stores hit
-// consecutive columns and its shared-memory reads are conflict free. K advances in TP_BK-deep
-// tiles staged through shared memory (padded by one word per row).
+// A block of TP_BLOCK = 256 threads computes a TP_BM x TP_BN tile of C = A.B; thread
+// (tx, ty) = (tid % TP_TX, tid / TP_TX) holds the TP_TM x TP_TN register block of rows
+// ty*TP_TM .. +TP_TM-1 and columns tx*TP_TN .. +TP_TN-1, so its operands are contiguous in shared
+// memory and read with 128-bit loads. The tile (render/launch.rs TILES: 256x16 for the tall,
+// narrow convolutions of 16 channels up to 128x64) is chosen per launch.
 //
-// A and B are read through loaders, so the convolutions gather their operands on the fly:
+// K advances in TP_BK = 16 deep tiles through two shared-memory stages: while the block computes
+// on one stage, every thread's global loads of the next tile are in flight into registers, which
+// it then stores into the other stage (one barrier per tile). Operands are gathered by loaders,
+// so the convolutions read their inputs on the fly:
 //   struct Loader {
-//     enum { K_FAST = ... };             // element k+1 of a line is next to element k in memory
-//     typedef ... Line;                  // a fixed row of A (column of B), e.g. a base pointer
-//     TP_DEV Line line(int mn) const;    // computed once per thread, outside the K loop
-//     TP_DEV float at(const Line&, int k) const;   // the element, or 0 (convolution padding)
+//     enum { K_FAST = ..., VEC = 1 or 4 };  // K_FAST: element k+1 of a line is next to element k
+//     typedef ... Line;                      // a fixed row of A (column of B)
+//     TP_DEV Line line(int mn) const;        // once per thread and slot, outside the K loop
+//     TP_DEV const float* at(const Line&, int k) const;  // address of element k, or 0 for a zero
 //   };
-// K_FAST decides how the threads share a tile load: along k when lines are contiguous in k,
-// along m (n) otherwise, so that neighbouring threads read neighbouring addresses.
+// With VEC = 4 a thread loads 4 consecutive elements at once (a float4 at the element's address)
+// along k (K_FAST) or along the lines (otherwise); the renderer only chooses it where the data
+// allow it (extents multiples of 4, 16-byte aligned), so a vector is all inside or all padding.
+// Each thread loads one line of the tile (see tp_operand), so it keeps one Line in registers.
 //
-// Generated: TP_BM, TP_BN (16, 32 or 64).
+// After the loop, tp_gemm_output hands the tile to the epilogue. Split-K (TP_SPLIT_K > 1:
+// blockIdx.z = z * TP_SPLIT_K + split, each split covering TP_K_CHUNK of K) first combines the
+// splits' partial tiles in a fixed order (kernels/split.cuh) and only the combining block goes
+// on. Per-channel epilogue reductions (TP_EPI_RED > 0) sum the reduced epilogue outputs over the
+// block's rows (threads, then a warp butterfly, then warps in order), then combine the blocks of
+// a column tile in a fixed order and finish them (tp_epi_finish).
+//
+// Generated: TP_BM, TP_BN, TP_TM, TP_TN, TP_VEC_A, TP_VEC_B, TP_MIN_BLOCKS, TP_SPLIT_K,
+// TP_K_CHUNK, TP_GROUP, TP_EPI_RED, TP_RED_GROUP; tp_epilogue(p, flat, value[, red]),
+// tp_epi_finish(p, r, channel, sum). Kernels declare TP_GEMM_BOUNDS: TP_MIN_BLOCKS resident
+// blocks per SM bound the registers (none: ptxas's own choice).
 
 #define TP_BK 16
-#define TP_TM (TP_BM / 16)
-#define TP_TN (TP_BN / 16)
+#define TP_PAD 4
+#define TP_TX (TP_BN / TP_TN)
+#define TP_TY (TP_BM / TP_TM)
 static_assert(TP_BLOCK == 256, "the GEMM tile assumes 256 threads");
-static_assert(TP_BM % 16 == 0 && TP_BN % 16 == 0 && TP_BM <= 64 && TP_BN <= 64, "tile edges");
+static_assert(TP_TX * TP_TY == TP_BLOCK, "a tile has one thread per register block");
+static_assert(TP_TX <= 32 && 32 % TP_TX == 0, "a warp spans whole rows of threads");
+#if TP_MIN_BLOCKS > 0
+#define TP_GEMM_BOUNDS __launch_bounds__(TP_BLOCK, TP_MIN_BLOCKS)
+#else
+#define TP_GEMM_BOUNDS __launch_bounds__(TP_BLOCK)
+#endif
 
+template <int VEC>
+struct tp_vec {
+    typedef float type;
+    static TP_DEV float zero() { return 0.0f; }
+    static TP_DEV float load(const float* a) { return __ldg(a); }
+};
+template <>
+struct tp_vec<4> {
+    typedef float4 type;
+    static TP_DEV float4 zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+    static TP_DEV float4 load(const float* a) { return __ldg(reinterpret_cast<const float4*>(a)); }
+};
+
+// One operand's share of the tile loads: SLOTS elements (or vectors) per thread and the values in
+// flight for the next tile. EDGE is the tile's extent along the lines (TP_BM or TP_BN). Threads
+// take consecutive line positions first (LINES of them: EDGE lines, or EDGE / VEC vectors of 4
+// lines when the lines are the fast direction); LINES divides TP_BLOCK, so each thread keeps ONE
+// line for all its slots (one Line in registers) and steps along k from slot to slot. Stores to
+// shared memory from consecutive threads hit consecutive banks.
+template <class L, int EDGE>
+struct tp_operand {
+    enum {
+        VEC = L::VEC,
+        ELEMS = EDGE * TP_BK / VEC,
+        SLOTS = (ELEMS + TP_BLOCK - 1) / TP_BLOCK,
+        LINES = L::K_FAST ? EDGE : EDGE / VEC,
+        K_STEP = TP_BLOCK / LINES  // k rows (vectors along k when K_FAST) between slots
+    };
+    static_assert(TP_BLOCK % LINES == 0, "one line per thread");
+    typedef tp_vec<VEC> V;
+    typename L::Line line;
+    bool live;
+    typename V::type v[SLOTS];
+
+    static TP_DEV int slot_mn() { return threadIdx.x % LINES * (L::K_FAST ? 1 : VEC); }
+    static TP_DEV int slot_k(int s) {
+        return (threadIdx.x / LINES + s * K_STEP) * (L::K_FAST ? VEC : 1);
+    }
+    static TP_DEV bool slot_used(int s) {
+        return ELEMS % TP_BLOCK == 0 || threadIdx.x + s * TP_BLOCK < ELEMS;
+    }
+
+    TP_DEV void init(const L& l, int mn0, int extent) {
+        live = mn0 + slot_mn() < extent;
+        line = l.line(live ? mn0 + slot_mn() : 0);
+    }
+
+    // Global loads of the tile starting at k0 (elements at or past k_end are zero).
+    TP_DEV void load(const L& l, int k0, int k_end) {
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int k = k0 + slot_k(s);
+            const float* a = live && slot_used(s) && k < k_end ? l.at(line, k) : nullptr;
+            v[s] = a ? V::load(a) : V::zero();
+        }
+    }
+
+    // Into a shared stage laid out [TP_BK][EDGE + TP_PAD] (k-major).
+    TP_DEV void store(float (*sh)[EDGE + TP_PAD]) const {
+        const int mn = slot_mn();
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            if (!slot_used(s)) continue;
+            const int k = slot_k(s);
+            if constexpr (VEC == 1) {
+                sh[k][mn] = v[s];
+            } else if constexpr (L::K_FAST) {
+                sh[k][mn] = v[s].x;
+                sh[k + 1][mn] = v[s].y;
+                sh[k + 2][mn] = v[s].z;
+                sh[k + 3][mn] = v[s].w;
+            } else {
+                *reinterpret_cast<float4*>(&sh[k][mn]) = v[s];
+            }
+        }
+    }
+};
+
+// N consecutive floats of shared memory (16-byte aligned when N % 4 == 0).
+template <int N>
+TP_DEV void tp_read_shared(const float* s, float* out) {
+    if constexpr (N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            const float4 q = *reinterpret_cast<const float4*>(s + i);
+            out[i] = q.x;
+            out[i + 1] = q.y;
+            out[i + 2] = q.z;
+            out[i + 3] = q.w;
+        }
+    } else if constexpr (N == 2) {
+        const float2 q = *reinterpret_cast<const float2*>(s);
+        out[0] = q.x;
+        out[1] = q.y;
+    } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) out[i] = s[i];
+    }
+}
+
+// acc = A[m0.., k0..k1) . B[k0..k1), n0..] for the block's tile (rows >= M, columns >= N and
+// k >= k1 read as zeros).
 template <class LA, class LB>
-TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int K, int m0, int n0,
+TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k1, int m0, int n0,
                          float acc[TP_TM][TP_TN]) {
-    __shared__ float as[TP_BK][TP_BM + 1];
-    __shared__ float bs[TP_BK][TP_BN + 1];
-    const int tid = threadIdx.x;
-    const int tx = tid % 16, ty = tid / 16;
-    // Each thread loads TM elements of the A tile and TN of the B tile; its (line, k-offset)
-    // pairs are fixed, so lines are computed once.
-    int am[TP_TM], ak[TP_TM], bn[TP_TN], bk[TP_TN];
-    typename LA::Line aline[TP_TM];
-    typename LB::Line bline[TP_TN];
-#pragma unroll
-    for (int l = 0; l < TP_TM; ++l) {
-        const int e = tid + l * TP_BLOCK;
-        am[l] = LA::K_FAST ? e / TP_BK : e % TP_BM;
-        ak[l] = LA::K_FAST ? e % TP_BK : e / TP_BM;
-        aline[l] = la.line(m0 + am[l] < M ? m0 + am[l] : 0);
-    }
-#pragma unroll
-    for (int l = 0; l < TP_TN; ++l) {
-        const int e = tid + l * TP_BLOCK;
-        bn[l] = LB::K_FAST ? e / TP_BK : e % TP_BN;
-        bk[l] = LB::K_FAST ? e % TP_BK : e / TP_BN;
-        bline[l] = lb.line(n0 + bn[l] < N ? n0 + bn[l] : 0);
-    }
+    __shared__ __align__(16) float as[2][TP_BK][TP_BM + TP_PAD];
+    __shared__ __align__(16) float bs[2][TP_BK][TP_BN + TP_PAD];
+    const int tx = threadIdx.x % TP_TX, ty = threadIdx.x / TP_TX;
+    tp_operand<LA, TP_BM> a;
+    tp_operand<LB, TP_BN> b;
+    a.init(la, m0, M);
+    b.init(lb, n0, N);
 #pragma unroll
     for (int i = 0; i < TP_TM; ++i)
 #pragma unroll
         for (int j = 0; j < TP_TN; ++j) acc[i][j] = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += TP_BK) {
-#pragma unroll
-        for (int l = 0; l < TP_TM; ++l) {
-            const int m = m0 + am[l], ka = k0 + ak[l];
-            as[ak[l]][am[l]] = (m < M && ka < K) ? la.at(aline[l], ka) : 0.0f;
+    a.load(la, k0, k1);
+    b.load(lb, k0, k1);
+    a.store(as[0]);
+    b.store(bs[0]);
+    __syncthreads();
+    int cur = 0;
+    for (int kt = k0; kt < k1; kt += TP_BK) {
+        const bool more = kt + TP_BK < k1;
+        if (more) {
+            a.load(la, kt + TP_BK, k1);
+            b.load(lb, kt + TP_BK, k1);
         }
-#pragma unroll
-        for (int l = 0; l < TP_TN; ++l) {
-            const int n = n0 + bn[l], kb = k0 + bk[l];
-            bs[bk[l]][bn[l]] = (n < N && kb < K) ? lb.at(bline[l], kb) : 0.0f;
-        }
-        __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < TP_BK; ++kk) {
             float av[TP_TM], bv[TP_TN];
-#pragma unroll
-            for (int i = 0; i < TP_TM; ++i) av[i] = as[kk][ty + 16 * i];
-#pragma unroll
-            for (int j = 0; j < TP_TN; ++j) bv[j] = bs[kk][tx + 16 * j];
+            tp_read_shared<TP_TM>(&as[cur][kk][ty * TP_TM], av);
+            tp_read_shared<TP_TN>(&bs[cur][kk][tx * TP_TN], bv);
 #pragma unroll
             for (int i = 0; i < TP_TM; ++i)
 #pragma unroll
                 for (int j = 0; j < TP_TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
         }
+        if (more) {
+            a.store(as[cur ^ 1]);
+            b.store(bs[cur ^ 1]);
+        }
         __syncthreads();
+        cur ^= 1;
     }
 }
 
-// Hands every in-range element of the tile to `store(m, n, value)`.
-template <class S>
-TP_DEV void tp_gemm_store(const S& store, int M, int N, int m0, int n0, float acc[TP_TM][TP_TN]) {
-    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+#if TP_EPI_RED > 0
+// The block's sums of the reduced epilogue outputs per column (`red[j][r]`: this thread's rows
+// of column j), combined over the blocks of the column tile; the combining block finishes them.
+template <class O>
+TP_DEV void tp_gemm_reduce_columns(const tp_params& p, const O& out, int N, int n0,
+                                   float red[TP_TN][TP_EPI_RED]) {
+    constexpr int P = TP_EPI_RED * TP_BN, E = (P + TP_BLOCK - 1) / TP_BLOCK;
+    __shared__ float warp_sums[TP_BLOCK / 32][P];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tx = threadIdx.x % TP_TX;
 #pragma unroll
-    for (int i = 0; i < TP_TM; ++i) {
-        const int m = m0 + ty + 16 * i;
+    for (int j = 0; j < TP_TN; ++j)
 #pragma unroll
-        for (int j = 0; j < TP_TN; ++j) {
-            const int n = n0 + tx + 16 * j;
-            if (m < M && n < N) store(m, n, acc[i][j]);
+        for (int r = 0; r < TP_EPI_RED; ++r) {
+            float v = red[j][r];
+            // Lanes of one column: a butterfly gives every one of them the same sum.
+#pragma unroll
+            for (int off = TP_TX; off < 32; off <<= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+            if (lane < TP_TX) warp_sums[warp][r * TP_BN + tx * TP_TN + j] = v;
+        }
+    __syncthreads();
+    float part[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int idx = threadIdx.x * E + e;
+        part[e] = 0.0f;
+        if (idx < P) {
+#pragma unroll
+            for (int w = 0; w < TP_BLOCK / 32; ++w) part[e] += warp_sums[w][idx];
         }
     }
+    if (!tp_split_combine<E>(part, p.ws, p.ws_count, blockIdx.z * gridDim.y + blockIdx.y,
+                             blockIdx.x, gridDim.x, TP_RED_GROUP, P))
+        return;
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int idx = threadIdx.x * E + e;
+        if (idx < P && n0 + idx % TP_BN < N) tp_epi_finish(p, idx / TP_BN, out.channel(n0 + idx % TP_BN), part[e]);
+    }
+}
+#endif
+
+// Hands every in-range element of the tile to the epilogue (after combining the splits of K).
+// `out` maps (m, n) to the flat output index and n to its channel; `slot` numbers the output
+// tile among the launch's tiles (for the split's workspace), `split` is this block's part of K.
+template <class O>
+TP_DEV void tp_gemm_output(const tp_params& p, const O& out, int M, int N, int m0, int n0,
+                           unsigned int slot, unsigned int split, float acc[TP_TM][TP_TN]) {
+#if TP_SPLIT_K > 1
+    if (!tp_split_combine<TP_TM * TP_TN>(&acc[0][0], p.ws, p.ws_count, slot, split, TP_SPLIT_K,
+                                         TP_GROUP, TP_BM * TP_BN))
+        return;
+#endif
+    const int tx = threadIdx.x % TP_TX, ty = threadIdx.x / TP_TX;
+#if TP_EPI_RED > 0
+    float red[TP_TN][TP_EPI_RED];
+#pragma unroll
+    for (int j = 0; j < TP_TN; ++j)
+#pragma unroll
+        for (int r = 0; r < TP_EPI_RED; ++r) red[j][r] = 0.0f;
+#endif
+#pragma unroll
+    for (int i = 0; i < TP_TM; ++i) {
+        const int m = m0 + ty * TP_TM + i;
+#pragma unroll
+        for (int j = 0; j < TP_TN; ++j) {
+            const int n = n0 + tx * TP_TN + j;
+            if (m < M && n < N) {
+#if TP_EPI_RED > 0
+                tp_epilogue(p, out.flat(m, n), acc[i][j], red[j]);
+#else
+                tp_epilogue(p, out.flat(m, n), acc[i][j]);
+#endif
+            }
+        }
+    }
+#if TP_EPI_RED > 0
+    tp_gemm_reduce_columns(p, out, N, n0, red);
+#endif
 }

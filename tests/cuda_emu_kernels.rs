@@ -1,7 +1,11 @@
 //! Every hand-written and generated kernel of the example training programs (MLP, ResNet-20, a
 //! small convnet with max pooling, dropout and in_top_k)
 //! runs on the emulated device (or the GPU: `TOWERPACK_TEST_CUDA=gpu`) through the CUDA backend's
-//! own launch path and matches the CPU backend on fresh random inputs.
+//! own launch path and matches the CPU backend on fresh random inputs — as lowered by the CUDA
+//! tests' common options, and ResNet-20 as the trainer lowers it for CUDA (batch-norm
+//! reductions in convolution epilogues) on emulated devices reporting few multiprocessors, so
+//! the batch-2 program takes the tall GEMM tiles, splits and combines a large GPU gives large
+//! batches.
 //!
 //! Each kernel is cut out of its program as a one-kernel program over the same buffers; both
 //! backends get identical random contents in every input buffer, run it, and their outputs are
@@ -11,10 +15,14 @@
 mod cuda_common;
 
 use rand::{Rng, SeedableRng};
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use towerpack::backend::cpu::exec::Prepared as CpuPrepared;
 use towerpack::backend::cpu::memory::Arena;
-use towerpack::backend::cuda::CudaOptions;
-use towerpack::lower::{BufferId, KernelKind, Program, Region, StateLayout, Storage};
+use towerpack::backend::cuda::driver::emulated::EmulatedDriver;
+use towerpack::backend::cuda::render::{self, KernelPlan, Target};
+use towerpack::backend::cuda::{CudaOptions, CudaSession};
+use towerpack::lower::{BufferId, KernelKind, LowerOptions, Program, Region, StateLayout, Storage};
 use towerpack::tensor::{DType, HostTensor};
 
 /// Largest accepted |cuda - cpu| relative to the output's largest |cpu| value (floored at 1).
@@ -113,14 +121,33 @@ fn normalized_error(got: &HostTensor, want: &HostTensor) -> f64 {
 
 fn check_program(index: usize) {
     let (name, tg, p) = cuda_common::example_programs().swap_remove(index);
-    let p = &p;
+    check_kernels(name, &tg, &p, None);
+}
+
+/// Runs every kernel of `p` alone on an emulated device (reporting `multiprocessors` SMs when
+/// given) and on the CPU backend, and compares their outputs.
+fn check_kernels(
+    name: &str,
+    tg: &cuda_common::TrainGraph,
+    p: &Program,
+    multiprocessors: Option<u32>,
+) {
     cuda_common::require_nvrtc();
     let layout = StateLayout::new(&tg.graph);
     let options = CudaOptions {
         cache_dir: None,
         ..CudaOptions::default()
     };
-    let mut emu = cuda_common::session(tg.graph.clone(), 0, options);
+    let mut emu = match multiprocessors {
+        // Few multiprocessors: an emulated device (a GPU reports its own).
+        Some(n) => {
+            let driver = EmulatedDriver::new(1);
+            driver.device(0).expect("device 0").set_multiprocessors(n);
+            CudaSession::with_driver(tg.graph.clone(), Arc::new(driver), options)
+                .expect("emulated session")
+        }
+        None => cuda_common::session(tg.graph.clone(), 0, options),
+    };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xC0DA);
     let mut failures = Vec::new();
     let mut worst: Vec<(f64, String)> = Vec::new();
@@ -176,4 +203,53 @@ fn every_kernel_of_the_resnet20_training_step_matches_the_cpu_backend() {
 #[test]
 fn every_kernel_of_the_convnet_training_step_matches_the_cpu_backend() {
     check_program(2);
+}
+
+/// The GEMM tiles (`TP_BM × TP_BN`, `TP_TM × TP_TN`) and the splits of K the GEMM kernels of
+/// `p` are rendered with for `multiprocessors` SMs.
+fn gemm_shapes(p: &Program, multiprocessors: u32) -> (BTreeSet<[usize; 4]>, BTreeSet<usize>) {
+    let target = Target::with_multiprocessors(multiprocessors);
+    let value = |g: &str, name: &str| -> Option<usize> {
+        let at = g.find(&format!("#define {name} "))? + name.len() + 9;
+        let v: String = g[at..]
+            .chars()
+            .skip_while(|c| !c.is_ascii_digit())
+            .take_while(char::is_ascii_digit)
+            .collect();
+        v.parse().ok()
+    };
+    let (mut tiles, mut splits) = (BTreeSet::new(), BTreeSet::new());
+    for i in 0..p.kernels.len() {
+        if let KernelPlan::Launch(r) = render::render_kernel_for(p, i, &target).expect("render") {
+            let g = &r.generated;
+            if let Some(bm) = value(g, "TP_BM") {
+                let t = ["TP_BN", "TP_TM", "TP_TN"].map(|n| value(g, n).expect(n));
+                tiles.insert([bm, t[0], t[1], t[2]]);
+                splits.insert(value(g, "TP_SPLIT_K").expect("TP_SPLIT_K"));
+            }
+        }
+    }
+    (tiles, splits)
+}
+
+#[test]
+fn every_kernel_of_the_cuda_resnet20_step_on_few_multiprocessors_matches_the_cpu_backend() {
+    let tg = cuda_common::resnet20();
+    let lower = LowerOptions {
+        epilogue_reductions: true,
+        ..LowerOptions::default()
+    };
+    let p = towerpack::lower::lower(&tg.graph, &tg.step, 2, &lower).expect("lower");
+    let mut tiles = BTreeSet::new();
+    for sms in [1, 4] {
+        let (t, splits) = gemm_shapes(&p, sms);
+        println!("{sms} SMs: tiles {t:?}, splits of K {splits:?}");
+        assert!(splits.iter().any(|&s| s > 1), "{sms} SMs: split-K runs");
+        tiles.extend(t);
+        check_kernels("resnet20 (cuda lowering)", &tg, &p, Some(sms));
+    }
+    // The register blocks of 4×4 and 8×4 (128-bit shared-memory reads on both operands) and
+    // the tall tile of the 16-channel convolutions are among the tiles that ran.
+    assert!(tiles.iter().any(|t| t[2] * t[3] >= 16), "{tiles:?}");
+    assert!(tiles.iter().any(|t| t[0] >= 128), "{tiles:?}");
 }

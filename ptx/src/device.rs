@@ -4,7 +4,7 @@
 //! `Send + Sync`; allocations and copies lock its allocation table, launches read a snapshot.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -71,7 +71,11 @@ pub struct Device {
     table: RwLock<Table>,
     step_limit: AtomicU64,
     parallel: AtomicBool,
+    multiprocessors: AtomicU32,
 }
+
+/// The multiprocessor count an emulated device reports unless told otherwise: an H100 SXM's.
+pub const DEFAULT_MULTIPROCESSORS: u32 = 132;
 
 /// Creates `n` devices with ordinals `0..n` (distinct address ranges, as `cuDeviceGet`).
 pub fn create_devices(n: usize) -> Vec<Arc<Device>> {
@@ -113,6 +117,7 @@ impl Device {
             }),
             step_limit: AtomicU64::new(DEFAULT_STEP_LIMIT),
             parallel: AtomicBool::new(true),
+            multiprocessors: AtomicU32::new(DEFAULT_MULTIPROCESSORS),
         }
     }
 
@@ -128,6 +133,19 @@ impl Device {
     /// Runs CTAs on several host threads (default) or on the calling thread only.
     pub fn set_parallel(&self, parallel: bool) {
         self.parallel.store(parallel, Ordering::Relaxed);
+    }
+
+    /// The multiprocessor count the device reports (`CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`;
+    /// default [`DEFAULT_MULTIPROCESSORS`]). It changes nothing in how kernels execute: callers
+    /// size their launches by it, so a small count makes small problems take the launch shapes
+    /// a large GPU gives large ones.
+    pub fn multiprocessors(&self) -> u32 {
+        self.multiprocessors.load(Ordering::Relaxed)
+    }
+
+    /// Sets the reported multiprocessor count (at least 1).
+    pub fn set_multiprocessors(&self, count: u32) {
+        self.multiprocessors.store(count.max(1), Ordering::Relaxed);
     }
 
     /// (free, total) bytes, as `cuMemGetInfo`.

@@ -390,6 +390,10 @@ pub enum VoteMode {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
     Nop,
+    /// `membar` / `fence`: a sequentially consistent fence over global memory, so the writes a
+    /// CTA made before it are visible to a CTA (on another host thread) that observes a later
+    /// atomic of the first (the last-block-combines pattern of split reductions).
+    Fence,
     Mov32 { d: R, a: R },
     Mov64 { d: R, a: R },
     MovPred { d: R, a: R },

@@ -55,8 +55,8 @@ mod parser;
 mod softfloat;
 
 pub use device::{
-    DEFAULT_STEP_LIMIT, Device, DevicePtr, Event, KernelArgs, LaunchConfig, MAX_SHARED_PER_CTA,
-    copy_peer, create_devices,
+    DEFAULT_MULTIPROCESSORS, DEFAULT_STEP_LIMIT, Device, DevicePtr, Event, KernelArgs,
+    LaunchConfig, MAX_SHARED_PER_CTA, copy_peer, create_devices,
 };
 pub use error::{EmuError, ExecError, Fault, LoadError, Space};
 pub use exec::LaunchStats;

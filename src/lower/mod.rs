@@ -66,9 +66,9 @@ pub struct LowerOptions {
     /// the largest bucket of all-reduces (per device).
     pub bucket_bytes: usize,
     /// Let convolution epilogues compute per-channel reductions of their output (batch-norm
-    /// statistics and gradient sums; see [`Epilogue::reductions`]; needs `fuse`). The CPU
-    /// backend runs them; the CUDA backend turns this off (its renderer has no deterministic
-    /// cross-block reduction in epilogues yet).
+    /// statistics and gradient sums; see [`Epilogue::reductions`]; needs `fuse`). Both backends
+    /// run them (the CUDA kernels combine the blocks' sums in a fixed order); the CUDA trainer
+    /// lowers with them, `CudaOptions::default` still without.
     pub epilogue_reductions: bool,
     /// Let the kernel computing a variable's new value write it straight into the variable's
     /// storage when nothing reads the old value afterwards (else a write-back copies it at the

@@ -69,7 +69,9 @@ pub fn has_devices(n: usize, test: &str) -> bool {
     }
 }
 
-/// The lowering options of the CUDA session (no epilogue reductions).
+/// The lowering options of the CUDA tests' example programs: the session's without epilogue
+/// reductions, so every batch-norm reduction is a kernel of its own the tests compare
+/// (`cuda_emu_split` and `cuda_emu_kernels`' ResNet-20 case cover the epilogue reductions).
 pub fn cuda_lowering() -> LowerOptions {
     LowerOptions {
         epilogue_reductions: false,

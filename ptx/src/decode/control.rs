@@ -36,7 +36,8 @@ pub(super) fn decode(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
             Mods::new(&inst.mods).finish(name)?;
             Ok(Op::Trap)
         }
-        "membar" | "fence" | "nanosleep" | "prefetch" | "prefetchu" => Ok(Op::Nop),
+        "membar" | "fence" => Ok(Op::Fence),
+        "nanosleep" | "prefetch" | "prefetchu" => Ok(Op::Nop),
         "bar" | "barrier" => barrier(ctx, inst),
         "shfl" => shfl(ctx, inst),
         "vote" => vote(ctx, inst),

@@ -24,7 +24,7 @@ fn uses(op: &Op, reads: &mut Vec<Reg>, writes: &mut Vec<Reg>) {
         AddrBase::None => {}
     };
     match *op {
-        Op::Nop | Op::Bra { .. } | Op::Exit | Op::Trap => {}
+        Op::Nop | Op::Fence | Op::Bra { .. } | Op::Exit | Op::Trap => {}
         Op::Mov32 { d, a } | Op::S32ToF32 { d, a } | Op::U32ToF32 { d, a } => {
             reads.push(A(a));
             writes.push(A(d));

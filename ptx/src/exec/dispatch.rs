@@ -14,6 +14,7 @@ impl Warp {
         let regs = &mut self.regs;
         match *op {
             Op::Nop => {}
+            Op::Fence => std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst),
             Op::Mov32 { d, a } => map1_32(&mut regs.r32, m, d, a, |x| x),
             Op::Mov64 { d, a } => map1_64(&mut regs.r64, m, d, a, |x| x),
             Op::SetPred { d, value } => blend_pred(

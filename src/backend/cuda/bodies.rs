@@ -7,6 +7,7 @@
 /// The prelude every kernel starts with.
 pub const COMMON: &str = include_str!("../../../kernels/common.cuh");
 const GEMM_CORE: &str = include_str!("../../../kernels/gemm_core.cuh");
+const SPLIT: &str = include_str!("../../../kernels/split.cuh");
 const WARP: &str = include_str!("../../../kernels/warp.cuh");
 
 /// A hand-written kernel body.
@@ -89,7 +90,7 @@ impl Body {
             Body::MatMul
             | Body::Conv2d
             | Body::Conv2dBackpropInput
-            | Body::Conv2dBackpropFilter => &[GEMM_CORE],
+            | Body::Conv2dBackpropFilter => &[SPLIT, GEMM_CORE],
             Body::Softmax | Body::SparseXent => &[WARP],
             _ => &[],
         }

@@ -4,13 +4,14 @@
 //! into staging buffers, the launch, peer copies of remote results back, an event.
 //!
 //! Memory: one scratch arena per device (the memory plan's), one constants arena per device,
-//! one staging buffer per (device, remote buffer) a kernel of that device touches. State arenas
-//! and status words belong to the session and are passed in.
+//! one staging buffer per (device, remote buffer) a kernel of that device touches, one workspace
+//! per split launch (`RenderedKernel::workspace_bytes`). State arenas and status words belong to
+//! the session and are passed in.
 
 use super::driver::{DevicePtr, Driver, EventId, ModuleId, POISON_WORD};
 use super::error::CudaError;
 use super::nvrtc::Compiler;
-use super::render::{self, AddressOf, KernelPlan, LaunchDims};
+use super::render::{self, AddressOf, KernelPlan, LaunchDims, Target};
 use crate::backend::{BackendError, Collective};
 use crate::ir::ReduceOp;
 use crate::lower::{BufferId, Kernel, Program, Storage};
@@ -127,6 +128,8 @@ struct KernelAddresses<'a> {
     prepared: &'a Prepared,
     device: usize,
     status: DevicePtr,
+    /// The launch's own workspace (null when it needs none).
+    workspace: DevicePtr,
 }
 
 impl AddressOf for KernelAddresses<'_> {
@@ -136,6 +139,10 @@ impl AddressOf for KernelAddresses<'_> {
 
     fn status(&self) -> u64 {
         self.status.0
+    }
+
+    fn workspace(&self) -> u64 {
+        self.workspace.0
     }
 }
 
@@ -303,7 +310,11 @@ impl Prepared {
     ) -> Result<Submission, BackendError> {
         let k = &self.program.kernels[i];
         let device = usize::from(k.device);
-        let plan = render::render_kernel(&self.program, i).map_err(|e| kernel_error(k, e))?;
+        let target = driver
+            .multiprocessors(device)
+            .map_or_else(Target::default, Target::with_multiprocessors);
+        let plan =
+            render::render_kernel_for(&self.program, i, &target).map_err(|e| kernel_error(k, e))?;
         let action = match plan {
             KernelPlan::Empty => Action::Nothing,
             KernelPlan::AllReduce { op, len } => {
@@ -330,10 +341,18 @@ impl Prepared {
                         m
                     }
                 };
+                // A split launch's partials and arrival counters: zeroed once here; the kernel
+                // leaves its counters at zero, so every later launch reuses the workspace.
+                let workspace = if r.workspace_bytes > 0 {
+                    driver.alloc(device, r.workspace_bytes)?
+                } else {
+                    DevicePtr(0)
+                };
                 let at = KernelAddresses {
                     prepared: self,
                     device,
                     status: memory.status[device],
+                    workspace,
                 };
                 Action::Launch {
                     module,

@@ -47,11 +47,9 @@ pub struct CudaOptions {
 impl Default for CudaOptions {
     fn default() -> CudaOptions {
         CudaOptions {
-            // Epilogues with reductions have no CUDA rendering yet (see `LowerOptions`).
-            lower: LowerOptions {
-                epilogue_reductions: false,
-                ..LowerOptions::default()
-            },
+            // Batch-norm statistics and gradient sums in convolution epilogues, as on the CPU
+            // (rendered with per-block partials combined in a fixed order).
+            lower: LowerOptions::default(),
             cache_dir: nvrtc::default_cache_dir(),
             graphs: true,
             poison_scratch: PoisonScratch::from_environment(),

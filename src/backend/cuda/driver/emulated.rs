@@ -610,6 +610,10 @@ impl Driver for EmulatedDriver {
         })
     }
 
+    fn multiprocessors(&self, device: usize) -> Option<u32> {
+        self.devices.get(device).map(|d| d.multiprocessors())
+    }
+
     fn lane_instructions(&self) -> Option<u64> {
         Some(self.lane_instructions.load(Ordering::Relaxed))
     }

@@ -182,6 +182,18 @@ impl Driver for GpuDriver {
         self.gpus.get(device).map_or(Arch(80), |g| g.arch)
     }
 
+    fn multiprocessors(&self, device: usize) -> Option<u32> {
+        let g = self.gpus.get(device)?;
+        // SAFETY: `g.device` was returned by cuDeviceGet in `new`.
+        let count = unsafe {
+            result::device::get_attribute(
+                g.device,
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+        };
+        count.ok().and_then(|c| u32::try_from(c).ok())
+    }
+
     fn cuda_ordinal(&self, device: usize) -> Option<usize> {
         // GPU `i` of this driver is CUDA device `i` (see `new`), in its primary context.
         (device < self.gpus.len()).then_some(device)

@@ -168,6 +168,12 @@ pub trait Driver: Send + Sync {
         src: DevicePtr,
         bytes: usize,
     ) -> Result<(), CudaError>;
+    /// Streaming multiprocessors of `device`, when the driver knows them: launch shapes are
+    /// chosen to fill them (`render::Target`; an H100's 132 otherwise).
+    fn multiprocessors(&self, device: usize) -> Option<u32> {
+        let _ = device;
+        None
+    }
     /// Lane-instructions executed so far, when the driver counts them (the emulated one).
     fn lane_instructions(&self) -> Option<u64> {
         None

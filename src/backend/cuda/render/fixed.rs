@@ -1,21 +1,21 @@
-//! Generated parts of the fixed-function kernels: the parameter struct (geometry as fields, so
-//! one compiled module serves every shape), compile-time switches, launch geometry, and for
-//! matrix products and convolutions the epilogue hook.
+//! Generated parts of the fixed-function kernels: the parameter struct, compile-time switches
+//! and geometry, launch geometry, and for matrix products and convolutions the GEMM tile and
+//! split chosen per launch ([`launch::gemm`]) and the epilogue hook. Convolution and matrix
+//! geometry are compile-time constants (divisions by them compile to multiplications); pooling
+//! and the other kernels take theirs as fields, so one module serves every shape.
 
 use super::fused::epilogue;
 use super::index::linear;
+use super::launch::{self, Target};
 use super::params::FieldKind;
 use super::{
-    BLOCK, LaunchDims, ParamStruct, RenderError, RenderedKernel, constant, expect_f32, index_type,
-    kernel_extent,
+    BLOCK, LaunchDims, ParamStruct, RenderError, RenderedKernel, aligned16, constant, define,
+    expect_f32, index_type, kernel_extent,
 };
 use crate::backend::cuda::bodies::Body;
 use crate::ir::PoolKind;
 use crate::lower::{ConvGeom, Kernel, KernelKind, PoolGeom, Program, View};
 use std::fmt::Write as _;
-
-/// The largest GEMM tile edge (`TP_BM`, `TP_BN` of `kernels/gemm_core.cuh` are 16, 32 or 64).
-const MAX_TILE: usize = 64;
 
 fn grid_dim(what: &str, blocks: usize, limit: usize) -> Result<u32, RenderError> {
     if blocks > limit {
@@ -27,32 +27,107 @@ fn grid_dim(what: &str, blocks: usize, limit: usize) -> Result<u32, RenderError>
     Ok(blocks.max(1) as u32)
 }
 
-/// The tile edge for a GEMM dimension of `extent`: the smallest of 16, 32, 64 covering it.
-fn tile_edge(extent: usize) -> usize {
-    extent.next_power_of_two().clamp(16, MAX_TILE)
-}
-
-/// Chooses the tile of an `m x n` GEMM (`z` of them), writes `TP_BM`/`TP_BN` into the
-/// generated part `g`, and returns the grid.
-fn tiled(
-    g: &mut String,
-    what: &str,
+/// A GEMM as the tiled core runs it: `z` products of `m × n` over `k`, and whether each operand
+/// may be read 4 floats at a time (extents along the fast direction multiples of 4, 16-byte
+/// aligned).
+struct Gemm {
     m: usize,
     n: usize,
+    k: usize,
     z: usize,
-) -> Result<LaunchDims, RenderError> {
-    let (bm, bn) = (tile_edge(m), tile_edge(n));
-    g.push_str(&constant("TP_BM", "int", bm));
-    g.push_str(&constant("TP_BN", "int", bn));
-    Ok(LaunchDims {
-        grid: [
-            grid_dim(what, m.div_ceil(bm), i32::MAX as usize)?,
-            grid_dim(what, n.div_ceil(bn), 65_535)?,
-            grid_dim(what, z, 65_535)?,
-        ],
-        block: [BLOCK, 1, 1],
-        shared_bytes: 0,
-    })
+    vec_a: bool,
+    vec_b: bool,
+}
+
+/// Chooses the launch of `gm` for `target` (`red_outputs` per-channel epilogue reductions; no
+/// split of K with them), writes the GEMM constants into `g` and the workspace fields into `p`;
+/// returns the launch dimensions and the workspace bytes.
+fn tiled(
+    g: &mut String,
+    p: &mut ParamStruct,
+    what: &str,
+    gm: &Gemm,
+    red_outputs: usize,
+    target: &Target,
+) -> Result<(LaunchDims, usize), RenderError> {
+    for (name, v) in [("m", gm.m), ("n", gm.n), ("k", gm.k)] {
+        if v > i32::MAX as usize {
+            return Err(RenderError::TooLarge {
+                what: format!("GEMM extent {name} of {what}"),
+                value: v,
+            });
+        }
+    }
+    let l = launch::gemm(
+        gm.m,
+        gm.n,
+        gm.k,
+        gm.z,
+        red_outputs == 0,
+        red_outputs,
+        target,
+    );
+    let t = l.tile;
+    let [gx, gy, gz] = l.grid(gm.m, gm.n, gm.z);
+    let grid = [
+        grid_dim(what, gx, i32::MAX as usize)?,
+        grid_dim(what, gy, 65_535)?,
+        grid_dim(what, gz, 65_535)?,
+    ];
+    for (name, v) in [
+        ("TP_BM", t.bm),
+        ("TP_BN", t.bn),
+        ("TP_TM", t.tm),
+        ("TP_TN", t.tn),
+    ] {
+        g.push_str(&constant(name, "int", v));
+    }
+    g.push_str(&constant("TP_VEC_A", "int", if gm.vec_a { 4 } else { 1 }));
+    g.push_str(&constant("TP_VEC_B", "int", if gm.vec_b { 4 } else { 1 }));
+    g.push_str(&define("TP_MIN_BLOCKS", t.min_blocks()));
+    g.push_str(&define("TP_SPLIT_K", l.split.parts));
+    g.push_str(&constant("TP_K_CHUNK", "int", l.split.chunk.max(1)));
+    g.push_str(&define("TP_GROUP", l.group));
+    g.push_str(&define("TP_EPI_RED", red_outputs));
+    // The combine's slots, members, group and partial length, when partials cross blocks.
+    let combine = if l.split.parts > 1 {
+        Some((gx * gy * gm.z, l.split.parts, l.group, t.bm * t.bn))
+    } else if red_outputs > 0 {
+        let group = launch::combine_group(gx);
+        g.push_str(&define("TP_RED_GROUP", group));
+        Some((gy * gm.z, gx, group, red_outputs * t.bn))
+    } else {
+        None
+    };
+    let workspace = match combine {
+        Some((slots, members, group, len)) => {
+            let (bytes, counters) = launch::combine_workspace(slots, members, group, len);
+            p.push(
+                "ws",
+                FieldKind::Workspace {
+                    offset: 0,
+                    elem: "float",
+                },
+            )
+            .push(
+                "ws_count",
+                FieldKind::Workspace {
+                    offset: counters,
+                    elem: "unsigned int",
+                },
+            );
+            bytes
+        }
+        None => 0,
+    };
+    Ok((
+        LaunchDims {
+            grid,
+            block: [BLOCK, 1, 1],
+            shared_bytes: 0,
+        },
+        workspace,
+    ))
 }
 
 /// The common head of a generated part: which kernel, its index type and block size.
@@ -81,23 +156,50 @@ fn f32_input(
     input(program, p, name, v)
 }
 
-fn conv_fields(p: &mut ParamStruct, g: &ConvGeom) -> Result<(), RenderError> {
-    p.int("batch", g.n)?
-        .int("in_h", g.h)?
-        .int("in_w", g.w)?
-        .int("in_c", g.c)?
-        .int("out_h", g.oh)?
-        .int("out_w", g.ow)?
-        .int("out_c", g.o)?
-        .int("k_h", g.kh)?
-        .int("k_w", g.kw)?
-        .int("stride_h", g.stride[0])?
-        .int("stride_w", g.stride[1])?
-        .int("dil_h", g.dilation[0])?
-        .int("dil_w", g.dilation[1])?
-        .int("pad_top", g.pad[0])?
-        .int("pad_left", g.pad[2])?
-        .int("groups", g.groups.max(1))?;
+/// The convolution's geometry as compile-time constants of the generated part (one module per
+/// shape: divisions by them become multiplications).
+fn conv_consts(g: &mut String, cg: &ConvGeom) -> Result<(), RenderError> {
+    let consts = [
+        ("TP_BATCH", cg.n),
+        ("TP_IN_H", cg.h),
+        ("TP_IN_W", cg.w),
+        ("TP_IN_C", cg.c),
+        ("TP_OUT_H", cg.oh),
+        ("TP_OUT_W", cg.ow),
+        ("TP_OUT_C", cg.o),
+        ("TP_K_H", cg.kh),
+        ("TP_K_W", cg.kw),
+        ("TP_STRIDE_H", cg.stride[0]),
+        ("TP_STRIDE_W", cg.stride[1]),
+        ("TP_DIL_H", cg.dilation[0]),
+        ("TP_DIL_W", cg.dilation[1]),
+        ("TP_PAD_TOP", cg.pad[0]),
+        ("TP_PAD_LEFT", cg.pad[2]),
+        ("TP_GROUPS", cg.groups.max(1)),
+    ];
+    // Products the kernels form in `int`: pixels, filter taps and the per-image extents.
+    let extents = [
+        cg.n * cg.oh * cg.ow,
+        cg.n * cg.h * cg.w,
+        cg.kh * cg.kw * cg.c.max(cg.o),
+        cg.h * cg.w * cg.c,
+        cg.oh * cg.ow * cg.o,
+    ];
+    for (name, v) in consts
+        .iter()
+        .copied()
+        .chain(extents.map(|e| ("convolution extent", e)))
+    {
+        if v > i32::MAX as usize {
+            return Err(RenderError::TooLarge {
+                what: name.to_string(),
+                value: v,
+            });
+        }
+    }
+    for (name, v) in consts {
+        g.push_str(&constant(name, "int", v));
+    }
     Ok(())
 }
 
@@ -123,8 +225,10 @@ pub fn render(
     program: &Program,
     k: &Kernel,
     index: usize,
+    target: &Target,
 ) -> Result<Option<RenderedKernel>, RenderError> {
     let mut p = ParamStruct::default();
+    let mut workspace_bytes = 0;
     let mut g = head(program, k);
     let out0 = k.outputs[0];
     let out_len = program.buffer(out0).len();
@@ -137,15 +241,29 @@ pub fn render(
             g.push_str(&constant("TP_TRANS_B", "bool", mg.transpose_b));
             f32_input(program, &mut p, "a", &k.inputs[0])?;
             f32_input(program, &mut p, "b", &k.inputs[1])?;
-            p.int("m", mg.m)?
-                .int("n", mg.n)?
-                .int("k", mg.k)?
-                .int("a_batch_stride", mg.m * mg.k)?
-                .int(
-                    "b_batch_stride",
-                    if mg.rhs_batched { mg.k * mg.n } else { 0 },
-                )?;
-            let launch = tiled(&mut g, &k.name, mg.m, mg.n, mg.batch)?;
+            let b_stride = if mg.rhs_batched { mg.k * mg.n } else { 0 };
+            for (name, v) in [
+                ("TP_M", mg.m),
+                ("TP_N", mg.n),
+                ("TP_K", mg.k),
+                ("TP_A_BATCH_STRIDE", mg.m * mg.k),
+                ("TP_B_BATCH_STRIDE", b_stride),
+            ] {
+                int_const(&mut g, name, v)?;
+            }
+            let gm = Gemm {
+                m: mg.m,
+                n: mg.n,
+                k: mg.k,
+                z: mg.batch,
+                vec_a: (if mg.transpose_a { mg.m } else { mg.k }).is_multiple_of(4)
+                    && aligned16(program, &k.inputs[0]),
+                vec_b: (if mg.transpose_b { mg.k } else { mg.n }).is_multiple_of(4)
+                    && aligned16(program, &k.inputs[1]),
+            };
+            let red = epilogue_reductions(k);
+            let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, red, target)?;
+            workspace_bytes = ws;
             epilogue(program, k, &mut p, &mut g)?;
             (Body::MatMul, launch)
         }
@@ -155,9 +273,24 @@ pub fn render(
             }
             f32_input(program, &mut p, "x", &k.inputs[0])?;
             f32_input(program, &mut p, "filter", &k.inputs[1])?;
-            conv_fields(&mut p, cg)?;
+            conv_consts(&mut g, cg)?;
             let groups = cg.groups.max(1);
-            let launch = tiled(&mut g, &k.name, cg.n * cg.oh * cg.ow, cg.o / groups, groups)?;
+            let (cgr, og) = (cg.c / groups, cg.o / groups);
+            let gm = Gemm {
+                m: cg.n * cg.oh * cg.ow,
+                n: og,
+                k: cg.kh * cg.kw * cgr,
+                z: groups,
+                vec_a: cgr.is_multiple_of(4)
+                    && cg.c.is_multiple_of(4)
+                    && aligned16(program, &k.inputs[0]),
+                vec_b: og.is_multiple_of(4)
+                    && cg.o.is_multiple_of(4)
+                    && aligned16(program, &k.inputs[1]),
+            };
+            let red = epilogue_reductions(k);
+            let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, red, target)?;
+            workspace_bytes = ws;
             epilogue(program, k, &mut p, &mut g)?;
             (Body::Conv2d, launch)
         }
@@ -167,9 +300,21 @@ pub fn render(
             }
             f32_input(program, &mut p, "dy", &k.inputs[0])?;
             f32_input(program, &mut p, "filter", &k.inputs[1])?;
-            conv_fields(&mut p, cg)?;
+            conv_consts(&mut g, cg)?;
             let groups = cg.groups.max(1);
-            let launch = tiled(&mut g, &k.name, cg.n * cg.h * cg.w, cg.c / groups, groups)?;
+            let (cgr, og) = (cg.c / groups, cg.o / groups);
+            let vec = og.is_multiple_of(4) && cg.o.is_multiple_of(4);
+            let gm = Gemm {
+                m: cg.n * cg.h * cg.w,
+                n: cgr,
+                k: cg.kh * cg.kw * og,
+                z: groups,
+                vec_a: vec && aligned16(program, &k.inputs[0]),
+                vec_b: vec && aligned16(program, &k.inputs[1]),
+            };
+            let red = epilogue_reductions(k);
+            let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, red, target)?;
+            workspace_bytes = ws;
             epilogue(program, k, &mut p, &mut g)?;
             (Body::Conv2dBackpropInput, launch)
         }
@@ -179,10 +324,23 @@ pub fn render(
             }
             f32_input(program, &mut p, "x", &k.inputs[0])?;
             f32_input(program, &mut p, "dy", &k.inputs[1])?;
-            conv_fields(&mut p, cg)?;
+            conv_consts(&mut g, cg)?;
             let groups = cg.groups.max(1);
-            let m = cg.kh * cg.kw * (cg.c / groups);
-            let launch = tiled(&mut g, &k.name, m, cg.o / groups, groups)?;
+            let (cgr, og) = (cg.c / groups, cg.o / groups);
+            let gm = Gemm {
+                m: cg.kh * cg.kw * cgr,
+                n: og,
+                k: cg.n * cg.oh * cg.ow,
+                z: groups,
+                vec_a: cgr.is_multiple_of(4)
+                    && cg.c.is_multiple_of(4)
+                    && aligned16(program, &k.inputs[0]),
+                vec_b: og.is_multiple_of(4)
+                    && cg.o.is_multiple_of(4)
+                    && aligned16(program, &k.inputs[1]),
+            };
+            let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, 0, target)?;
+            workspace_bytes = ws;
             epilogue(program, k, &mut p, &mut g)?;
             (Body::Conv2dBackpropFilter, launch)
         }
@@ -326,7 +484,25 @@ pub fn render(
         generated: g,
         params: p,
         launch,
+        workspace_bytes,
     }))
+}
+
+/// An `int` constant of the generated part; a value beyond `i32` is an error naming it.
+fn int_const(g: &mut String, name: &str, value: usize) -> Result<(), RenderError> {
+    if value > i32::MAX as usize {
+        return Err(RenderError::TooLarge {
+            what: name.to_string(),
+            value,
+        });
+    }
+    g.push_str(&constant(name, "int", value));
+    Ok(())
+}
+
+/// Per-channel reductions in the kernel's epilogue.
+fn epilogue_reductions(k: &Kernel) -> usize {
+    k.kind.epilogue().map_or(0, |e| e.reductions.len())
 }
 
 /// One warp per row, `BLOCK / 32` rows per block.

@@ -4,8 +4,10 @@
 
 use super::cexpr::{self, PointSource, compute_type};
 use super::index::{Axis, coordinate, linear};
+use super::launch::{self, Target};
+use super::params::FieldKind;
 use super::{
-    BLOCK, LaunchDims, ParamStruct, RenderError, RenderedKernel, constant, index_type,
+    BLOCK, LaunchDims, ParamStruct, RenderError, RenderedKernel, constant, define, index_type,
     kernel_extent, load_expr, overlaps,
 };
 use crate::backend::cuda::bodies::Body;
@@ -136,12 +138,18 @@ pub fn elementwise(
         generated: g,
         params,
         launch: LaunchDims::over(points),
+        workspace_bytes: 0,
     })
 }
 
 /// The `tp_epilogue` hook of a matrix product or convolution: operand 0 is the kernel's value,
 /// operands `1..` read the extra inputs `k.inputs[main..]` over the output's shape; every output
 /// is stored at `flat`. Without an epilogue the value is stored as output 0.
+///
+/// With per-channel reductions (convolutions only), the hook also takes `float* red` (the
+/// calling thread's sums for the element's channel) and adds the reduced outputs of the
+/// expression into it instead of storing them; `tp_epi_finish(p, r, channel, sum)` stores
+/// reduction `r` of a channel once the blocks' sums are combined (a mean divided by the rows).
 pub fn epilogue(
     program: &Program,
     k: &Kernel,
@@ -151,17 +159,24 @@ pub fn epilogue(
     let main = k.kind.main_inputs();
     let operands = operand_fields(program, params, &k.inputs[main..], "e", &k.outputs);
     g.push_str(&params.declaration());
-    g.push_str("TP_DEV void tp_epilogue(const tp_params& p, tp_idx flat, float acc) {\n");
-    match k.kind.epilogue() {
-        None => g.push_str(&stores(program, &k.outputs[..1], &["acc".into()], "flat")),
-        Some(e) if !e.reductions.is_empty() => {
+    let reductions = k.kind.epilogue().map_or(&[][..], |e| &e.reductions[..]);
+    if reductions.is_empty() {
+        g.push_str("TP_DEV void tp_epilogue(const tp_params& p, tp_idx flat, float acc) {\n");
+    } else {
+        if matches!(k.kind, crate::lower::KernelKind::MatMul(..)) {
             return Err(RenderError::Unsupported(format!(
-                "`{}`: epilogue reductions (lower with `epilogue_reductions: false`)",
+                "`{}`: per-channel reductions in a matrix product's epilogue",
                 k.name
             )));
         }
+        g.push_str(
+            "TP_DEV void tp_epilogue(const tp_params& p, tp_idx flat, float acc, float* red) {\n",
+        );
+    }
+    let shape = &program.buffer(k.outputs[0]).shape;
+    match k.kind.epilogue() {
+        None => g.push_str(&stores(program, &k.outputs[..1], &["acc".into()], "flat")),
         Some(e) => {
-            let shape = &program.buffer(k.outputs[0]).shape;
             let src = FlatPoint {
                 var: "flat",
                 shape,
@@ -169,10 +184,50 @@ pub fn epilogue(
                 own: Some("acc"),
             };
             let outs = cexpr::render(&e.expr, &src, "v", "    ", g)?;
-            g.push_str(&stores(program, &k.outputs, &outs, "flat"));
+            let stored = e.stored_outputs();
+            g.push_str(&stores(
+                program,
+                &k.outputs[..stored],
+                &outs[..stored],
+                "flat",
+            ));
+            for (j, (&id, v)) in e.expr.outputs[stored..]
+                .iter()
+                .zip(&outs[stored..])
+                .enumerate()
+            {
+                if e.expr.dtype(id) != DType::F32 {
+                    return Err(RenderError::Unsupported(format!(
+                        "`{}`: a per-channel epilogue reduction of {}",
+                        k.name,
+                        e.expr.dtype(id)
+                    )));
+                }
+                let _ = writeln!(g, "    red[{j}] += {v};");
+            }
         }
     }
     g.push_str("}\n");
+    if !reductions.is_empty() {
+        let stored = k.outputs.len() - reductions.len();
+        let rows: usize = shape[..shape.len().saturating_sub(1)].iter().product();
+        g.push_str("TP_DEV void tp_epi_finish(const tp_params& p, int r, int c, float sum) {\n");
+        for (j, op) in reductions.iter().enumerate() {
+            let out = k.outputs[stored + j];
+            let value = match op {
+                ReduceOp::Mean => format!("sum / {}", cexpr::literal(rows as f64, DType::F32)),
+                _ => "sum".to_string(),
+            };
+            let dtype = program.buffer(out).dtype;
+            let stored_value = cexpr::to_storage(&cexpr::cast(&value, DType::F32, dtype), dtype);
+            let _ = writeln!(
+                g,
+                "    if (r == {j}) p.out{}[c] = {stored_value};",
+                stored + j
+            );
+        }
+        g.push_str("}\n");
+    }
     Ok(())
 }
 
@@ -249,7 +304,23 @@ fn combine(op: ReduceOp, acc: &str, v: &str) -> String {
     }
 }
 
-/// A reduction of `shape` over `axes` with a fused prologue.
+/// Size of the C struct `tp_acc` whose members have C types `types` (each aligned to its size,
+/// the struct padded to its largest member).
+fn acc_size(types: &[&str]) -> usize {
+    let mut end = 0usize;
+    let mut align = 1usize;
+    for t in types {
+        let size = if *t == "float" { 4 } else { 8 };
+        end = end.next_multiple_of(size) + size;
+        align = align.max(size);
+    }
+    end.next_multiple_of(align).max(1)
+}
+
+/// A reduction of `shape` over `axes` with a fused prologue. When its outputs give too few
+/// blocks to fill `target` and the reduced axis is long, the reduced points are split across
+/// `TP_SPLIT` blocks per output tile (`blockIdx.y`), whose partials the last of them combines
+/// in a fixed order (`kernels/reduce.cu`).
 pub fn reduce(
     program: &Program,
     k: &Kernel,
@@ -257,6 +328,7 @@ pub fn reduce(
     axes: &[usize],
     prologue: &FusedExpr,
     ops: &[ReduceOp],
+    target: &Target,
 ) -> Result<RenderedKernel, RenderError> {
     let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
     let reduced: Vec<usize> = (0..shape.len()).filter(|d| axes.contains(d)).collect();
@@ -273,28 +345,55 @@ pub fn reduce(
     } else {
         1
     };
+    let lanes = BLOCK as usize / tile;
+    let out_tiles = out_len.div_ceil(tile);
+    let split = launch::reduce_split(out_tiles, red_len, lanes, target);
     let mut params = ParamStruct::default();
     let operands = operand_fields(program, &mut params, &k.inputs, "in", &k.outputs);
     let points = out_len * red_len;
-    let extent = kernel_extent(program, k, points);
+    let extent = kernel_extent(program, k, points.max(split.parts * out_len));
     let types: Vec<&str> = prologue
         .outputs
         .iter()
         .map(|&o| compute_type(prologue.dtype(o)))
         .map(|t| if t == "bool" { "long long" } else { t })
         .collect();
+    let mut workspace_bytes = 0;
+    if split.parts > 1 {
+        let partials = split.parts * out_len * acc_size(&types);
+        let counters = launch::counters_offset(partials);
+        params
+            .push(
+                "ws",
+                FieldKind::Workspace {
+                    offset: 0,
+                    elem: "tp_acc",
+                },
+            )
+            .push(
+                "ws_count",
+                FieldKind::Workspace {
+                    offset: counters,
+                    elem: "unsigned int",
+                },
+            );
+        workspace_bytes = counters + 4 * out_tiles;
+    }
     let mut g = String::new();
     let _ = writeln!(g, "typedef {} tp_idx;", index_type(extent));
     g.push_str(&constant("TP_BLOCK", "unsigned int", BLOCK));
     g.push_str(&constant("TP_TILE_O", "unsigned int", tile));
     g.push_str(&constant("TP_OUT", "tp_idx", out_len));
     g.push_str(&constant("TP_RED", "tp_idx", red_len));
-    g.push_str(&params.declaration());
+    g.push_str(&define("TP_SPLIT", split.parts));
+    g.push_str(&constant("TP_CHUNK", "tp_idx", split.chunk));
     g.push_str("struct tp_acc {\n");
     for (j, t) in types.iter().enumerate() {
         let _ = writeln!(g, "    {t} a{j};");
     }
-    g.push_str("};\nTP_DEV void tp_init(tp_acc& acc) {\n");
+    g.push_str("};\n");
+    g.push_str(&params.declaration());
+    g.push_str("TP_DEV void tp_init(tp_acc& acc) {\n");
     for (j, (t, &op)) in types.iter().zip(ops).enumerate() {
         let _ = writeln!(g, "    acc.a{j} = {};", identity(op, t));
     }
@@ -328,12 +427,40 @@ pub fn reduce(
         let _ = writeln!(g, "    p.out{j}[o] = {stored};");
     }
     g.push_str("}\n");
-    let blocks = out_len.div_ceil(tile);
+    if split.parts > 1 {
+        // Partials bypass L1 (written and read by different blocks of the launch).
+        g.push_str("TP_DEV void tp_ws_store(tp_acc* at, const tp_acc& acc) {\n");
+        for j in 0..types.len() {
+            let _ = writeln!(g, "    __stcg(&at->a{j}, acc.a{j});");
+        }
+        g.push_str("}\nTP_DEV void tp_ws_load(const tp_acc* at, tp_acc& acc) {\n");
+        for j in 0..types.len() {
+            let _ = writeln!(g, "    acc.a{j} = __ldcg(&at->a{j});");
+        }
+        g.push_str("}\n");
+    }
+    let launch = if split.parts > 1 {
+        LaunchDims {
+            grid: [
+                u32::try_from(out_tiles).map_err(|_| RenderError::TooLarge {
+                    what: format!("output tiles of `{}`", k.name),
+                    value: out_tiles,
+                })?,
+                split.parts as u32,
+                1,
+            ],
+            block: [BLOCK, 1, 1],
+            shared_bytes: 0,
+        }
+    } else {
+        LaunchDims::linear(out_tiles.min(1 << 20))
+    };
     Ok(RenderedKernel {
         body: Body::Reduce,
         generated: g,
         params,
-        launch: LaunchDims::linear(blocks.min(1 << 20)),
+        launch,
+        workspace_bytes,
     })
 }
 

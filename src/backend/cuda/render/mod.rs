@@ -6,18 +6,21 @@
 //! yields the C struct and the host packing) and the hooks the body calls: fused expressions
 //! ([`cexpr`]) over strided views ([`index`]) for elementwise kernels, reduction prologues and
 //! the epilogues of matrix products and convolutions ([`fused`]); fixed-function geometry for
-//! the rest ([`fixed`]). Nothing is ever spliced into a body's text.
+//! the rest ([`fixed`]). Launch shapes — grids, GEMM tiles, splits of long reductions — come
+//! from [`launch`]. Nothing is ever spliced into a body's text.
 
 pub mod cexpr;
 pub mod fixed;
 pub mod fused;
 pub mod index;
+pub mod launch;
 pub mod params;
 
 use super::bodies::{Body, COMMON};
 use crate::ir::ReduceOp;
 use crate::lower::{BufferId, KernelKind, Program, Storage};
 use crate::tensor::DType;
+pub use launch::Target;
 pub use params::{AddressOf, FieldKind, ParamStruct};
 
 /// Threads per block of every kernel.
@@ -66,6 +69,11 @@ pub struct RenderedKernel {
     pub generated: String,
     pub params: ParamStruct,
     pub launch: LaunchDims,
+    /// Bytes of zeroed device memory the launch needs beside its buffers (partials and arrival
+    /// counters of a split reduction; see [`FieldKind::Workspace`]), 0 for none. The kernel
+    /// leaves its counters at zero again, so the workspace is allocated once and reused by
+    /// every launch (and every replay of a captured step).
+    pub workspace_bytes: usize,
 }
 
 impl RenderedKernel {
@@ -98,8 +106,17 @@ pub enum KernelPlan {
     Empty,
 }
 
-/// Renders kernel `index` of `program`.
+/// Renders kernel `index` of `program` for the default [`Target`] (an H100).
 pub fn render_kernel(program: &Program, index: usize) -> Result<KernelPlan, RenderError> {
+    render_kernel_for(program, index, &Target::default())
+}
+
+/// Renders kernel `index` of `program` with launch shapes chosen for `target`.
+pub fn render_kernel_for(
+    program: &Program,
+    index: usize,
+    target: &Target,
+) -> Result<KernelPlan, RenderError> {
     let k = &program.kernels[index];
     Ok(match &k.kind {
         KernelKind::Elementwise { shape, expr } => {
@@ -121,7 +138,9 @@ pub fn render_kernel(program: &Program, index: usize) -> Result<KernelPlan, Rend
             if kept == 0 {
                 return Ok(KernelPlan::Empty);
             }
-            KernelPlan::Launch(fused::reduce(program, k, shape, axes, prologue, ops)?)
+            KernelPlan::Launch(fused::reduce(
+                program, k, shape, axes, prologue, ops, target,
+            )?)
         }
         KernelKind::AllReduce { op, len } => {
             expect_f32(
@@ -130,11 +149,17 @@ pub fn render_kernel(program: &Program, index: usize) -> Result<KernelPlan, Rend
             )?;
             KernelPlan::AllReduce { op: *op, len: *len }
         }
-        _ => match fixed::render(program, k, index)? {
+        _ => match fixed::render(program, k, index, target)? {
             Some(r) => KernelPlan::Launch(r),
             None => KernelPlan::Empty,
         },
     })
+}
+
+/// A preprocessor integer of the generated part (for `#if` in bodies, which cannot evaluate the
+/// casts of [`constant`]).
+pub fn define(name: &str, value: usize) -> String {
+    format!("#define {name} {value}\n")
 }
 
 /// The index type a kernel touching at most `extent` elements (or points) needs.
@@ -161,6 +186,14 @@ fn storage_range(program: &Program, b: BufferId) -> (Storage, usize, usize) {
         Storage::Constant(i) => (0, Storage::Constant(i)),
     };
     (key, start, start + buf.bytes())
+}
+
+/// True when `view`'s first element is 16-byte aligned in device memory (storages and staging
+/// copies start 256-byte aligned), so 128-bit loads may read it.
+pub fn aligned16(program: &Program, view: &crate::lower::View) -> bool {
+    let (_, start, _) = storage_range(program, view.buffer);
+    let size = program.buffer(view.buffer).dtype.size_bytes();
+    (start + view.offset * size).is_multiple_of(16)
 }
 
 /// True when buffers `a` and `b` share bytes.

@@ -24,6 +24,12 @@ pub enum FieldKind {
     },
     /// The address of the device's status word (`unsigned int[2]`, see `tp_report`).
     Status,
+    /// `offset` bytes into the launch's workspace (scratch the backend allocates per launch for
+    /// split reductions: partials and arrival counters), as a pointer to `elem`.
+    Workspace {
+        offset: usize,
+        elem: &'static str,
+    },
     I32(i32),
     I64(i64),
     F32(f32),
@@ -44,6 +50,7 @@ impl FieldKind {
                 }
             }
             FieldKind::Status => "unsigned int*".into(),
+            FieldKind::Workspace { elem, .. } => format!("{elem}*"),
             FieldKind::I32(_) => "int".into(),
             FieldKind::I64(_) => "long long".into(),
             FieldKind::F32(_) => "float".into(),
@@ -53,7 +60,10 @@ impl FieldKind {
     /// Size (and alignment) in bytes.
     pub fn size(&self) -> usize {
         match self {
-            FieldKind::Buffer { .. } | FieldKind::Status | FieldKind::I64(_) => 8,
+            FieldKind::Buffer { .. }
+            | FieldKind::Status
+            | FieldKind::Workspace { .. }
+            | FieldKind::I64(_) => 8,
             FieldKind::I32(_) | FieldKind::F32(_) => 4,
         }
     }
@@ -90,6 +100,8 @@ pub trait AddressOf {
     fn buffer(&self, buffer: BufferId) -> u64;
     /// The device address of the status word.
     fn status(&self) -> u64;
+    /// The device address of the launch's workspace (see [`FieldKind::Workspace`]).
+    fn workspace(&self) -> u64;
 }
 
 impl ParamStruct {
@@ -173,6 +185,9 @@ impl ParamStruct {
                     ..
                 } => (at.buffer(*buffer) + (offset * dtype.size_bytes()) as u64).to_le_bytes(),
                 FieldKind::Status => at.status().to_le_bytes(),
+                FieldKind::Workspace { offset, .. } => {
+                    (at.workspace() + *offset as u64).to_le_bytes()
+                }
                 FieldKind::I64(v) => v.to_le_bytes(),
                 FieldKind::I32(v) => widen(v.to_le_bytes()),
                 FieldKind::F32(v) => widen(v.to_le_bytes()),
@@ -200,6 +215,9 @@ mod tests {
         fn status(&self) -> u64 {
             0xABCD
         }
+        fn workspace(&self) -> u64 {
+            0x9000
+        }
     }
 
     #[test]
@@ -211,17 +229,26 @@ mod tests {
             .push("scale", FieldKind::F32(0.5))
             .push("status", FieldKind::Status)
             .int("m", 9)
-            .expect("small");
+            .expect("small")
+            .push(
+                "ws",
+                FieldKind::Workspace {
+                    offset: 512,
+                    elem: "float",
+                },
+            );
         assert!(p.clone().int("big", 1 << 31).is_err());
         let (offsets, size, align) = p.layout();
-        assert_eq!(offsets, vec![0, 8, 16, 24, 32]);
-        assert_eq!((size, align), (40, 8));
+        assert_eq!(offsets, vec![0, 8, 16, 24, 32, 40]);
+        assert_eq!((size, align), (48, 8));
         let bytes = p.pack(&Fixed);
         assert_eq!(&bytes[0..4], &7i32.to_le_bytes());
         assert_eq!(&bytes[8..16], &(0x3000u64 + 12).to_le_bytes());
         assert_eq!(&bytes[16..20], &0.5f32.to_le_bytes());
         assert_eq!(&bytes[24..32], &0xABCDu64.to_le_bytes());
         assert_eq!(&bytes[32..36], &9i32.to_le_bytes());
+        assert_eq!(&bytes[40..48], &(0x9000u64 + 512).to_le_bytes());
+        assert!(p.declaration().contains("    float* ws;\n"));
         assert!(p.declaration().contains("    const float* x;\n"));
         assert!(p.declaration().contains("    unsigned int* status;\n"));
     }

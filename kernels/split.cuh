@@ -1,0 +1,103 @@
+// Deterministic combine of partial results across the blocks of one launch (split-K GEMMs and
+// the per-channel reductions of convolution epilogues).
+//
+// `members` blocks share a slot (an output tile, or a tile of channels). Each stores its
+// partial (a vector of P floats, thread t holding elements t*E .. t*E+E-1) to the workspace,
+// fences, and counts itself in with an atomic. Members form groups of `group` consecutive
+// blocks: the last block of a group to arrive adds the group's partials in member order and,
+// when there are several groups, stores the group's sum and counts it in at the slot level;
+// the last group's block adds the group sums in group order. The association of the sums is
+// fixed by (members, group), never by which block arrives last, so the result is bitwise the
+// same on every run. Counters are reset to zero by the block that read them last, so the
+// workspace is ready for the next launch.
+//
+// Workspace of a slot: (members + (groups > 1 ? groups : 0)) * P floats of partials; counters:
+// groups + 1 per slot. Partials go through L2 (`__stcg`/`__ldcg`): they are written and read by
+// different blocks of the same launch.
+
+template <int E>
+TP_DEV void tp_store_part(float* part, unsigned int base, const float* v, unsigned int P) {
+    if constexpr (E % 4 == 0) {
+#pragma unroll
+        for (int e = 0; e < E; e += 4) {
+            if (base + e < P)
+                __stcg(reinterpret_cast<float4*>(part + base + e), make_float4(v[e], v[e + 1], v[e + 2], v[e + 3]));
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            if (base + e < P) __stcg(part + base + e, v[e]);
+        }
+    }
+}
+
+// v = the sum, in order, of `count` partials starting at `parts` (stride P).
+template <int E>
+TP_DEV void tp_sum_parts(const float* parts, unsigned int count, unsigned int P, unsigned int base, float* v) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) v[e] = 0.0f;
+#pragma unroll 4
+    for (unsigned int s = 0; s < count; ++s) {
+        const float* part = parts + (size_t)s * P + base;
+        if constexpr (E % 4 == 0) {
+#pragma unroll
+            for (int e = 0; e < E; e += 4) {
+                if (base + e < P) {
+                    const float4 q = __ldcg(reinterpret_cast<const float4*>(part + e));
+                    v[e] += q.x;
+                    v[e + 1] += q.y;
+                    v[e + 2] += q.z;
+                    v[e + 3] += q.w;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                if (base + e < P) v[e] += __ldcg(part + e);
+            }
+        }
+    }
+}
+
+// Stores this block's partial `v` as member `member` of `slot`; returns true in exactly one block
+// of the slot, with `v` replaced by the fixed-order sum of every member's partial. Every thread
+// of the block must call it (it synchronises the block).
+template <int E>
+TP_DEV bool tp_split_combine(float* v, float* ws, unsigned int* counters, unsigned int slot,
+                             unsigned int member, unsigned int members, unsigned int group,
+                             unsigned int P) {
+    __shared__ unsigned int tp_last;
+    const unsigned int groups = (members + group - 1) / group;
+    const unsigned int sums = groups > 1 ? groups : 0;
+    float* parts = ws + (size_t)slot * (members + sums) * P;
+    unsigned int* count = counters + slot * (groups + 1);
+    const unsigned int base = threadIdx.x * E;
+    tp_store_part<E>(parts + (size_t)member * P, base, v, P);
+    __threadfence();
+    __syncthreads();
+    const unsigned int g = member / group, first = g * group;
+    const unsigned int size = members - first < group ? members - first : group;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        tp_last = atomicAdd(&count[g], 1u) == size - 1;
+    }
+    __syncthreads();
+    if (!tp_last) return false;
+    __threadfence();
+    tp_sum_parts<E>(parts + (size_t)first * P, size, P, base, v);
+    if (threadIdx.x == 0) count[g] = 0;
+    if (groups == 1) return true;
+    tp_store_part<E>(parts + (size_t)(members + g) * P, base, v, P);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        tp_last = atomicAdd(&count[groups], 1u) == groups - 1;
+    }
+    __syncthreads();
+    if (!tp_last) return false;
+    __threadfence();
+    tp_sum_parts<E>(parts + (size_t)members * P, groups, P, base, v);
+    if (threadIdx.x == 0) count[groups] = 0;
+    return true;
+}

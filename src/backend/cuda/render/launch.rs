@@ -1,0 +1,427 @@
+//! Launch shapes chosen from the work and the device: how many blocks a reduction splits its
+//! reduced axis into, and which GEMM tile (and split of K) a matrix product or convolution runs
+//! with. Pure functions of the problem's extents and a [`Target`] (the device's multiprocessor
+//! count and the least work worth a block), so a shape is the same on every run: a split
+//! launch combines its partials in a fixed order, and the result is bitwise reproducible.
+//!
+//! The aim is that every launch with enough work fills the device: at least as many blocks as
+//! the device holds resident ([`Target::resident`]) whenever the work allows blocks of at least
+//! the minimum size. Blocks are [`BLOCK`](super::BLOCK) threads everywhere.
+
+/// What the launch shapes are chosen for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Target {
+    /// Streaming multiprocessors of the device.
+    pub multiprocessors: u32,
+    /// The fewest reduced points each lane of a block folds when a reduction is split (a split
+    /// block reads at least `lanes × min_lane_iterations` points per output).
+    pub min_lane_iterations: usize,
+    /// The shortest range of K one block of a split GEMM covers.
+    pub min_split_k: usize,
+    /// Forces the GEMM tile (when it fits the shared memory): tests run every tile this way.
+    pub tile: Option<Tile>,
+}
+
+/// Multiprocessors of an NVIDIA H100 SXM, the default target (the emulated device reports none,
+/// so it runs the launch shapes of an H100).
+pub const H100_MULTIPROCESSORS: u32 = 132;
+
+/// Blocks of 256 threads of the reduction body resident per multiprocessor (≤ 64 registers a
+/// thread: 4 blocks fit the 64 K registers of an SM; ptxas reports 14–40).
+pub const REDUCE_BLOCKS_PER_SM: usize = 4;
+
+/// The most blocks one output (tile) of a reduction, or one GEMM tile, is split across.
+pub const MAX_SPLIT: usize = 1024;
+
+/// `TP_BK` of `kernels/gemm_core.cuh`: K advances in tiles of 16.
+pub const GEMM_BK: usize = 16;
+
+impl Default for Target {
+    fn default() -> Target {
+        Target::with_multiprocessors(H100_MULTIPROCESSORS)
+    }
+}
+
+impl Target {
+    /// The default thresholds on a device with `multiprocessors` SMs (at least 1).
+    pub fn with_multiprocessors(multiprocessors: u32) -> Target {
+        Target {
+            multiprocessors: multiprocessors.max(1),
+            min_lane_iterations: 8,
+            min_split_k: 8 * GEMM_BK,
+            tile: None,
+        }
+    }
+
+    /// Blocks the device holds at once when `per_sm` fit on each multiprocessor.
+    pub fn resident(&self, per_sm: usize) -> usize {
+        self.multiprocessors as usize * per_sm.max(1)
+    }
+}
+
+/// A reduced extent cut into `parts` consecutive chunks of `chunk` (the last may be shorter,
+/// none is empty). `parts == 1` is no split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Split {
+    pub parts: usize,
+    pub chunk: usize,
+}
+
+impl Split {
+    /// No split: one chunk of `len`.
+    pub fn whole(len: usize) -> Split {
+        Split {
+            parts: 1,
+            chunk: len,
+        }
+    }
+}
+
+/// Splits an extent of `len` for `blocks` independent blocks so that together they reach
+/// `want` blocks, each chunk at least `min_len` long and a multiple of `granule`.
+pub fn split(blocks: usize, len: usize, granule: usize, min_len: usize, want: usize) -> Split {
+    let granule = granule.max(1);
+    let min_len = min_len.max(granule);
+    let by_work = len / min_len;
+    let by_device = want.div_ceil(blocks.max(1));
+    let parts = by_work.min(by_device).clamp(1, MAX_SPLIT);
+    if parts == 1 {
+        return Split::whole(len);
+    }
+    let chunk = len.div_ceil(parts).next_multiple_of(granule);
+    Split {
+        parts: len.div_ceil(chunk),
+        chunk,
+    }
+}
+
+/// The split of a reduction whose `out_tiles` blocks each fold `red_len` points with `lanes`
+/// lanes per output.
+pub fn reduce_split(out_tiles: usize, red_len: usize, lanes: usize, target: &Target) -> Split {
+    split(
+        out_tiles,
+        red_len,
+        1,
+        lanes * target.min_lane_iterations,
+        target.resident(REDUCE_BLOCKS_PER_SM),
+    )
+}
+
+/// A GEMM tile: `bm × bn` outputs per block of 256 threads, `tm × tn` per thread (threads laid
+/// out `bn / tn` across and `bm / tm` down).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tile {
+    pub bm: usize,
+    pub bn: usize,
+    pub tm: usize,
+    pub tn: usize,
+}
+
+const fn tile(bm: usize, bn: usize, tm: usize, tn: usize) -> Tile {
+    Tile { bm, bn, tm, tn }
+}
+
+/// The tiles `kernels/gemm_core.cuh` is instantiated with (each has 256 threads).
+pub const TILES: [Tile; 13] = [
+    tile(256, 16, 4, 4),
+    tile(128, 16, 2, 4),
+    tile(128, 32, 4, 4),
+    tile(64, 64, 4, 4),
+    tile(128, 64, 8, 4),
+    tile(64, 128, 4, 8),
+    tile(64, 32, 4, 2),
+    tile(32, 64, 2, 4),
+    tile(64, 16, 4, 1),
+    tile(16, 64, 1, 4),
+    tile(32, 32, 2, 2),
+    tile(32, 16, 2, 1),
+    tile(16, 16, 1, 1),
+];
+
+impl Tile {
+    /// Threads across the tile's columns.
+    pub fn threads_x(&self) -> usize {
+        self.bn / self.tn
+    }
+
+    /// Fraction of the FP32 peak the inner loop can reach: it issues `tm·tn` FMAs per `tm + tn`
+    /// shared-memory words, and an SM loads 32 words per 128 FMAs.
+    pub fn efficiency(&self) -> f64 {
+        let (tm, tn) = (self.tm as f64, self.tn as f64);
+        (tm * tn / (tm + tn) / 4.0).min(1.0)
+    }
+
+    /// The `minBlocksPerMultiprocessor` of the kernel's `__launch_bounds__` (`TP_MIN_BLOCKS`,
+    /// 0 for none): 16 accumulators get 2 (≤ 128 registers: ptxas 12.9's own choice for sm_90,
+    /// 80, spills in the convolution loaders), 32 get 1 (≤ 255); smaller register blocks keep
+    /// ptxas's choice (≤ 64 registers).
+    pub fn min_blocks(&self) -> usize {
+        match self.tm * self.tn {
+            0..=8 => 0,
+            9..=16 => 2,
+            _ => 1,
+        }
+    }
+
+    /// Blocks resident per SM, as the registers allow (64 K per SM).
+    pub fn blocks_per_sm(&self) -> usize {
+        match self.min_blocks() {
+            0 => 3,
+            n => n,
+        }
+    }
+
+    /// Bytes of static shared memory: two stages of `BK × (bm + 4)` and `BK × (bn + 4)` floats,
+    /// the combine's flag, and with `red_outputs` per-channel epilogue reductions the warps' sums
+    /// (`8 × red_outputs × bn` floats).
+    pub fn shared_bytes(&self, red_outputs: usize) -> usize {
+        2 * GEMM_BK * (self.bm + 4 + self.bn + 4) * 4 + 16 + 8 * red_outputs * self.bn * 4
+    }
+}
+
+/// Static shared memory a block may declare.
+pub const MAX_SHARED: usize = 48 << 10;
+
+/// Where the arrival counters of a split launch start in its workspace: after `partial_bytes`
+/// of partials.
+pub fn counters_offset(partial_bytes: usize) -> usize {
+    partial_bytes.next_multiple_of(256)
+}
+
+/// Bytes of workspace of the two-level combine of `kernels/split.cuh` for `slots` slots of
+/// `members` partials of `len` floats in groups of `group`, and where its counters start.
+pub fn combine_workspace(slots: usize, members: usize, group: usize, len: usize) -> (usize, usize) {
+    let groups = members.div_ceil(group.max(1));
+    let sums = if groups > 1 { groups } else { 0 };
+    let counters = counters_offset(slots * (members + sums) * len * 4);
+    (counters + slots * (groups + 1) * 4, counters)
+}
+
+/// How a GEMM of `m × n` outputs (`z` of them) over `k` runs: its tile, its split of K, and
+/// the group size of the two-level combine of the split's partials (`kernels/split.cuh`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GemmLaunch {
+    pub tile: Tile,
+    pub split: Split,
+    pub group: usize,
+}
+
+impl GemmLaunch {
+    /// Blocks along rows and columns, and along z (`z × split parts`).
+    pub fn grid(&self, m: usize, n: usize, z: usize) -> [usize; 3] {
+        [
+            m.div_ceil(self.tile.bm),
+            n.div_ceil(self.tile.bn),
+            z * self.split.parts,
+        ]
+    }
+}
+
+/// A float moved by a split's combining block costs about this many FMAs of block time.
+const COMBINE_WORD: f64 = 16.0;
+
+/// The estimated time (in FMA-slots of one SM) of `t` with `s` over the problem.
+fn gemm_cost(
+    t: &Tile,
+    s: &Split,
+    group: usize,
+    m: usize,
+    n: usize,
+    z: usize,
+    target: &Target,
+) -> f64 {
+    let tiles = m.div_ceil(t.bm) * n.div_ceil(t.bn) * z;
+    let blocks = tiles * s.parts;
+    let occ = t.blocks_per_sm();
+    let waves = blocks.div_ceil(target.resident(occ)) as f64;
+    let area = (t.bm * t.bn) as f64;
+    // Main loop, then the epilogue's per-output work.
+    let block = area * s.chunk.next_multiple_of(GEMM_BK) as f64 / t.efficiency() + 4.0 * area;
+    let combine = if s.parts > 1 {
+        let groups = s.parts.div_ceil(group);
+        (group + if groups > 1 { groups } else { 0 }) as f64 * area * COMBINE_WORD
+    } else {
+        0.0
+    };
+    waves * occ as f64 * block + combine
+}
+
+/// The level-1 group size of a combine over `parts` partials: about √parts, so both levels of
+/// the combine read few partials.
+pub fn combine_group(parts: usize) -> usize {
+    if parts <= 8 {
+        parts.max(1)
+    } else {
+        (parts as f64).sqrt().ceil() as usize
+    }
+}
+
+/// Chooses the tile (and, when `may_split`, the split of K) of an `m × n` GEMM over `k`, `z`
+/// times, whose epilogue takes `red_outputs` per-channel reductions: among the [`TILES`]
+/// fitting the shared memory, and splits reaching the resident blocks, the launches with at
+/// least one block per SM when there are any (a launch never leaves SMs idle to run bigger
+/// tiles), and of those the cheapest by [`gemm_cost`].
+pub fn gemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    z: usize,
+    may_split: bool,
+    red_outputs: usize,
+    target: &Target,
+) -> GemmLaunch {
+    let mut best: Option<((bool, f64), GemmLaunch)> = None;
+    let fits = |t: &Tile| t.shared_bytes(red_outputs) <= MAX_SHARED;
+    let candidates: Vec<Tile> = match target.tile.filter(fits) {
+        Some(t) => vec![t],
+        None => TILES.into_iter().filter(fits).collect(),
+    };
+    for t in candidates {
+        let tiles = m.div_ceil(t.bm) * n.div_ceil(t.bn) * z.max(1);
+        let max_parts = if may_split {
+            split(
+                tiles,
+                k,
+                GEMM_BK,
+                target.min_split_k,
+                target.resident(t.blocks_per_sm()),
+            )
+            .parts
+        } else {
+            1
+        };
+        let mut parts = 1;
+        while parts <= max_parts {
+            let s = if parts == 1 {
+                Split::whole(k)
+            } else {
+                let chunk = k.div_ceil(parts).next_multiple_of(GEMM_BK);
+                Split {
+                    parts: k.div_ceil(chunk),
+                    chunk,
+                }
+            };
+            let group = combine_group(s.parts);
+            let idle = tiles * s.parts < target.multiprocessors as usize;
+            let cost = (idle, gemm_cost(&t, &s, group, m, n, z.max(1), target));
+            if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                best = Some((
+                    cost,
+                    GemmLaunch {
+                        tile: t,
+                        split: s,
+                        group,
+                    },
+                ));
+            }
+            parts = if parts == max_parts {
+                parts + 1
+            } else {
+                (parts * 2).min(max_parts)
+            };
+        }
+    }
+    best.map_or(
+        GemmLaunch {
+            tile: TILES[TILES.len() - 1],
+            split: Split::whole(k),
+            group: 1,
+        },
+        |(_, g)| g,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tile_has_256_threads_and_fits_48k_of_shared_memory() {
+        for t in TILES {
+            assert_eq!(t.threads_x() * (t.bm / t.tm), 256, "{t:?}");
+            assert_eq!(t.bm % t.tm + t.bn % t.tn, 0, "{t:?}");
+            assert!(t.shared_bytes(4) <= MAX_SHARED, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn splits_cover_the_extent_with_nonempty_chunks_of_the_granule() {
+        for len in [1usize, 15, 16, 17, 1000, 2048, 131_072, 131_073] {
+            for (blocks, want, granule, min) in [
+                (1, 528, 1, 64),
+                (3, 396, 16, 128),
+                (64, 8, 1, 1),
+                (1, 2, 16, 16),
+            ] {
+                let s = split(blocks, len, granule, min, want);
+                assert!(s.parts >= 1 && s.parts <= MAX_SPLIT);
+                if s.parts > 1 {
+                    assert_eq!(s.chunk % granule, 0);
+                    assert!(s.chunk >= min, "{s:?}");
+                    // Every part starts inside the extent.
+                    assert!((s.parts - 1) * s.chunk < len, "{len} {s:?}");
+                    assert!(s.parts * s.chunk >= len);
+                    assert!(blocks * s.parts <= want.max(blocks) + blocks, "{s:?}");
+                } else {
+                    assert_eq!(s.chunk, len);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn long_reductions_into_few_outputs_fill_the_device() {
+        let h100 = Target::default();
+        // Batch-norm statistics of 16 channels at batch 128 (32×32): one tile of 16 outputs.
+        let s = reduce_split(1, 131_072, 16, &h100);
+        assert!(s.parts * s.chunk >= 131_072 && s.parts > 500, "{s:?}");
+        assert!(s.parts <= h100.resident(REDUCE_BLOCKS_PER_SM));
+        // A short reduction is not split; many outputs need no split.
+        assert_eq!(reduce_split(1, 100, 16, &h100).parts, 1);
+        assert_eq!(reduce_split(10_000, 131_072, 16, &h100).parts, 1);
+        // A lower threshold (as tests use) splits small shapes.
+        let small = Target {
+            min_lane_iterations: 1,
+            ..Target::with_multiprocessors(2)
+        };
+        assert_eq!(reduce_split(1, 100, 16, &small).parts, 6);
+    }
+
+    #[test]
+    fn the_filter_gradient_of_resnet20_is_split_along_k() {
+        let h100 = Target::default();
+        // 3×3×16 → 16 at batch 128, 32×32: M = 144, N = 16, K = 131072.
+        let g = gemm(144, 16, 131_072, 1, true, 0, &h100);
+        let [gx, gy, gz] = g.grid(144, 16, 1);
+        assert!(gx * gy * gz >= h100.multiprocessors as usize, "{g:?}");
+        assert!(g.split.parts > 1);
+        assert_eq!(g.split.chunk % GEMM_BK, 0);
+        // Without the permission to split, the same problem runs on a handful of blocks.
+        let unsplit = gemm(144, 16, 131_072, 1, false, 0, &h100);
+        assert_eq!(unsplit.split.parts, 1);
+    }
+
+    #[test]
+    fn the_forward_convolution_takes_a_tall_tile_and_no_split() {
+        let h100 = Target::default();
+        let g = gemm(131_072, 16, 144, 1, true, 0, &h100);
+        assert_eq!(g.split.parts, 1);
+        assert_eq!((g.tile.bm, g.tile.bn), (256, 16));
+        // Stage 3 (8×8×64 at batch 128, batch-norm mean in the epilogue: no split): a tile
+        // small enough that every SM gets a block, rather than 64×64 tiles on 128 blocks.
+        let g = gemm(8192, 64, 576, 1, false, 1, &h100);
+        let blocks: usize = g.grid(8192, 64, 1).iter().product();
+        assert!(blocks >= h100.multiprocessors as usize, "{g:?}");
+        // On a device with fewer SMs the same problem takes a larger register block.
+        let small = gemm(
+            8192,
+            64,
+            576,
+            1,
+            false,
+            1,
+            &Target::with_multiprocessors(16),
+        );
+        assert!(small.tile.tm * small.tile.tn >= 16, "{small:?}");
+    }
+}
