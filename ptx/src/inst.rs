@@ -263,6 +263,17 @@ pub struct CvtSpec {
     pub ftz: bool,
     pub sat: bool,
     pub relu: bool,
+    /// `.satfinite` (half destinations): a result beyond the largest finite value, infinities
+    /// included, becomes that value with its sign; NaN stays NaN.
+    pub satfinite: bool,
+}
+
+/// Rounding of `cvt.{rna,rn,rz}.tf32.f32`: `Rna` rounds to nearest with ties away from zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tf32Rnd {
+    Rna,
+    Rn,
+    Rz,
 }
 
 /// Half-precision arithmetic formats (scalars in the low 16 bits, or two lanes packed in 32).
@@ -461,7 +472,10 @@ pub enum Op {
     /// Any other `cvt`; `wide_src`/`wide_dst` say which files hold the operands.
     Cvt { spec: CvtSpec, d: R, a: R, wide_src: bool, wide_dst: bool },
     /// `cvt.rn.{f16x2,bf16x2}.f32 d, a, b`: `a` into the high half, `b` into the low.
-    CvtPack { bf16: bool, rnd: Rnd, relu: bool, d: R, a: R, b: R },
+    CvtPack { bf16: bool, rnd: Rnd, relu: bool, satfinite: bool, d: R, a: R, b: R },
+    /// `cvt.{rna,rn,rz}[.relu][.satfinite].tf32.f32 d, a`: an f32 rounded to 10 fraction bits,
+    /// as f32 bits with the low 13 bits zero.
+    CvtTf32 { rnd: Tf32Rnd, relu: bool, satfinite: bool, d: R, a: R },
 
     Ld { m: MemAccess, d: [R; 4] },
     St { m: MemAccess, s: [R; 4] },

@@ -227,6 +227,10 @@ fn uses(op: &Op, reads: &mut Vec<Reg>, writes: &mut Vec<Reg>) {
             });
         }
         Op::WarpSync { mask } => reads.push(A(mask)),
+        Op::CvtTf32 { d, a, .. } => {
+            reads.push(A(a));
+            writes.push(A(d));
+        }
         Op::Bar { id } => reads.push(A(id)),
     }
 }

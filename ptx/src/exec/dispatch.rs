@@ -227,11 +227,21 @@ impl Warp {
                 bf16,
                 rnd,
                 relu,
+                satfinite,
                 d,
                 a,
                 b,
             } => map2_32(&mut regs.r32, m, d, a, b, |x, y| {
-                convert::convert_pack(bf16, rnd, relu, x, y)
+                convert::convert_pack(bf16, rnd, relu, satfinite, x, y)
+            }),
+            Op::CvtTf32 {
+                rnd,
+                relu,
+                satfinite,
+                d,
+                a,
+            } => map1_32(&mut regs.r32, m, d, a, |x| {
+                convert::to_tf32(rnd, relu, satfinite, x)
             }),
             Op::Ld {
                 m: ref access,
