@@ -30,6 +30,7 @@ pub const OPCODES: &[&str] = &[
     "fence",
     "fma",
     "ld",
+    "ldmatrix",
     "ldu",
     "lg2",
     "lop3",
@@ -37,6 +38,7 @@ pub const OPCODES: &[&str] = &[
     "max",
     "membar",
     "min",
+    "mma",
     "mov",
     "mul",
     "nanosleep",
@@ -276,6 +278,23 @@ pub enum Tf32Rnd {
     Rz,
 }
 
+/// Element type of the multiplicands of a tensor-core `mma` (accumulators are f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MmaTy {
+    F16,
+    BF16,
+    /// f32 bit patterns of which the multiplier reads the sign, exponent and the top 10
+    /// fraction bits (the low 13 bits are ignored).
+    TF32,
+}
+
+/// The shape of a tensor-core `mma`: M = 16 and N = 8 always; K = 16 (f16/bf16) or 8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MmaShape {
+    M16N8K16,
+    M16N8K8,
+}
+
 /// Half-precision arithmetic formats (scalars in the low 16 bits, or two lanes packed in 32).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HalfTy {
@@ -476,6 +495,14 @@ pub enum Op {
     /// `cvt.{rna,rn,rz}[.relu][.satfinite].tf32.f32 d, a`: an f32 rounded to 10 fraction bits,
     /// as f32 bits with the low 13 bits zero.
     CvtTf32 { rnd: Tf32Rnd, relu: bool, satfinite: bool, d: R, a: R },
+
+    /// `mma.sync.aligned.{m16n8k16,m16n8k8}.row.col.f32.ty.ty.f32 d, a, b, c`: a warp-wide
+    /// D = A·B + C with the fragments of the PTX ISA tables; `a` and `b` hold as many registers
+    /// as the shape and type take (unused slots repeat the last one).
+    Mma { shape: MmaShape, ty: MmaTy, d: [R; 4], a: [R; 4], b: [R; 2], c: [R; 4] },
+    /// `ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16 d, [addr]`: `num` 8×8
+    /// matrices of 16-bit elements, row addresses from lanes 8i..8i+7 for matrix i.
+    Ldmatrix { num: u8, trans: bool, d: [R; 4], base: AddrBase, offset: i64 },
 
     Ld { m: MemAccess, d: [R; 4] },
     St { m: MemAccess, s: [R; 4] },

@@ -1,6 +1,7 @@
 //! Decoding memory instructions (`ld`, `ldu`, `st`, `atom`, `red`), address conversions (`cvta`,
 //! an identity here: generic addresses equal state-space addresses in the emulator's layout) and
-//! conversions (`cvt`), with fast forms for the index arithmetic NVRTC emits most.
+//! conversions (`cvt`), with fast forms for the index arithmetic NVRTC emits most. The
+//! tensor-core instructions (`mma`, `ldmatrix`, `cp.async`) are decoded by `tensor`.
 
 use super::operands::{Mods, arity, scalar};
 use super::{Ctx, File};
@@ -54,7 +55,7 @@ fn vector(mods: &mut Mods) -> u8 {
 }
 
 /// `[reg]`, `[reg+imm]`, `[symbol+imm]` or `[imm]`.
-fn address(ctx: &Ctx, op: &Operand) -> Result<(AddrBase, i64), String> {
+pub(super) fn address(ctx: &Ctx, op: &Operand) -> Result<(AddrBase, i64), String> {
     let Operand::Addr { base, offset } = op else {
         return Err("expected an address `[...]`".into());
     };

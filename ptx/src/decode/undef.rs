@@ -231,6 +231,16 @@ fn uses(op: &Op, reads: &mut Vec<Reg>, writes: &mut Vec<Reg>) {
             reads.push(A(a));
             writes.push(A(d));
         }
+        Op::Mma { d, a, b, c, .. } => {
+            reads.extend(a.iter().chain(&b).chain(&c).map(|&r| A(r)));
+            writes.extend(d.map(A));
+        }
+        Op::Ldmatrix {
+            num, d, base: b, ..
+        } => {
+            base(b, reads);
+            writes.extend(d.iter().take(num as usize).map(|&r| A(r)));
+        }
         Op::Bar { id } => reads.push(A(id)),
     }
 }

@@ -4,7 +4,7 @@
 use super::lanes::{WARP, blend, blend_pred, lanes, map1_32, map1_64, map2_32, map3_32};
 use super::memops::{self, AtomArgs, LaneFault};
 use super::warp::Warp;
-use super::{CtaEnv, cmp, convert, float, int};
+use super::{CtaEnv, cmp, convert, float, int, tensor};
 use crate::inst::{Op, ShflMode, SpecialReg, VoteMode};
 
 impl Warp {
@@ -282,6 +282,27 @@ impl Warp {
                 };
                 memops::atomic(env, regs, &args, m)?
             }
+            Op::Mma {
+                shape,
+                ty,
+                d,
+                a,
+                b,
+                c,
+            } => {
+                self.require_uniform(m, env.kernel)?;
+                tensor::mma(&mut self.regs, shape, ty, &d, &a, &b, &c);
+            }
+            Op::Ldmatrix {
+                num,
+                trans,
+                d,
+                base,
+                offset,
+            } => {
+                self.require_uniform(m, env.kernel)?;
+                tensor::ldmatrix(env, &mut self.regs, (num, trans), &d, base, offset)?;
+            }
             Op::Activemask { d } => {
                 let g = self.group;
                 blend(&mut self.regs.r32[d as usize], &[g; WARP], m);
@@ -291,6 +312,17 @@ impl Warp {
             Op::Shfl { .. } | Op::Vote { .. } | Op::WarpSync { .. } => {}
         }
         Ok(())
+    }
+
+    /// A `.sync.aligned` instruction executes only when every thread of the warp is active.
+    fn require_uniform(&self, m: u32, kernel: &crate::module::Kernel) -> Result<(), LaneFault> {
+        let missing = self.existing & !m;
+        if missing == 0 {
+            return Ok(());
+        }
+        let detail = self.whereabouts(missing, kernel);
+        let fault = tensor::not_uniform(m, missing, detail);
+        Err((m.trailing_zeros() as usize, fault))
     }
 
     fn special(&self, reg: SpecialReg, env: &CtaEnv) -> [u64; WARP] {

@@ -12,6 +12,7 @@ mod float;
 mod int;
 mod lanes;
 mod memops;
+mod tensor;
 mod warp;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -348,16 +348,21 @@ impl Warp {
     }
 
     /// Where the lanes of `mask` are, for error messages.
-    fn whereabouts(&self, mask: u32, kernel: &Kernel) -> String {
+    pub(super) fn whereabouts(&self, mask: u32, kernel: &Kernel) -> String {
         let line = |pc: u32| kernel.lines.get(pc as usize).copied().unwrap_or(0);
         let mut parts = Vec::new();
         let exited = mask & self.exited;
         if exited != 0 {
             parts.push(format!("{} exited", describe_lanes(exited)));
         }
+        let skipped = mask & self.group;
+        if skipped != 0 {
+            parts.push(format!("{} have a false guard", describe_lanes(skipped)));
+        }
         for (set, what) in [
             (self.at_barrier, "wait at the barrier on line"),
             (self.at_sync, "wait at line"),
+            (self.waiting, "took another path, to line"),
         ] {
             let mut rest = mask & set;
             while rest != 0 {
