@@ -22,6 +22,7 @@ pub const OPCODES: &[&str] = &[
     "cnot",
     "copysign",
     "cos",
+    "cp",
     "cvt",
     "cvta",
     "div",
@@ -295,6 +296,17 @@ pub enum MmaShape {
     M16N8K8,
 }
 
+/// Where a `cp.async` reads its source from when it reads fewer bytes than it writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpAsyncSrc {
+    /// All `size` bytes.
+    Full,
+    /// `src-size` bytes (a register), the rest of the destination zero-filled.
+    Bytes(R),
+    /// `ignore-src` predicate (negated when the bool is set): when true, zeros only.
+    Ignore(R, bool),
+}
+
 /// Half-precision arithmetic formats (scalars in the low 16 bits, or two lanes packed in 32).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HalfTy {
@@ -503,6 +515,15 @@ pub enum Op {
     /// `ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16 d, [addr]`: `num` 8×8
     /// matrices of 16-bit elements, row addresses from lanes 8i..8i+7 for matrix i.
     Ldmatrix { num: u8, trans: bool, d: [R; 4], base: AddrBase, offset: i64 },
+    /// `cp.async.{ca,cg}.shared.global [dst], [src], size[, src-size | ignore-src]`: a
+    /// per-thread copy of `size` bytes (4, 8, 16) from global to shared memory that lands when
+    /// a later `cp.async.wait_group`/`wait_all` of the thread completes its group.
+    CpAsync { dst: (AddrBase, i64), src: (AddrBase, i64), size: u8, from: CpAsyncSrc },
+    /// `cp.async.commit_group`: the thread's uncommitted copies become one group.
+    CpAsyncCommit,
+    /// `cp.async.wait_group n` (`all`: `cp.async.wait_all`, which commits first): completes
+    /// every committed group of the thread but the `n` most recent.
+    CpAsyncWait { n: u32, all: bool },
 
     Ld { m: MemAccess, d: [R; 4] },
     St { m: MemAccess, s: [R; 4] },

@@ -3,7 +3,8 @@
 //! instruction indices, symbols to addresses, and immediates to constant registers. Opcodes are
 //! decoded by `ops`, `unary`, `compare` (arithmetic, logic, comparisons), `control` (`mov`,
 //! branches, barriers, warp operations), `mem` (loads, stores, atomics, `cvt`) and `tensor`
-//! (`mma`, `ldmatrix`); `undef` finds the registers a kernel may read before writing.
+//! (`mma`, `ldmatrix`, `cp.async`); `undef` finds the registers a kernel may read before
+//! writing.
 
 mod compare;
 mod control;
@@ -296,7 +297,7 @@ fn decode_inst(ctx: &mut Ctx, inst: &InstAst) -> Result<Inst, String> {
     }
     let op = match inst.opcode.as_str() {
         "ld" | "ldu" | "st" | "atom" | "red" | "cvt" | "cvta" => mem::decode(ctx, inst)?,
-        "ldmatrix" | "mma" => tensor::decode(ctx, inst)?,
+        "cp" | "ldmatrix" | "mma" => tensor::decode(ctx, inst)?,
         _ => ops::decode(ctx, inst)?,
     };
     Ok(Inst { guard, op })

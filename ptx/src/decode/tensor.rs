@@ -1,18 +1,22 @@
 //! Decoding the tensor-core instructions: `mma.sync.aligned` (m16n8k16 with f16/bf16
-//! multiplicands, m16n8k8 with f16/bf16/tf32, f32 accumulators, `.row.col`) and `ldmatrix`
-//! (`.m8n8.{x1,x2,x4}[.trans].b16`, shared or generic addresses). Anything else of these
-//! families — f16 accumulators, other shapes — fails to load with a message naming it.
+//! multiplicands, m16n8k8 with f16/bf16/tf32, f32 accumulators, `.row.col`), `ldmatrix`
+//! (`.m8n8.{x1,x2,x4}[.trans].b16`, shared or generic addresses) and `cp.async` (`.ca`/`.cg`
+//! copies of 4/8/16 bytes with an optional `src-size` or `ignore-src` operand and cache
+//! hints; `commit_group`, `wait_group N`, `wait_all`). Anything else of these families —
+//! f16 accumulators, other shapes, `.bulk` copies, mbarrier arrivals — fails to load with a
+//! message naming it.
 
-use super::Ctx;
 use super::mem::address;
 use super::operands::{Mods, arity};
-use crate::inst::{MmaShape, MmaTy, Op, R, Scalar};
+use super::{Ctx, File};
+use crate::inst::{CpAsyncSrc, MmaShape, MmaTy, Op, R, Scalar};
 use crate::parser::{InstAst, Operand};
 
 pub(super) fn decode(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
     match inst.opcode.as_str() {
         "mma" => mma(ctx, inst),
         "ldmatrix" => ldmatrix(ctx, inst),
+        "cp" => cp(ctx, inst),
         other => Err(format!("unsupported instruction `{other}`")),
     }
 }
@@ -141,5 +145,91 @@ fn ldmatrix(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
         d,
         base,
         offset,
+    })
+}
+
+fn cp(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
+    let mut mods = Mods::new(&inst.mods);
+    if !mods.take("async") {
+        return Err("only cp.async is supported".into());
+    }
+    let o = &inst.operands;
+    if mods.take("commit_group") {
+        mods.finish("cp.async.commit_group")?;
+        arity(o, 0, "cp.async.commit_group")?;
+        return Ok(Op::CpAsyncCommit);
+    }
+    if mods.take("wait_all") {
+        mods.finish("cp.async.wait_all")?;
+        arity(o, 0, "cp.async.wait_all")?;
+        return Ok(Op::CpAsyncWait { n: 0, all: true });
+    }
+    if mods.take("wait_group") {
+        mods.finish("cp.async.wait_group")?;
+        arity(o, 1, "cp.async.wait_group")?;
+        let Operand::Int(n) = o[0] else {
+            return Err("cp.async.wait_group takes an integer constant".into());
+        };
+        let n = u32::try_from(n).map_err(|_| "cp.async.wait_group count out of range")?;
+        return Ok(Op::CpAsyncWait { n, all: false });
+    }
+    let global_only = match mods.take_any(&["ca", "cg"]) {
+        Some("cg") => true,
+        Some(_) => false,
+        None => return Err("unsupported cp.async form (.ca/.cg copies, commit/wait are)".into()),
+    };
+    if !(mods.take("shared") || mods.take("shared::cta")) || !mods.take("global") {
+        return Err("cp.async copies .shared{::cta}.global".into());
+    }
+    let cache_policy = mods.take("L2::cache_hint");
+    mods.retain(|m| !m.starts_with("L2::"));
+    mods.finish("cp.async")?;
+    let extra = usize::from(cache_policy);
+    if o.len() < 3 + extra || o.len() > 4 + extra {
+        return Err(format!(
+            "cp.async takes [dst], [src], size, an optional src-size or ignore-src{}",
+            if cache_policy {
+                " and a cache policy"
+            } else {
+                ""
+            }
+        ));
+    }
+    if cache_policy {
+        // The 64-bit cache policy is a hint: checked, never used.
+        ctx.src64(&o[o.len() - 1], Scalar::B64)?;
+    }
+    let dst = address(ctx, &o[0])?;
+    let src = address(ctx, &o[1])?;
+    let size = match o[2] {
+        Operand::Int(s @ (4 | 8 | 16)) => s as u8,
+        _ => return Err("cp.async copies 4, 8 or 16 bytes (an integer constant)".into()),
+    };
+    if global_only && size != 16 {
+        return Err("cp.async.cg copies 16 bytes".into());
+    }
+    let from = if o.len() == 4 + extra {
+        match &o[3] {
+            Operand::Int(n) if *n <= u64::from(size) => {
+                CpAsyncSrc::Bytes(ctx.src32(&o[3], Scalar::U32)?)
+            }
+            Operand::Int(_) => return Err("cp.async src-size exceeds the copy size".into()),
+            Operand::Name(n) if ctx.reg(n).is_some_and(|r| r.file == File::Pred) => {
+                CpAsyncSrc::Ignore(ctx.pred_reg(n)?, false)
+            }
+            Operand::Not(_) => {
+                let (p, neg) = ctx.pred_src(&o[3])?;
+                CpAsyncSrc::Ignore(p, neg)
+            }
+            other => CpAsyncSrc::Bytes(ctx.src32(other, Scalar::U32)?),
+        }
+    } else {
+        CpAsyncSrc::Full
+    };
+    Ok(Op::CpAsync {
+        dst,
+        src,
+        size,
+        from,
     })
 }

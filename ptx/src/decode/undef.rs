@@ -241,6 +241,16 @@ fn uses(op: &Op, reads: &mut Vec<Reg>, writes: &mut Vec<Reg>) {
             base(b, reads);
             writes.extend(d.iter().take(num as usize).map(|&r| A(r)));
         }
+        Op::CpAsync { dst, src, from, .. } => {
+            base(dst.0, reads);
+            base(src.0, reads);
+            match from {
+                crate::inst::CpAsyncSrc::Full => {}
+                crate::inst::CpAsyncSrc::Bytes(r) => reads.push(A(r)),
+                crate::inst::CpAsyncSrc::Ignore(p, _) => reads.push(P(p)),
+            }
+        }
+        Op::CpAsyncCommit | Op::CpAsyncWait { .. } => {}
         Op::Bar { id } => reads.push(A(id)),
     }
 }

@@ -1,6 +1,7 @@
 //! The instruction dispatch of a warp: one `match` over the decoded operation, calling the
 //! handler for the active lanes; and the warp-wide bodies of `shfl.sync` and `vote.sync`.
 
+use super::async_copy::{self, CopyArgs};
 use super::lanes::{WARP, blend, blend_pred, lanes, map1_32, map1_64, map2_32, map3_32};
 use super::memops::{self, AtomArgs, LaneFault};
 use super::warp::Warp;
@@ -302,6 +303,27 @@ impl Warp {
             } => {
                 self.require_uniform(m, env.kernel)?;
                 tensor::ldmatrix(env, &mut self.regs, (num, trans), &d, base, offset)?;
+            }
+            Op::CpAsync {
+                dst,
+                src,
+                size,
+                from,
+            } => {
+                let args = CopyArgs {
+                    dst,
+                    src,
+                    size,
+                    from,
+                };
+                async_copy::issue(env, &self.regs, &mut self.copies, &args, m)?;
+            }
+            Op::CpAsyncCommit => async_copy::commit(&mut self.copies, m),
+            Op::CpAsyncWait { n, all } => {
+                if all {
+                    async_copy::commit(&mut self.copies, m);
+                }
+                async_copy::wait(env, &mut self.copies, n, m);
             }
             Op::Activemask { d } => {
                 let g = self.group;

@@ -228,7 +228,7 @@ fn region(env: &CtaEnv, space: MemSpace, addrs: &[u64; WARP], mask: u32, bytes: 
 
 /// Distinct 32-byte sectors a warp's global access touches (what the memory system moves:
 /// one per lane when the lanes scatter, four per 128 contiguous bytes when they do not).
-fn global_sectors(addrs: &[u64; WARP], mask: u32, bytes: u32) -> u64 {
+pub(super) fn global_sectors(addrs: &[u64; WARP], mask: u32, bytes: u32) -> u64 {
     let mut seen = [0u64; WARP * 2];
     let mut n = 0;
     for l in lanes(mask) {

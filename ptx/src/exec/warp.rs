@@ -5,6 +5,7 @@
 //! `bar.warp.sync`), which execute once every live member lane has arrived at the same one.
 
 use super::CtaEnv;
+use super::async_copy::AsyncCopies;
 use super::lanes::{FULL, Regs, WARP, lanes};
 use crate::error::{Fault, describe_lanes};
 use crate::inst::{Op, R};
@@ -48,6 +49,8 @@ pub struct Warp {
     /// A branch or barrier ran since this warp's last global load: the next one starts a new
     /// load epoch (see [`super::MemCounts::load_epochs`]).
     pub branched: bool,
+    /// The threads' `cp.async` copies in flight.
+    pub copies: AsyncCopies,
 }
 
 impl Warp {
@@ -87,6 +90,7 @@ impl Warp {
         self.pc = [0; WARP];
         self.bar_id = [0; WARP];
         self.branched = true;
+        self.copies.reset();
     }
 
     /// Runs until no lane can make progress (all exited, or parked at a barrier).
