@@ -351,6 +351,28 @@ mod tests {
     }
 
     #[test]
+    fn subnormal_results_round_once_in_the_exact_path() {
+        let ulp = 2f64.powi(-149); // the least f32 subnormal
+        // 2.5 ulp is a tie between 2 and 3 ulp: to even (2) alone, up (3) with a tiny term
+        // that TwoSum cannot keep exactly (the accumulator's path).
+        assert_eq!(dot_exact(0.0, &[2.5 * ulp], &[1.0]), (2.0 * ulp) as f32);
+        let tiny = 2f64.powi(-260);
+        assert_eq!(
+            dot_exact(0.0, &[2.5 * ulp, 1.0], &[1.0, tiny]),
+            (3.0 * ulp) as f32
+        );
+        assert_eq!(
+            dot_exact(0.0, &[-2.5 * ulp, -1.0], &[1.0, tiny]),
+            (-3.0 * ulp) as f32
+        );
+        // Cancellation to an exact zero is +0, as IEEE addition gives.
+        assert_eq!(
+            dot_exact(1.0, &[-1.0, tiny], &[1.0, 0.0]).to_bits(),
+            0.0f32.to_bits()
+        );
+    }
+
+    #[test]
     fn specials() {
         assert!(dot_exact(0.0, &[f64::INFINITY], &[0.0]).is_nan());
         assert!(dot_exact(f32::INFINITY, &[-f64::INFINITY], &[1.0]).is_nan());
