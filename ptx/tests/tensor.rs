@@ -443,7 +443,7 @@ fn cp_async_lands_at_the_wait_of_its_group_with_zero_fill() {
 }
 
 #[test]
-fn misaligned_cp_async_destination_or_source_faults() {
+fn misaligned_or_out_of_bounds_cp_async_faults() {
     let dev = Device::new(0);
     let m = fixture("tensor");
     let src = upload(&dev, &[0f32; 16]);
@@ -494,6 +494,25 @@ fn misaligned_cp_async_destination_or_source_faults() {
             Fault::Misaligned {
                 space: Space::Global,
                 bytes: 16,
+                ..
+            }
+        ),
+        "{msg}"
+    );
+    // A source past the end of its allocation: out of bounds, at the copy.
+    let err = run(0, 64).unwrap_err();
+    let msg = err.to_string();
+    let e = exec_error(err);
+    assert_eq!(
+        e.line,
+        line_of("cp.async.cg", ".entry cp_async_misaligned"),
+        "{msg}"
+    );
+    assert!(
+        matches!(
+            e.fault,
+            Fault::OutOfBounds {
+                space: Space::Global,
                 ..
             }
         ),
