@@ -4,7 +4,8 @@
 //! ISA's tables; `ldmatrix` against the ISA's description of each lane's elements; `cp.async`
 //! groups; conversions to tf32/bf16/f16 against reference roundings written from their
 //! definitions; and the faults (misaligned `ldmatrix` rows, misaligned `cp.async` destination
-//! or source, `mma`/`ldmatrix` in divergent code), each with its kernel and PTX line.
+//! or source, an out-of-bounds source, `mma`/`ldmatrix` in divergent code or under a guard
+//! false on some lanes), each with its kernel and PTX line.
 //!
 //! Bounds. Every product of f16/bf16/tf32 values is exact in f64, so the reference
 //! `r = c + Σ a·b` summed in f64 is within `K·2⁻⁵³·(|c| + Σ|a·b|)` of the exact sum. The
@@ -363,6 +364,31 @@ fn mma_in_divergent_code_is_a_fault_naming_the_missing_lanes() {
     assert_eq!((active, missing), (0xffff, 0xffff_0000), "{msg}");
     assert!(e.text.starts_with("mma.sync"), "{msg}");
     assert!(msg.contains("lanes 16-31"), "{msg}");
+}
+
+#[test]
+fn mma_with_a_false_guard_on_some_lanes_is_a_fault() {
+    let dev = Device::new(0);
+    let m = fixture("tensor");
+    let run = |limit: i32| {
+        Args::default()
+            .ptr(zeros::<f32>(&dev, 32))
+            .val(limit)
+            .launch(&dev, &m, "mma_guarded", [1, 1, 1], [32, 1, 1], 0)
+    };
+    run(32).expect("a guard true on every lane");
+    let err = run(4).unwrap_err();
+    let msg = err.to_string();
+    let e = exec_error(err);
+    assert_eq!(e.line, line_of("mma.sync", ".entry mma_guarded"), "{msg}");
+    let Fault::NotWarpUniform {
+        active, missing, ..
+    } = e.fault
+    else {
+        panic!("{msg}")
+    };
+    assert_eq!((active, missing), (0xf, 0xffff_fff0), "{msg}");
+    assert!(msg.contains("lanes 4-31 have a false guard"), "{msg}");
 }
 
 #[test]

@@ -105,6 +105,19 @@ extern "C" __global__ void mma_divergent(float* d, int limit) {
     d[lane] = r0 + r1 + r2 + r3;
 }
 
+// An mma whose guard predicate is false on the lanes from `limit` up: also a fault.
+extern "C" __global__ void mma_guarded(float* d, int limit) {
+    int lane = threadIdx.x & 31;
+    float r0 = 0.f, r1 = 0.f, r2 = 0.f, r3 = 0.f;
+    u32 z = 0;
+    asm volatile("{\n .reg .pred p;\n setp.lt.s32 p, %5, %6;\n"
+                 " @p mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%4,%4,%4}, {%4,%4}, {%0,%1,%2,%3};\n}"
+                 : "+f"(r0), "+f"(r1), "+f"(r2), "+f"(r3)
+                 : "r"(z), "r"(lane), "r"(limit));
+    d[lane] = r0 + r1 + r2 + r3;
+}
+
 // ldmatrix: 32 rows of 8 b16 elements go to shared memory; lane l supplies the address of row
 // `rows[l]` (plus `skew` bytes); each lane stores its destination registers.
 #define LDMATRIX(NAME, NUM, TRANS, N)                                                               \
