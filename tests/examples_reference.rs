@@ -58,7 +58,12 @@ fn train(name: &str, args: &[&str], seed: u64, device: &str, steps: u64, dir: &P
     let out = Command::new(example(name))
         .args(args)
         .args(["--device", device, "--fresh", "--steps-per-epoch", "1"])
-        .args(["--max-epoch", &steps.to_string(), "--seed", &seed.to_string()])
+        .args([
+            "--max-epoch",
+            &steps.to_string(),
+            "--seed",
+            &seed.to_string(),
+        ])
         .arg("--logdir")
         .arg(&logdir)
         .output()
