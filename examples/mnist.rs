@@ -19,6 +19,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 
+#[cfg(feature = "cuda")]
 #[path = "common/launch_report.rs"]
 mod launch_report;
 use towerpack::data::{BatchData, mnist10k_split};
@@ -117,7 +118,14 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     }
     let model = mnist_model(args.model);
     if let Some(file) = &args.launch_report {
+        #[cfg(feature = "cuda")]
         return launch_report::write(std::sync::Arc::new(model), args.batch, args.seed, file);
+        #[cfg(not(feature = "cuda"))]
+        return Err(format!(
+            "--launch-report {} needs the `cuda` feature (on by default)",
+            file.display()
+        )
+        .into());
     }
     let action = if args.fresh {
         LogDirAction::Backup

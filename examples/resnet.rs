@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 
+#[cfg(feature = "cuda")]
 #[path = "common/launch_report.rs"]
 mod launch_report;
 use towerpack::data::{
@@ -218,7 +219,14 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     };
     let model = resnet_model(&net);
     if let Some(file) = &args.launch_report {
+        #[cfg(feature = "cuda")]
         return launch_report::write(model, args.batch, args.seed, file);
+        #[cfg(not(feature = "cuda"))]
+        return Err(format!(
+            "--launch-report {} needs the `cuda` feature (on by default)",
+            file.display()
+        )
+        .into());
     }
     if let Some(file) = &args.export {
         return export_onnx(args, model, file);

@@ -2,10 +2,13 @@
 //! cuda-emu`, with an optional count) and creates its [`Session`] over a graph. Trainers and
 //! predictors name a choice and never the concrete backends.
 
+#[cfg(feature = "cuda")]
+use super::Device;
 use super::cpu::{CpuOptions, CpuSession};
+#[cfg(feature = "cuda")]
 use super::cuda::{CudaOptions, CudaSession};
 use super::reference::ReferenceSession;
-use super::{BackendError, Device, Placement, Session};
+use super::{BackendError, Placement, Session};
 use crate::ir::Graph;
 use crate::lower::LowerOptions;
 
@@ -60,21 +63,34 @@ impl BackendChoice {
                 Box::new(session)
             }
             BackendChoice::Reference => Box::new(ReferenceSession::new(graph)?),
+            #[cfg(feature = "cuda")]
             BackendChoice::Cuda { devices } => {
                 check_cuda_placement(placement, Device::Cuda, "cuda")?;
                 let options = cuda_options(bucket_bytes);
                 Box::new(CudaSession::gpu(graph, devices, options)?)
             }
+            #[cfg(feature = "cuda")]
             BackendChoice::CudaEmu { devices } => {
                 check_cuda_placement(placement, Device::CudaEmu, "cuda-emu")?;
                 let options = cuda_options(bucket_bytes);
                 Box::new(CudaSession::emulated(graph, devices, options)?)
+            }
+            #[cfg(not(feature = "cuda"))]
+            BackendChoice::Cuda { .. } | BackendChoice::CudaEmu { .. } => {
+                let _ = (graph, placement, bucket_bytes);
+                return Err(BackendError::Unavailable {
+                    backend: self.to_string(),
+                    reason: "this towerpack was built without its `cuda` feature (it is on by \
+                             default; build without `--no-default-features`)"
+                        .into(),
+                });
             }
         })
     }
 }
 
 /// The CUDA backend's options with the trainer's bucket size.
+#[cfg(feature = "cuda")]
 fn cuda_options(bucket_bytes: Option<usize>) -> CudaOptions {
     let mut options = CudaOptions::default();
     set_bucket_bytes(&mut options.lower, bucket_bytes);
@@ -90,6 +106,7 @@ fn set_bucket_bytes(lower: &mut LowerOptions, bucket_bytes: Option<usize>) {
 
 /// The CUDA backend runs logical device `d` on its device `d`: a placement may only spell that
 /// out (`Device::Cuda(d)` for logical `d`); anything else is an error naming the device.
+#[cfg(feature = "cuda")]
 fn check_cuda_placement(
     placement: &Placement,
     kind: fn(u16) -> Device,

@@ -2,7 +2,8 @@
 //! trainer uses.
 //!
 //! - [`cpu`]: the fast CPU backend (its compute kernels live in [`cpu::kernels`]).
-//! - [`cuda`]: the CUDA backend (NVRTC-compiled kernels on GPUs or on emulated devices).
+//! - `cuda`: the CUDA backend (NVRTC-compiled kernels on GPUs or on emulated devices; feature
+//!   `cuda`, on by default).
 //! - [`reference`]: the oracle. An op-by-op interpreter of the IR, written for clarity. Every
 //!   compiled backend is tested against it.
 //! - [`device`]: the [`Device`]s logical devices run on, and their [`Placement`].
@@ -16,6 +17,7 @@ pub mod binding;
 pub mod choice;
 pub mod collective;
 pub mod cpu;
+#[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod device;
 pub mod poison;

@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 
+#[cfg(feature = "cuda")]
 use towerpack::backend::cuda::CudaOptions;
 use towerpack::ir::{Graph, NodeId, Op, Step, Value};
 use towerpack::lower::{Dump, LowerOptions, Pipeline};
@@ -106,7 +107,15 @@ pub fn run(g: &Graph, args: &LowerArgs) -> ExitCode {
         }
     };
     let options = if args.cuda {
-        CudaOptions::default().lower
+        #[cfg(feature = "cuda")]
+        {
+            CudaOptions::default().lower
+        }
+        #[cfg(not(feature = "cuda"))]
+        {
+            eprintln!("towerpack: `--device cuda` needs the `cuda` feature (on by default)");
+            return ExitCode::from(1);
+        }
     } else {
         LowerOptions::default()
     };
