@@ -35,6 +35,25 @@ pub enum TrainError {
         source_name: String,
         message: String,
     },
+    /// A value fed to an input does not have the input's dtype or shape.
+    #[error("input `{input}` takes {expected}, but {who} fed {got}{hint}")]
+    FeedMismatch {
+        input: String,
+        who: String,
+        expected: String,
+        got: String,
+        /// What to do about it (e.g. how to cast), starting with "; " when not empty.
+        hint: String,
+    },
+    /// A batched input was fed a batch of no examples.
+    #[error(
+        "input `{input}` got an empty batch ({got}) from {who}; a step needs at least one example"
+    )]
+    EmptyBatch {
+        input: String,
+        who: String,
+        got: String,
+    },
     /// Resuming from a checkpoint or logdir is impossible as asked.
     #[error("cannot resume: {0}")]
     Resume(String),

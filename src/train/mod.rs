@@ -57,6 +57,7 @@ mod dispatch;
 pub mod distributed;
 mod engine;
 pub mod error;
+mod feed_check;
 pub mod input;
 pub mod logdir;
 pub mod minimal;

@@ -7,12 +7,13 @@ use std::sync::Arc;
 
 use crate::backend::{Feed, Session, Step};
 use crate::dsl::{Builder, TowerHandle};
-use crate::ir::{Graph, NodeId, Op};
+use crate::ir::{Graph, NodeId, Op, TensorType};
 use crate::tensor::HostTensor;
 use crate::tower::TowerContext;
 
 use super::config::BackendChoice;
 use super::error::TrainError;
+use super::feed_check::check_feed;
 use super::model::ModelDesc;
 use super::session_init::SessionInit;
 
@@ -20,7 +21,7 @@ use super::session_init::SessionInit;
 #[derive(Clone, Debug, PartialEq)]
 pub struct OnlinePredictor {
     input_names: Vec<String>,
-    inputs: Vec<(NodeId, crate::tensor::DType)>,
+    inputs: Vec<(NodeId, TensorType)>,
     output_names: Vec<String>,
     step: Step,
 }
@@ -55,7 +56,7 @@ impl OnlinePredictor {
                     tower.ns_name
                 )));
             };
-            inputs.push((node, ty.dtype));
+            inputs.push((node, ty.clone()));
         }
         let fetches = output_names
             .iter()
@@ -79,7 +80,8 @@ impl OnlinePredictor {
         &self.output_names
     }
 
-    /// Runs the outputs on `inputs` (one per input name; cast to the input's dtype if needed).
+    /// Runs the outputs on `inputs` (one per input name, each of the input's dtype and shape:
+    /// nothing is cast silently; use [`HostTensor::cast`] to convert).
     pub fn run(
         &self,
         session: &mut dyn Session,
@@ -96,16 +98,13 @@ impl OnlinePredictor {
         let feeds: Vec<Feed> = self
             .inputs
             .iter()
+            .zip(&self.input_names)
             .zip(inputs)
-            .map(|(&(node, dtype), t)| {
-                let value = if t.dtype() == dtype {
-                    t.clone()
-                } else {
-                    t.cast(dtype)
-                };
-                (node, value)
+            .map(|(((node, ty), name), t)| {
+                check_feed("the predictor's caller", name, ty, t)?;
+                Ok((*node, t.clone()))
             })
-            .collect();
+            .collect::<Result<_, TrainError>>()?;
         Ok(session.run(&self.step, &feeds)?)
     }
 }
