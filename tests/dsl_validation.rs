@@ -78,9 +78,12 @@ fn zero_filters_name_the_convolution() {
     );
 }
 
+/// A layer applied to an input tensor.
+type LayerCall = Box<dyn Fn(&Tensor) -> Tensor>;
+
 #[test]
 fn zero_windows_and_strides_are_errors() {
-    let cases: Vec<(&str, &str, Box<dyn Fn(&Tensor) -> Tensor>)> = vec![
+    let cases: Vec<(&str, &str, LayerCall)> = vec![
         (
             "Conv2D",
             "`kernel_size`",
