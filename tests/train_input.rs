@@ -327,7 +327,7 @@ fn a_predictor_refuses_a_feed_of_another_dtype() {
     let good = HostTensor::zeros(DType::F32, &[3, 28, 28, 1]);
     assert_eq!(predictor.predict(&[good]).expect("f32 runs").len(), 1);
     let bad = HostTensor::zeros(DType::U8, &[3, 28, 28, 1]);
-    let err = predictor.predict(&[bad]).err().expect("u8 is refused");
+    let err = predictor.predict(&[bad]).expect_err("u8 is refused");
     assert!(
         matches!(&err, TrainError::FeedMismatch { input, .. } if input == "input"),
         "{err:?}"
