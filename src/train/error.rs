@@ -54,6 +54,19 @@ pub enum TrainError {
         who: String,
         got: String,
     },
+    /// SIGINT or SIGTERM stopped training at a step boundary (see [`crate::train::interrupt`]):
+    /// `after_train` ran, and `checkpoint` holds the state after step `global_step` when a
+    /// checkpoint directory was open (a `ModelSaver`).
+    #[error(
+        "interrupted by {} at global_step {global_step}; {}",
+        crate::train::interrupt::signal_name(*.signal),
+        interrupted_outcome(.checkpoint.as_deref())
+    )]
+    Interrupted {
+        signal: i32,
+        global_step: u64,
+        checkpoint: Option<PathBuf>,
+    },
     /// Resuming from a checkpoint or logdir is impossible as asked.
     #[error("cannot resume: {0}")]
     Resume(String),
@@ -104,6 +117,19 @@ pub enum TrainError {
     LogDir(Box<LogDirError>),
 }
 
+/// What an interrupted run left: where its checkpoint is, or that there is none.
+fn interrupted_outcome(checkpoint: Option<&std::path::Path>) -> String {
+    match checkpoint {
+        Some(path) => format!(
+            "checkpoint saved to {}; run again to resume",
+            path.display()
+        ),
+        None => "no checkpoint saved (no ModelSaver opened a checkpoint directory); the \
+                 steps since the last one are lost"
+            .to_string(),
+    }
+}
+
 macro_rules! boxed_from {
     ($($variant:ident($ty:ty)),* $(,)?) => {
         $(impl From<$ty> for TrainError {
@@ -146,6 +172,15 @@ impl TrainError {
     /// True for the clean stop.
     pub fn is_stop(&self) -> bool {
         matches!(self, TrainError::Stop { .. })
+    }
+
+    /// For [`TrainError::Interrupted`], the exit status a shell reports for a death by the
+    /// signal (128 + its number: 130 for SIGINT, 143 for SIGTERM); `None` otherwise.
+    pub fn interrupted_exit_code(&self) -> Option<i32> {
+        match self {
+            TrainError::Interrupted { signal, .. } => Some(128 + signal),
+            _ => None,
+        }
     }
 
     pub(crate) fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {

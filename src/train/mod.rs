@@ -59,6 +59,7 @@ mod engine;
 pub mod error;
 mod feed_check;
 pub mod input;
+pub mod interrupt;
 pub mod logdir;
 pub mod minimal;
 pub mod model;
