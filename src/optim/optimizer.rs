@@ -320,6 +320,13 @@ impl Optimizer {
             })
         };
         match self {
+            Optimizer::Sgd { learning_rate }
+            | Optimizer::Momentum { learning_rate, .. }
+            | Optimizer::Adam { learning_rate, .. }
+                if !learning_rate.is_finite() || *learning_rate < 0.0 =>
+            {
+                bad("learning_rate (finite and at least 0)", *learning_rate)
+            }
             Optimizer::Momentum { momentum, .. } if !momentum.is_finite() => {
                 bad("momentum", *momentum)
             }

@@ -67,6 +67,19 @@ pub enum TrainError {
         global_step: u64,
         checkpoint: Option<PathBuf>,
     },
+    /// A hyper-parameter setter produced a value the variable must not take (a NaN or infinite
+    /// value, a negative learning rate): training would go on silently with nonsense.
+    #[error(
+        "hyper-parameter `{name}` cannot be set to {value} (at global_step {global_step} by \
+         {setter}): it must be {rule}"
+    )]
+    InvalidHyperParam {
+        name: String,
+        value: f64,
+        global_step: u64,
+        setter: String,
+        rule: &'static str,
+    },
     /// Resuming from a checkpoint or logdir is impossible as asked.
     #[error("cannot resume: {0}")]
     Resume(String),
