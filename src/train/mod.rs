@@ -68,6 +68,7 @@ pub mod monitors;
 pub mod predict;
 pub mod resume;
 pub mod session_init;
+mod suggest;
 pub mod tower_trainer;
 pub mod trainer;
 

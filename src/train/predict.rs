@@ -16,6 +16,7 @@ use super::error::TrainError;
 use super::feed_check::check_feed;
 use super::model::ModelDesc;
 use super::session_init::SessionInit;
+use super::suggest::{closest_names, did_you_mean, tower_tensor_names};
 
 /// Named inputs to named outputs of one tower, run in a session given at each call.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,9 +41,18 @@ impl OnlinePredictor {
                 "a predictor needs at least one output".into(),
             ));
         }
-        let not_found = |name: &str| TrainError::TensorNotFound {
-            name: name.to_string(),
-            hint: format!(" in tower `{}`", tower.ns_name),
+        let not_found = |name: &str| {
+            let known = tower_tensor_names(graph, tower);
+            let suggestions = closest_names(name, known.iter().map(String::as_str));
+            let place = if tower.ns_name.is_empty() {
+                " of the predictor's tower".to_string()
+            } else {
+                format!(" in tower `{}`", tower.ns_name)
+            };
+            TrainError::TensorNotFound {
+                name: name.to_string(),
+                hint: format!("{place}{}", did_you_mean(&suggestions)),
+            }
         };
         let mut inputs = Vec::with_capacity(input_names.len());
         for &name in input_names {

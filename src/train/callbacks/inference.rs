@@ -14,6 +14,7 @@ use crate::train::callback::Callback;
 use crate::train::context::TrainContext;
 use crate::train::error::TrainError;
 use crate::train::feed_check::check_feed;
+use crate::train::suggest::{closest_names, did_you_mean, tower_tensor_names};
 
 /// Turns the values of some tensors, batch by batch, into statistics.
 pub trait Inferencer {
@@ -253,17 +254,19 @@ impl Callback for InferenceRunner {
         for inf in &self.inferencers {
             let mut mine = Vec::new();
             for name in inf.fetches() {
-                let v =
-                    tower
-                        .get_tensor(graph, &name)
-                        .ok_or_else(|| TrainError::TensorNotFound {
-                            name: name.clone(),
-                            hint: format!(
-                                " (nor `{}/{name}` in the inference tower, needed by {})",
-                                self.tower_name,
-                                inf.name()
-                            ),
-                        })?;
+                let v = tower.get_tensor(graph, &name).ok_or_else(|| {
+                    let known = tower_tensor_names(graph, &tower);
+                    let suggestions = closest_names(&name, known.iter().map(String::as_str));
+                    TrainError::TensorNotFound {
+                        name: name.clone(),
+                        hint: format!(
+                            " (nor `{}/{name}` in the inference tower, needed by {}){}",
+                            self.tower_name,
+                            inf.name(),
+                            did_you_mean(&suggestions)
+                        ),
+                    }
+                })?;
                 let pos = fetches.iter().position(|f| *f == v).unwrap_or_else(|| {
                     fetches.push(v);
                     fetches.len() - 1
