@@ -219,3 +219,19 @@ fn user_mistakes_are_one_clear_error_not_a_panic() {
     assert!(all.contains("3073"), "{all}");
     assert!(!all.contains("panicked"), "{all}");
 }
+
+#[test]
+fn the_readme_shows_the_own_model_example_as_it_is() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let example =
+        std::fs::read_to_string(root.join("examples/own_model.rs")).expect("own_model.rs");
+    let start = example
+        .find("use std::path::Path;")
+        .expect("the example's first `use`");
+    assert!(
+        readme.contains(&example[start..]),
+        "README's \"Your own model\" differs from examples/own_model.rs: copy the file's code \
+         from its first `use` into the README"
+    );
+}
