@@ -58,7 +58,7 @@ struct Args {
     /// Seed of the initial weights, the data order and the augmentations.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Last epoch (default: 10 on the embedded digits, 64 on CIFAR-10 as in tensorpack).
+    /// Last epoch (default: 16 on the embedded digits, 64 on CIFAR-10 as in tensorpack).
     #[arg(long)]
     max_epoch: Option<u64>,
     /// Steps per epoch (default: one pass over the training data per tower).

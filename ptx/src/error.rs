@@ -81,6 +81,13 @@ pub enum Fault {
     },
     /// A lane executed a `.sync` warp instruction without being in its member mask.
     NotInMemberMask { lane: u32, mask: u32 },
+    /// A `.sync.aligned` instruction (`mma`, `ldmatrix`) that not every thread of the warp
+    /// executes together: undefined behaviour on hardware.
+    NotWarpUniform {
+        active: u32,
+        missing: u32,
+        detail: String,
+    },
     /// Threads wait at a barrier that the rest of the CTA can never reach.
     Deadlock { detail: String },
     /// The step budget ran out: a livelock or an infinite loop.
@@ -120,6 +127,15 @@ impl fmt::Display for Fault {
                 f,
                 "warp-synchronous instruction not converged: lanes {waiting:#010x} wait for lanes \
                  {missing:#010x} of the member mask ({detail})"
+            ),
+            Fault::NotWarpUniform {
+                active,
+                missing,
+                detail,
+            } => write!(
+                f,
+                "a .sync.aligned instruction needs every thread of the warp together: lanes \
+                 {active:#010x} execute it, lanes {missing:#010x} do not ({detail})"
             ),
             Fault::NotInMemberMask { lane, mask } => {
                 write!(f, "lane {lane} is not in the member mask {mask:#010x}")

@@ -22,6 +22,7 @@ pub const OPCODES: &[&str] = &[
     "cnot",
     "copysign",
     "cos",
+    "cp",
     "cvt",
     "cvta",
     "div",
@@ -30,6 +31,7 @@ pub const OPCODES: &[&str] = &[
     "fence",
     "fma",
     "ld",
+    "ldmatrix",
     "ldu",
     "lg2",
     "lop3",
@@ -37,6 +39,7 @@ pub const OPCODES: &[&str] = &[
     "max",
     "membar",
     "min",
+    "mma",
     "mov",
     "mul",
     "nanosleep",
@@ -263,6 +266,45 @@ pub struct CvtSpec {
     pub ftz: bool,
     pub sat: bool,
     pub relu: bool,
+    /// `.satfinite` (half destinations): a result beyond the largest finite value, infinities
+    /// included, becomes that value with its sign; NaN stays NaN.
+    pub satfinite: bool,
+}
+
+/// Rounding of `cvt.{rna,rn,rz}.tf32.f32`: `Rna` rounds to nearest with ties away from zero.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tf32Rnd {
+    Rna,
+    Rn,
+    Rz,
+}
+
+/// Element type of the multiplicands of a tensor-core `mma` (accumulators are f32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MmaTy {
+    F16,
+    BF16,
+    /// f32 bit patterns of which the multiplier reads the sign, exponent and the top 10
+    /// fraction bits (the low 13 bits are ignored).
+    TF32,
+}
+
+/// The shape of a tensor-core `mma`: M = 16 and N = 8 always; K = 16 (f16/bf16) or 8.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MmaShape {
+    M16N8K16,
+    M16N8K8,
+}
+
+/// Where a `cp.async` reads its source from when it reads fewer bytes than it writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpAsyncSrc {
+    /// All `size` bytes.
+    Full,
+    /// `src-size` bytes (a register), the rest of the destination zero-filled.
+    Bytes(R),
+    /// `ignore-src` predicate (negated when the bool is set): when true, zeros only.
+    Ignore(R, bool),
 }
 
 /// Half-precision arithmetic formats (scalars in the low 16 bits, or two lanes packed in 32).
@@ -461,7 +503,27 @@ pub enum Op {
     /// Any other `cvt`; `wide_src`/`wide_dst` say which files hold the operands.
     Cvt { spec: CvtSpec, d: R, a: R, wide_src: bool, wide_dst: bool },
     /// `cvt.rn.{f16x2,bf16x2}.f32 d, a, b`: `a` into the high half, `b` into the low.
-    CvtPack { bf16: bool, rnd: Rnd, relu: bool, d: R, a: R, b: R },
+    CvtPack { bf16: bool, rnd: Rnd, relu: bool, satfinite: bool, d: R, a: R, b: R },
+    /// `cvt.{rna,rn,rz}[.relu][.satfinite].tf32.f32 d, a`: an f32 rounded to 10 fraction bits,
+    /// as f32 bits with the low 13 bits zero.
+    CvtTf32 { rnd: Tf32Rnd, relu: bool, satfinite: bool, d: R, a: R },
+
+    /// `mma.sync.aligned.{m16n8k16,m16n8k8}.row.col.f32.ty.ty.f32 d, a, b, c`: a warp-wide
+    /// D = A·B + C with the fragments of the PTX ISA tables; `a` and `b` hold as many registers
+    /// as the shape and type take (unused slots repeat the last one).
+    Mma { shape: MmaShape, ty: MmaTy, d: [R; 4], a: [R; 4], b: [R; 2], c: [R; 4] },
+    /// `ldmatrix.sync.aligned.m8n8.{x1,x2,x4}[.trans].shared.b16 d, [addr]`: `num` 8×8
+    /// matrices of 16-bit elements, row addresses from lanes 8i..8i+7 for matrix i.
+    Ldmatrix { num: u8, trans: bool, d: [R; 4], base: AddrBase, offset: i64 },
+    /// `cp.async.{ca,cg}.shared.global [dst], [src], size[, src-size | ignore-src]`: a
+    /// per-thread copy of `size` bytes (4, 8, 16) from global to shared memory that lands when
+    /// a later `cp.async.wait_group`/`wait_all` of the thread completes its group.
+    CpAsync { dst: (AddrBase, i64), src: (AddrBase, i64), size: u8, from: CpAsyncSrc },
+    /// `cp.async.commit_group`: the thread's uncommitted copies become one group.
+    CpAsyncCommit,
+    /// `cp.async.wait_group n` (`all`: `cp.async.wait_all`, which commits first): completes
+    /// every committed group of the thread but the `n` most recent.
+    CpAsyncWait { n: u32, all: bool },
 
     Ld { m: MemAccess, d: [R; 4] },
     St { m: MemAccess, s: [R; 4] },

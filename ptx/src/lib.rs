@@ -9,8 +9,10 @@
 //! Semantics worth knowing: every memory access is bounds- and alignment-checked (a fault names
 //! the kernel, PTX line, CTA, thread and address); round-to-nearest arithmetic is IEEE-exact and
 //! directed rounding (`fma.rm` ...) is exactly rounded; `.approx` functions are more accurate
-//! than the hardware's. CTAs run in parallel, so only the order of float atomics across CTAs
-//! (and racy kernels) can change results between runs; everything else is deterministic.
+//! than the hardware's; tensor-core `mma` rounds each exact dot product once (the hardware's
+//! accumulation order is unspecified); `cp.async` copies land at the wait that completes them.
+//! CTAs run in parallel, so only the order of float atomics across CTAs (and racy kernels) can
+//! change results between runs; everything else is deterministic.
 //!
 //! ```
 //! use towerpack_ptx::{Device, KernelArgs, LaunchConfig};

@@ -55,7 +55,7 @@ fn scale(m: u64, e: i32) -> f64 {
 }
 
 /// The largest finite value of `fmt`.
-fn max_finite(fmt: Format) -> f64 {
+pub fn max_finite(fmt: Format) -> f64 {
     scale((1u64 << fmt.prec) - 1, fmt.emax - fmt.prec as i32 + 1)
 }
 

@@ -68,3 +68,70 @@ fn syntax_errors_have_lines_too() {
     let e = Module::load(".version 8.8\n.address_size 32\n").unwrap_err();
     assert_eq!(e.line, 2, "{e}");
 }
+
+#[test]
+fn unsupported_tensor_core_forms_name_what_is_missing() {
+    let cases = [
+        (
+            "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%r1,%r2}, {%r1,%r2,%r3,%r0}, \
+             {%r1,%r2}, {%r1,%r2};",
+            "f32 is",
+        ),
+        (
+            "mma.sync.aligned.m16n8k16.row.col.f32.tf32.tf32.f32 {%r1,%r2,%r3,%r0}, \
+             {%r1,%r2,%r3,%r0}, {%r1,%r2}, {%r1,%r2,%r3,%r0};",
+            "tf32 mma has shapes",
+        ),
+        (
+            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%r1,%r2,%r3,%r0}, \
+             {%r1,%r2}, {%r1,%r2}, {%r1,%r2,%r3,%r0};",
+            "takes 4 registers",
+        ),
+        (
+            "mma.m16n8k16.row.col.f32.bf16.bf16.f32 {%r1,%r2,%r3,%r0}, {%r1,%r2,%r3,%r0}, \
+             {%r1,%r2}, {%r1,%r2,%r3,%r0};",
+            ".sync.aligned",
+        ),
+        (
+            "ldmatrix.sync.aligned.m16n16.x1.shared.b8 {%r1}, [%r2];",
+            "m8n8 is supported",
+        ),
+        (
+            "cp.async.cg.shared.global [%r1], [%rd1], 8;",
+            "cp.async.cg copies 16 bytes",
+        ),
+        (
+            "cp.async.ca.shared.global [%r1], [%rd1], 12;",
+            "4, 8 or 16 bytes",
+        ),
+        (
+            "cp.async.bulk.shared::cluster.global [%r1], [%rd1], 16, [%rd2];",
+            "unsupported cp.async form",
+        ),
+        (
+            "cvt.rna.relu.tf32.f32 %r1, %r2;",
+            "unsupported cvt to .tf32",
+        ),
+        ("cvt.rna.f16.f32 %r1, %r2;", ".rna is only defined"),
+    ];
+    for (body, needle) in cases {
+        let e = load_err(body);
+        assert_eq!(e.line, 9, "{body}: {e}");
+        assert_eq!(e.kernel.as_deref(), Some("k"), "{body}");
+        assert!(e.to_string().contains(needle), "{body}: {e}");
+    }
+}
+
+#[test]
+fn tensor_core_forms_nvrtc_and_cutlass_emit_are_accepted() {
+    let m = Module::load(&kernel(
+        "cp.async.cg.shared.global.L2::cache_hint [%r1], [%rd1], 16, %rd2;\n\
+         cp.async.ca.shared.global [%r1], [%rd1], 16, 8;\n\
+         cp.async.ca.shared.global [%r1], [%rd1], 4, %p1;\n\
+         cp.async.ca.shared.global [%r1], [%rd1], 8, !%p1;\n\
+         cp.async.commit_group;\ncp.async.wait_group 0;\ncp.async.wait_all;\n\
+         ldmatrix.sync.aligned.m8n8.x2.trans.b16 {%r1, %r2}, [%rd1];\n\
+         cvt.rn.relu.satfinite.tf32.f32 %r1, %r2;\ncvt.rz.tf32.f32 %r1, %r2;",
+    ));
+    assert!(m.is_ok(), "{m:?}");
+}

@@ -6,12 +6,14 @@
 //! - [`reference`]: the oracle. An op-by-op interpreter of the IR, written for clarity. Every
 //!   compiled backend is tested against it.
 //! - [`device`]: the [`Device`]s logical devices run on, and their [`Placement`].
+//! - [`choice`]: the factory — a [`BackendChoice`] creates the session of the backend it names.
 //!
 //! A step is *functional*: every `Variable` read sees the value the variable held when the step
 //! began, and every `Assign` of the step takes effect when it ends. A step may assign a variable
 //! at most once.
 
 pub mod binding;
+pub mod choice;
 pub mod collective;
 pub mod cpu;
 pub mod cuda;
@@ -20,6 +22,7 @@ pub mod poison;
 pub mod reference;
 
 pub use crate::ir::Step;
+pub use choice::BackendChoice;
 pub use device::{Device, Placement};
 
 use crate::ir::{Graph, IrError, NodeId, VarId};
@@ -72,6 +75,17 @@ pub enum BackendError {
     },
     #[error("backend `{backend}` is unavailable: {reason}")]
     Unavailable { backend: String, reason: String },
+    /// A placement asks a backend to run a logical device where it cannot.
+    #[error(
+        "the {backend} backend runs logical device {logical} on {expected}; it cannot place it \
+         on {device}"
+    )]
+    Placement {
+        backend: String,
+        logical: usize,
+        expected: String,
+        device: String,
+    },
     /// A collective operation of a distributed job failed (a lost rank, a timeout, ...).
     #[error(transparent)]
     Collective(collective::CollectiveError),

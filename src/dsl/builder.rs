@@ -1,13 +1,12 @@
-//! The graph [`Builder`]: owns the graph under construction, its [`VariableStore`] and the
-//! first error. Ops never return `Result`: the first failure is recorded with the scoped name
-//! and later ops become no-ops (as XLA's `XlaBuilder`); the error surfaces when a tower function
-//! returns or the graph is finished.
+//! The graph [`Builder`] and the symbolic [`Tensor`]s it hands out: the builder owns the graph
+//! under construction, its [`VariableStore`] and the first error. Ops never return `Result`:
+//! the first failure is recorded with the scoped name and later ops become no-ops (as XLA's
+//! `XlaBuilder`); the error surfaces when a tower function returns or the graph is finished.
 //!
 //! A thread-local stack of default builders (TF's default graph) lets layer code and the free
 //! functions of the DSL find the graph and the tower context while a tower function runs.
 
 use super::error::DslError;
-use super::tensor::Tensor;
 use crate::ir::{Graph, NodeId, Op, TensorType, Value, VarId, verify};
 use crate::tensor::{DType, HostTensor};
 use crate::tower::{TowerContext, TowerError, VariableStore};
@@ -15,6 +14,14 @@ use std::cell::{Ref, RefCell, RefMut};
 use std::collections::{BTreeMap, HashMap};
 use std::marker::PhantomData;
 use std::rc::Rc;
+
+/// A symbolic tensor: one output of a node. Cheap to clone.
+#[derive(Clone)]
+pub struct Tensor {
+    pub(crate) builder: Builder,
+    /// `None` when the tensor is poisoned by an earlier error.
+    pub(crate) slot: Option<(Value, TensorType)>,
+}
 
 pub(crate) struct State {
     pub(crate) graph: Graph,

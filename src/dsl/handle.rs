@@ -3,8 +3,8 @@
 //! (tensorpack's `TowerTensorHandle`).
 
 use super::builder::Builder;
+use super::builder::Tensor;
 use super::error::DslError;
-use super::tensor::Tensor;
 use crate::ir::{Graph, NodeId, Shape, TensorType, Value, VarId};
 use crate::tensor::DType;
 use crate::tower::{TowerContext, VarCollection, join_scope};

@@ -71,7 +71,7 @@ mod scopes;
 mod tensor;
 
 pub use argscope::{ArgScopeGuard, LayerDefaults, argscope};
-pub use builder::{Builder, DefaultGuard, current_builder};
+pub use builder::{Builder, DefaultGuard, Tensor, current_builder};
 pub use error::DslError;
 pub use handle::{InputSpec, TowerHandle, validate_signature};
 pub use layers::*;
@@ -81,7 +81,7 @@ pub use replicate::{
     build_training_towers, replicate,
 };
 pub use scopes::{ScopeGuard, TowerGuard};
-pub use tensor::{Tensor, concat, select};
+pub use tensor::{concat, select};
 
 use crate::tower::{TowerContext, VarSpec};
 use tensor::orphan;

@@ -2,7 +2,7 @@
 //! overloading (`+ - * /`, unary `-`) between tensors, references and `f32` scalars.
 //! Operands broadcast like NumPy; a scalar takes the tensor's element type.
 
-use super::tensor::Tensor;
+use super::builder::Tensor;
 use crate::ir::{BinaryOp, UnaryOp};
 use std::ops::{Add, Div, Mul, Neg, Sub};
 

@@ -3,9 +3,9 @@
 //! builder, including one re-opened from a finished graph (callbacks build predict towers late).
 
 use super::builder::Builder;
+use super::builder::Tensor;
 use super::error::DslError;
 use super::handle::{InputSpec, TowerHandle};
-use super::tensor::Tensor;
 use crate::ir::Graph;
 use crate::tower::TowerContext;
 

@@ -2,9 +2,9 @@
 //! (RAII guards), and variables (get, create, read, assign), all driven through the
 //! [`VariableStore`](crate::tower::VariableStore) so the tower rules are checked on the way.
 
+use super::builder::Tensor;
 use super::builder::{Builder, DefaultGuard};
 use super::error::DslError;
-use super::tensor::Tensor;
 use crate::ir::{NodeId, Op, Value, VarId};
 use crate::tensor::DType;
 use crate::tower::{ScopeDepth, TowerContext, TowerError, VarSpec};

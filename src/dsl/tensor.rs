@@ -1,22 +1,14 @@
-//! The symbolic [`Tensor`]: a handle to one output of a node of the graph being built, with a
-//! method for every op of the IR. Methods never fail: a bad call poisons the result and the
+//! The symbolic [`Tensor`]'s methods: one for every op of the IR (the type itself is defined
+//! beside its [`Builder`], which creates every tensor). Methods never fail: a bad call poisons the result and the
 //! builder records the first error (see [`super::Builder`]).
 
-use super::builder::{Builder, current_builder};
+use super::builder::{Builder, Tensor, current_builder};
 use super::error::DslError;
 use crate::ir::{
     BinaryOp, Conv2dAttrs, Dim, NodeId, Op, PoolAttrs, ReduceOp, Shape, TensorType, UnaryOp, Value,
 };
 use crate::tensor::DType;
 use std::fmt;
-
-/// A symbolic tensor: one output of a node. Cheap to clone.
-#[derive(Clone)]
-pub struct Tensor {
-    pub(crate) builder: Builder,
-    /// `None` when the tensor is poisoned by an earlier error.
-    pub(crate) slot: Option<(Value, TensorType)>,
-}
 
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

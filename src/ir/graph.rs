@@ -8,6 +8,7 @@ use super::error::IrError;
 use super::infer::infer_types;
 use super::op::{Initializer, Op, VarId};
 use super::shape::TensorType;
+use super::variable::VariableDef;
 use petgraph::Direction;
 use petgraph::stable_graph::{NodeIndex, StableGraph};
 use petgraph::visit::EdgeRef;
@@ -54,26 +55,6 @@ pub struct Node {
     pub op: Op,
     pub outputs: SmallVec<[TensorType; 1]>,
     pub device: Option<u16>,
-}
-
-/// How a variable is used, in tensorpack's collection terms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub struct VarFlags {
-    /// In TRAINABLE_VARIABLES: updated by gradient descent.
-    pub trainable: bool,
-    /// In MODEL_VARIABLES: needed for inference (e.g. BatchNorm's EMA statistics).
-    pub model: bool,
-    /// In LOCAL_VARIABLES: per-replica state that checkpoints do not save.
-    pub local: bool,
-}
-
-/// A variable declaration: full scoped name, static type, initializer and collections.
-#[derive(Clone, Debug, PartialEq)]
-pub struct VariableDef {
-    pub name: String,
-    pub ty: TensorType,
-    pub init: Initializer,
-    pub flags: VarFlags,
 }
 
 /// The op graph.
@@ -561,7 +542,7 @@ impl fmt::Debug for Graph {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ir::{BinaryOp, Conv2dAttrs, Shape, TensorType, UnaryOp, verify};
+    use crate::ir::{BinaryOp, Conv2dAttrs, Shape, TensorType, UnaryOp, VarFlags, verify};
     use crate::tensor::DType;
 
     fn input(g: &mut Graph, name: &str, shape: Shape) -> Value {

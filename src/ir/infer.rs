@@ -3,9 +3,9 @@
 //! Errors are plain messages here; [`Graph::add_node`](super::Graph::add_node) wraps them with
 //! the node's scoped name, the op and the input types.
 
-use super::graph::VariableDef;
 use super::op::{Conv2dAttrs, Op, Padding, PoolAttrs, ReduceOp, UnaryOp};
 use super::shape::{Dim, Shape, TensorType};
+use super::variable::VariableDef;
 use crate::tensor::DType;
 use smallvec::{SmallVec, smallvec};
 

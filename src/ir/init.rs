@@ -3,8 +3,8 @@
 //! The stream of random numbers of a variable depends only on the run's seed and the variable's
 //! full name, so initial values do not change when unrelated variables are added or reordered.
 
-use super::graph::VariableDef;
 use super::op::{Distribution, FanMode, Initializer};
+use super::variable::VariableDef;
 use crate::tensor::HostTensor;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

@@ -14,10 +14,11 @@ pub mod scalar;
 mod shape;
 mod step;
 pub mod text;
+mod variable;
 mod verify;
 
 pub use error::IrError;
-pub use graph::{Edge, Graph, Node, NodeId, Value, VarFlags, VariableDef, is_valid_name};
+pub use graph::{Edge, Graph, Node, NodeId, Value, is_valid_name};
 pub use infer::{infer_types, window_output};
 pub use op::{
     BinaryOp, Conv2dAttrs, Distribution, FanMode, Initializer, Op, Padding, PoolAttrs, PoolKind,
@@ -25,4 +26,5 @@ pub use op::{
 };
 pub use shape::{Dim, Shape, TensorType};
 pub use step::Step;
+pub use variable::{VarFlags, VariableDef};
 pub use verify::verify;

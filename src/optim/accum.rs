@@ -4,21 +4,25 @@
 
 use super::OptimError;
 use super::builder::Builder;
-use super::optimizer::{Optimizer, VariableUpdate};
+use super::rule::VariableUpdate;
 use super::state::{self, create_slot, ensure_unassigned};
-use crate::ir::{BinaryOp, Initializer, Op, TensorType, Value, VarFlags, VarId};
+use crate::ir::{BinaryOp, Graph, Initializer, Op, TensorType, Value, VarFlags, VarId};
 use crate::tensor::DType;
 
 /// The name of the accumulation counter.
 pub const ACCUM_COUNTER: &str = "AccumGrad/counter";
 
+/// The updates of the inner optimizer applied to `(variable, gradient sum)` pairs.
+pub(crate) type InnerUpdates<'a> =
+    dyn FnMut(&mut Graph, &[(VarId, Value)]) -> Result<Vec<VariableUpdate>, OptimError> + 'a;
+
 /// The updates of accumulating `grads` into `{var}/AccumGrad` slots and, every `steps`-th step,
-/// applying `inner` to the accumulated sums.
+/// applying `inner` (the wrapped optimizer's updates) to the accumulated sums.
 pub(crate) fn accumulate(
-    graph: &mut crate::ir::Graph,
+    graph: &mut Graph,
     grads: &[(VarId, Value)],
-    inner: &Optimizer,
     steps: u32,
+    inner: &mut InnerUpdates<'_>,
 ) -> Result<Vec<VariableUpdate>, OptimError> {
     let counter = state::get_or_create(
         graph,
@@ -60,7 +64,7 @@ pub(crate) fn accumulate(
         });
         sums.push((var, sum));
     }
-    for u in inner.updates(graph, &sums)? {
+    for u in inner(graph, &sums)? {
         let name = format!("AccumGrad/apply/{}", graph.variable(u.var).name);
         let device = graph.node(u.new.node).device;
         let gated = state::node(graph, &name, Op::Select, &[apply, u.new, u.current], device)?;

@@ -4,7 +4,7 @@
 
 use super::OptimError;
 use super::builder::Builder;
-use super::optimizer::VariableUpdate;
+use super::rule::VariableUpdate;
 use super::state::{self, create_slot, read};
 use crate::ir::{BinaryOp, Graph, TensorType, UnaryOp, Value, VarId};
 use crate::tensor::DType;

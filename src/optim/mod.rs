@@ -1,4 +1,5 @@
-//! Optimizers (SGD, Momentum, Adam, gradient accumulation) and gradient processors, built as
+//! Optimizers (SGD, Momentum, Adam, gradient accumulation, user-defined [`UpdateRule`]s) and
+//! gradient processors, built as
 //! graph ops on `(variable, gradient)` pairs: slot variables (`conv0/W/Momentum`, ...), the
 //! `learning_rate` and `global_step` variables, and `Assign` nodes grouped into a `train_op`.
 //!
@@ -14,16 +15,19 @@ mod adam;
 mod builder;
 mod optimizer;
 mod process;
+mod rule;
 mod state;
 
 pub use accum::ACCUM_COUNTER;
-pub use optimizer::{Optimizer, TrainOp, VariableUpdate};
+pub use optimizer::{CustomRule, Optimizer, TrainOp};
 pub use process::{
     GradientFn, GradientProcessor, NumericCheck, ProcessedGradients, check_numerics,
     process_gradients,
 };
+pub use rule::{UpdateRule, VariableUpdate};
 pub use state::{
-    GLOBAL_STEP, LEARNING_RATE, get_or_create, global_step, increment_global_step, learning_rate,
+    GLOBAL_STEP, LEARNING_RATE, create_slot, get_or_create, global_step, increment_global_step,
+    learning_rate, read as read_variable,
 };
 
 use crate::ir::IrError;

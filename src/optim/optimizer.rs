@@ -1,4 +1,5 @@
-//! SGD, Momentum (with Nesterov), Adam and gradient accumulation, as graph ops.
+//! SGD, Momentum (with Nesterov), Adam, gradient accumulation and user-defined
+//! [`UpdateRule`]s, as graph ops.
 //!
 //! An optimizer turns `(variable, gradient)` pairs into [`VariableUpdate`]s (the new value of
 //! each variable and slot, computed from reads at the start of the step), then into `Assign`
@@ -6,10 +7,15 @@
 //! update (gradient accumulation) is a `Select` between the new and the current value.
 
 use super::OptimError;
+use super::accum::{self, ACCUM_COUNTER};
+use super::adam::adam;
 use super::builder::Builder;
+use super::rule::{UpdateRule, VariableUpdate};
 use super::state::{self, create_slot, ensure_unassigned, read};
 use crate::ir::{BinaryOp, Graph, NodeId, Op, Value, VarId};
 use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
 
 /// An optimizer. Weight decay is not its business: as in tensorpack, it belongs in the cost.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,16 +51,25 @@ pub enum Optimizer {
     /// state unchanged. The counter is the `i32` variable `AccumGrad/counter`, counting
     /// 0..steps-1; `global_step` keeps counting every (micro-)step, as in tensorpack.
     AccumGrad { inner: Box<Optimizer>, steps: u32 },
+    /// A rule defined outside this module (see [`UpdateRule`]), made with [`Optimizer::custom`].
+    Custom(CustomRule),
 }
 
-/// The new value of one variable (or slot) at the end of the step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct VariableUpdate {
-    pub var: VarId,
-    /// A read of the variable's value at the start of the step.
-    pub current: Value,
-    /// Its value at the end of the step.
-    pub new: Value,
+/// A user-defined [`UpdateRule`] inside an [`Optimizer`]; two are equal when they are the same
+/// rule object (clones of one `Optimizer::custom`).
+#[derive(Clone)]
+pub struct CustomRule(pub Arc<dyn UpdateRule>);
+
+impl PartialEq for CustomRule {
+    fn eq(&self, other: &CustomRule) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl fmt::Debug for CustomRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
 }
 
 /// What [`Optimizer::apply_gradients`] built.
@@ -108,13 +123,19 @@ impl Optimizer {
         }
     }
 
+    /// A user-defined update rule, e.g. AdamW (`tests/optim_custom_rule.rs`).
+    pub fn custom(rule: impl UpdateRule + 'static) -> Optimizer {
+        Optimizer::Custom(CustomRule(Arc::new(rule)))
+    }
+
     /// The optimizer's name: the scope of its update nodes and the suffix of its slots.
-    pub fn name(&self) -> &'static str {
+    pub fn name(&self) -> &str {
         match self {
             Optimizer::Sgd { .. } => "SGD",
             Optimizer::Momentum { .. } => "Momentum",
             Optimizer::Adam { .. } => "Adam",
             Optimizer::AccumGrad { .. } => "AccumGrad",
+            Optimizer::Custom(rule) => rule.0.name(),
         }
     }
 
@@ -125,6 +146,7 @@ impl Optimizer {
             | Optimizer::Momentum { learning_rate, .. }
             | Optimizer::Adam { learning_rate, .. } => *learning_rate,
             Optimizer::AccumGrad { inner, .. } => inner.initial_learning_rate(),
+            Optimizer::Custom(rule) => rule.0.initial_learning_rate(),
         }
     }
 
@@ -193,7 +215,7 @@ impl Optimizer {
         self.check_settings()?;
         self.check_fresh(graph, grads)?;
         if let Optimizer::AccumGrad { inner, steps } = self {
-            return super::accum::accumulate(graph, grads, inner, *steps);
+            return accum::accumulate(graph, grads, *steps, &mut |g, sums| inner.updates(g, sums));
         }
         let lr_var = state::learning_rate(graph, self.initial_learning_rate())?;
         let scope = self.name();
@@ -254,34 +276,36 @@ impl Optimizer {
                 beta2,
                 epsilon,
                 ..
-            } => super::adam::adam(graph, grads, lr, *beta1, *beta2, *epsilon),
+            } => adam(graph, grads, lr, *beta1, *beta2, *epsilon),
+            Optimizer::Custom(rule) => rule.0.updates(graph, grads, lr),
             // Handled above.
             Optimizer::AccumGrad { .. } => Ok(Vec::new()),
         }
     }
 
     /// The slot suffixes this optimizer (and the one it wraps) creates per variable.
-    fn slot_suffixes(&self) -> Vec<&'static str> {
+    fn slot_suffixes(&self) -> Vec<String> {
         match self {
             Optimizer::Sgd { .. } => vec![],
-            Optimizer::Momentum { .. } => vec!["Momentum"],
-            Optimizer::Adam { .. } => vec!["Adam", "Adam_1"],
+            Optimizer::Momentum { .. } => vec!["Momentum".into()],
+            Optimizer::Adam { .. } => vec!["Adam".into(), "Adam_1".into()],
             Optimizer::AccumGrad { inner, .. } => {
-                let mut s = vec!["AccumGrad"];
+                let mut s = vec!["AccumGrad".to_string()];
                 s.extend(inner.slot_suffixes());
                 s
             }
+            Optimizer::Custom(rule) => rule.0.slot_suffixes(),
         }
     }
 
     /// The shared state variables this optimizer (and the one it wraps) assigns.
     fn state_names(&self) -> Vec<&'static str> {
         match self {
-            Optimizer::Sgd { .. } | Optimizer::Momentum { .. } => vec![],
+            Optimizer::Sgd { .. } | Optimizer::Momentum { .. } | Optimizer::Custom(_) => vec![],
             // Adam's beta powers are per application (`beta1_power`, `beta1_power_1`, ...).
             Optimizer::Adam { .. } => vec![],
             Optimizer::AccumGrad { inner, .. } => {
-                let mut s = vec![super::accum::ACCUM_COUNTER];
+                let mut s = vec![ACCUM_COUNTER];
                 s.extend(inner.state_names());
                 s
             }
@@ -336,6 +360,7 @@ impl Optimizer {
                 bad("epsilon", *epsilon)
             }
             Optimizer::AccumGrad { steps: 0, .. } => bad("steps", 0.0),
+            Optimizer::Custom(rule) => rule.0.check_settings(),
             Optimizer::AccumGrad { inner, .. }
                 if matches!(**inner, Optimizer::AccumGrad { .. }) =>
             {

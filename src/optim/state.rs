@@ -84,11 +84,7 @@ pub fn increment_global_step(graph: &mut Graph, name: &str) -> Result<NodeId, Op
 
 /// Declares the slot variable `{var}/{suffix}`: zeros of `var`'s type, non-trainable, saved,
 /// LOCAL when `var` is local (a replica's slots are per-replica state, like the replica).
-pub(crate) fn create_slot(
-    graph: &mut Graph,
-    var: VarId,
-    suffix: &str,
-) -> Result<VarId, OptimError> {
+pub fn create_slot(graph: &mut Graph, var: VarId, suffix: &str) -> Result<VarId, OptimError> {
     let def = graph.variable(var);
     let name = format!("{}/{suffix}", def.name);
     if graph.find_variable(&name).is_some() {
@@ -166,8 +162,8 @@ pub(crate) fn node(
     Ok(Value::first(graph.add_node_on(&name, op, inputs, device)?))
 }
 
-/// A read of `var` named (a unique version of) `name`.
-pub(crate) fn read(
+/// A read of `var` as the step began, named (a unique version of) `name`, on `device`.
+pub fn read(
     graph: &mut Graph,
     var: VarId,
     name: &str,

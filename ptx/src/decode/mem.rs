@@ -1,10 +1,13 @@
 //! Decoding memory instructions (`ld`, `ldu`, `st`, `atom`, `red`), address conversions (`cvta`,
 //! an identity here: generic addresses equal state-space addresses in the emulator's layout) and
-//! conversions (`cvt`), with fast forms for the index arithmetic NVRTC emits most.
+//! conversions (`cvt`), with fast forms for the index arithmetic NVRTC emits most. The
+//! tensor-core instructions (`mma`, `ldmatrix`, `cp.async`) are decoded by `tensor`.
 
 use super::operands::{Mods, arity, scalar};
 use super::{Ctx, File};
-use crate::inst::{AddrBase, AtomOp, AtomTy, CvtSpec, MemAccess, MemSpace, Op, R, Rnd, Scalar};
+use crate::inst::{
+    AddrBase, AtomOp, AtomTy, CvtSpec, MemAccess, MemSpace, Op, R, Rnd, Scalar, Tf32Rnd,
+};
 use crate::parser::{InstAst, Operand};
 
 pub(super) fn decode(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
@@ -52,7 +55,7 @@ fn vector(mods: &mut Mods) -> u8 {
 }
 
 /// `[reg]`, `[reg+imm]`, `[symbol+imm]` or `[imm]`.
-fn address(ctx: &Ctx, op: &Operand) -> Result<(AddrBase, i64), String> {
+pub(super) fn address(ctx: &Ctx, op: &Operand) -> Result<(AddrBase, i64), String> {
     let Operand::Addr { base, offset } = op else {
         return Err("expected an address `[...]`".into());
     };
@@ -293,16 +296,44 @@ fn cvta(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
 
 fn cvt(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
     let mut mods = Mods::new(&inst.mods);
+    let rna = mods.take("rna");
     let frnd = mods.take_rnd();
     let irnd = mods.take_int_rnd();
     let ftz = mods.take("ftz");
     let sat = mods.take("sat");
     let relu = mods.take("relu");
+    let satfinite = mods.take("satfinite");
     let from_name = mods.take_last().ok_or("cvt needs two types")?;
     let to_name = mods.take_last().ok_or("cvt needs two types")?;
     mods.finish("cvt")?;
     let o = &inst.operands;
     let from = scalar(&from_name).ok_or_else(|| format!("unsupported cvt source .{from_name}"))?;
+    let half_dst = matches!(to_name.as_str(), "f16" | "bf16" | "f16x2" | "bf16x2");
+    if satfinite && !(half_dst || to_name == "tf32") {
+        return Err(".satfinite needs a f16, bf16 or tf32 destination".into());
+    }
+    if rna && to_name != "tf32" {
+        return Err(".rna is only defined for conversions to .tf32".into());
+    }
+    if to_name == "tf32" {
+        arity(o, 2, "cvt")?;
+        let rnd = match (rna, frnd) {
+            (true, None) => Tf32Rnd::Rna,
+            (false, Some(Rnd::Rn)) => Tf32Rnd::Rn,
+            (false, Some(Rnd::Rz)) => Tf32Rnd::Rz,
+            _ => return Err("cvt to .tf32 takes one of .rna, .rn, .rz".into()),
+        };
+        if from != Scalar::F32 || irnd.is_some() || ftz || sat || (relu && rnd == Tf32Rnd::Rna) {
+            return Err("unsupported cvt to .tf32".into());
+        }
+        return Ok(Op::CvtTf32 {
+            rnd,
+            relu,
+            satfinite,
+            d: ctx.dst32(&o[0])?,
+            a: ctx.src32(&o[1], Scalar::F32)?,
+        });
+    }
     if to_name == "f16x2" || to_name == "bf16x2" {
         arity(o, 3, "cvt")?;
         if from != Scalar::F32 || irnd.is_some() || ftz || sat {
@@ -312,6 +343,7 @@ fn cvt(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
             bf16: to_name == "bf16x2",
             rnd: frnd.ok_or("cvt to a packed half type needs a rounding mode")?,
             relu,
+            satfinite,
             d: ctx.dst32(&o[0])?,
             a: ctx.src32(&o[1], Scalar::F32)?,
             b: ctx.src32(&o[2], Scalar::F32)?,
@@ -347,6 +379,7 @@ fn cvt(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
         ftz,
         sat,
         relu,
+        satfinite,
     };
     // Registers may be wider than the conversion's types (`cvt.s64.s32 %rd2, %rd1` reads the
     // low 32 bits); the register's own file decides where the operand lives.
@@ -370,7 +403,7 @@ fn cvt(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
         ctx.dst32(&o[0])?
     };
     // Fast forms: integer widening/narrowing without saturation, and int → f32 rn.
-    let plain = !ftz && !sat && !relu;
+    let plain = !ftz && !sat && !relu && !satfinite;
     if plain
         && !from.is_float()
         && !to.is_float()

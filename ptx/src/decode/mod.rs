@@ -2,14 +2,16 @@
 //! local memory; resolves (scoped) register names to register-file indices, labels to
 //! instruction indices, symbols to addresses, and immediates to constant registers. Opcodes are
 //! decoded by `ops`, `unary`, `compare` (arithmetic, logic, comparisons), `control` (`mov`,
-//! branches, barriers, warp operations) and `mem` (loads, stores, atomics, `cvt`); `undef` finds
-//! the registers a kernel may read before writing.
+//! branches, barriers, warp operations), `mem` (loads, stores, atomics, `cvt`) and `tensor`
+//! (`mma`, `ldmatrix`, `cp.async`); `undef` finds the registers a kernel may read before
+//! writing.
 
 mod compare;
 mod control;
 mod mem;
 mod operands;
 mod ops;
+mod tensor;
 mod unary;
 mod undef;
 
@@ -295,6 +297,7 @@ fn decode_inst(ctx: &mut Ctx, inst: &InstAst) -> Result<Inst, String> {
     }
     let op = match inst.opcode.as_str() {
         "ld" | "ldu" | "st" | "atom" | "red" | "cvt" | "cvta" => mem::decode(ctx, inst)?,
+        "cp" | "ldmatrix" | "mma" => tensor::decode(ctx, inst)?,
         _ => ops::decode(ctx, inst)?,
     };
     Ok(Inst { guard, op })

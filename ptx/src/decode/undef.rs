@@ -227,6 +227,30 @@ fn uses(op: &Op, reads: &mut Vec<Reg>, writes: &mut Vec<Reg>) {
             });
         }
         Op::WarpSync { mask } => reads.push(A(mask)),
+        Op::CvtTf32 { d, a, .. } => {
+            reads.push(A(a));
+            writes.push(A(d));
+        }
+        Op::Mma { d, a, b, c, .. } => {
+            reads.extend(a.iter().chain(&b).chain(&c).map(|&r| A(r)));
+            writes.extend(d.map(A));
+        }
+        Op::Ldmatrix {
+            num, d, base: b, ..
+        } => {
+            base(b, reads);
+            writes.extend(d.iter().take(num as usize).map(|&r| A(r)));
+        }
+        Op::CpAsync { dst, src, from, .. } => {
+            base(dst.0, reads);
+            base(src.0, reads);
+            match from {
+                crate::inst::CpAsyncSrc::Full => {}
+                crate::inst::CpAsyncSrc::Bytes(r) => reads.push(A(r)),
+                crate::inst::CpAsyncSrc::Ignore(p, _) => reads.push(P(p)),
+            }
+        }
+        Op::CpAsyncCommit | Op::CpAsyncWait { .. } => {}
         Op::Bar { id } => reads.push(A(id)),
     }
 }

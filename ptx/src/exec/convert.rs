@@ -1,10 +1,12 @@
 //! `cvt`: every supported pair of integer and float types with PTX semantics — float→int rounds
 //! with `.rni/.rzi/.rmi/.rpi` and saturates (NaN → 0); int→float and narrowing float→float round
-//! once with `.rn/.rz/.rm/.rp`; `.sat`, `.ftz` and `.relu`; NaN results are canonical. Narrow
-//! integer results are sign- or zero-extended to the register width by the destination type.
+//! once with `.rn/.rz/.rm/.rp`; `.sat`, `.ftz`, `.relu` and `.satfinite`; f32 → tf32 with
+//! `.rna` (ties away from zero), `.rn` or `.rz`; `.relu` maps every negative result, −0
+//! included, to +0; NaN results are canonical. Narrow integer
+//! results are sign- or zero-extended to the register width by the destination type.
 
 use super::float::{f64_to_half, half_to_f64};
-use crate::inst::{CvtSpec, Rnd, Scalar};
+use crate::inst::{CvtSpec, Rnd, Scalar, Tf32Rnd};
 use crate::softfloat::{self, BF16, F16, F32, F64, Format};
 
 fn format_of(s: Scalar) -> Format {
@@ -115,11 +117,14 @@ pub fn convert(spec: &CvtSpec, bits: u64, wide_dst: bool) -> u64 {
             Value::Float(x) => x,
             Value::Int(v) => softfloat::round_exact(v < 0, v.unsigned_abs(), 0, fmt, spec.rnd),
         };
-        if spec.relu && y < 0.0 {
+        if spec.relu && y.is_sign_negative() && !y.is_nan() {
             y = 0.0;
         }
         if spec.sat {
             y = if y > 0.0 { y.min(1.0) } else { 0.0 };
+        }
+        if spec.satfinite {
+            y = saturate_finite(y, fmt);
         }
         float_bits(y, to, spec.ftz)
     } else {
@@ -143,8 +148,53 @@ pub fn convert(spec: &CvtSpec, bits: u64, wide_dst: bool) -> u64 {
     }
 }
 
-/// `cvt.{rn,rz,...}[.relu].{f16x2,bf16x2}.f32 d, a, b`: `a` → high half, `b` → low half.
-pub fn convert_pack(bf16: bool, rnd: Rnd, relu: bool, a: u32, b: u32) -> u32 {
+/// `.satfinite`: ±inf (an overflowed or infinite result) becomes ±the largest finite value of
+/// `fmt`; NaN and finite values pass.
+fn saturate_finite(y: f64, fmt: softfloat::Format) -> f64 {
+    if y.is_infinite() {
+        let max = softfloat::max_finite(fmt);
+        if y > 0.0 { max } else { -max }
+    } else {
+        y
+    }
+}
+
+/// `cvt.{rna,rn,rz}[.relu][.satfinite].tf32.f32`: the f32 `x` rounded to tf32 (f32's exponent
+/// range, 10 fraction bits), returned as f32 bits whose low 13 bits are zero. Rounding works
+/// on the magnitude's bits: a carry out of the fraction moves into the exponent, so subnormals,
+/// the binade boundaries and the overflow to infinity come out right.
+pub fn to_tf32(rnd: Tf32Rnd, relu: bool, satfinite: bool, x: u32) -> u32 {
+    const LOW: u32 = 0x1fff;
+    const INF: u32 = 0x7f80_0000;
+    if f32::from_bits(x).is_nan() {
+        // The canonical NaN with tf32's low bits clear.
+        return super::float::NAN32 & !LOW;
+    }
+    let sign = x & 0x8000_0000;
+    let mag = x & 0x7fff_ffff;
+    let mut r = if mag >= INF {
+        mag
+    } else {
+        let (base, low) = (mag & !LOW, mag & LOW);
+        let up = match rnd {
+            Tf32Rnd::Rna => low >= 0x1000,
+            Tf32Rnd::Rn => low > 0x1000 || (low == 0x1000 && base & 0x2000 != 0),
+            Tf32Rnd::Rz => false,
+        };
+        if up { base + LOW + 1 } else { base }
+    };
+    if satfinite && r >= INF {
+        r = 0x7f7f_e000;
+    }
+    if relu && sign != 0 {
+        return 0;
+    }
+    sign | r
+}
+
+/// `cvt.{rn,rz,...}[.relu][.satfinite].{f16x2,bf16x2}.f32 d, a, b`: `a` → high half, `b` →
+/// low half.
+pub fn convert_pack(bf16: bool, rnd: Rnd, relu: bool, satfinite: bool, a: u32, b: u32) -> u32 {
     let fmt = if bf16 { BF16 } else { F16 };
     let one = |x: u32| {
         let v = f64::from(f32::from_bits(x));
@@ -153,8 +203,11 @@ pub fn convert_pack(bf16: bool, rnd: Rnd, relu: bool, a: u32, b: u32) -> u32 {
         } else {
             softfloat::round_f64(v, fmt, rnd)
         };
-        if relu && y < 0.0 {
+        if relu && y.is_sign_negative() && !y.is_nan() {
             y = 0.0;
+        }
+        if satfinite {
+            y = saturate_finite(y, fmt);
         }
         u32::from(f64_to_half(y, bf16))
     };
@@ -174,6 +227,7 @@ mod tests {
             ftz: false,
             sat: false,
             relu: false,
+            satfinite: false,
         }
     }
 
@@ -264,8 +318,41 @@ mod tests {
         let back = spec(Scalar::BF16, Scalar::F32, Rnd::Rn, false);
         assert_eq!(convert(&back, 0x3f82, false), 0x3f82_0000);
         assert_eq!(
-            convert_pack(false, Rnd::Rn, false, 1.0f32.to_bits(), 2.0f32.to_bits()),
+            convert_pack(
+                false,
+                Rnd::Rn,
+                false,
+                false,
+                1.0f32.to_bits(),
+                2.0f32.to_bits()
+            ),
             0x3c00_4000
+        );
+    }
+
+    #[test]
+    fn tf32_rounding_modes() {
+        let t = |rnd, bits: u32| to_tf32(rnd, false, false, bits);
+        // Halfway between two tf32 values with an even lower neighbour: only rna goes up.
+        assert_eq!(t(Tf32Rnd::Rna, 0x3f80_1000), 0x3f80_2000);
+        assert_eq!(t(Tf32Rnd::Rn, 0x3f80_1000), 0x3f80_0000);
+        assert_eq!(
+            t(Tf32Rnd::Rn, 0x3f80_3000),
+            0x3f80_4000,
+            "tie to the even neighbour"
+        );
+        assert_eq!(t(Tf32Rnd::Rz, 0xbf80_1fff), 0xbf80_0000);
+        assert_eq!(
+            t(Tf32Rnd::Rna, 0x7f7f_ffff),
+            0x7f80_0000,
+            "overflow to infinity"
+        );
+        assert_eq!(to_tf32(Tf32Rnd::Rna, false, true, 0x7f7f_ffff), 0x7f7f_e000);
+        assert_eq!(to_tf32(Tf32Rnd::Rn, true, false, 0xbf80_0000), 0, ".relu");
+        assert_eq!(
+            t(Tf32Rnd::Rna, 0x7fc0_0001),
+            0x7fff_e000,
+            "canonical tf32 NaN"
         );
     }
 

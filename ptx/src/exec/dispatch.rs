@@ -1,10 +1,11 @@
 //! The instruction dispatch of a warp: one `match` over the decoded operation, calling the
 //! handler for the active lanes; and the warp-wide bodies of `shfl.sync` and `vote.sync`.
 
+use super::async_copy::{self, CopyArgs};
 use super::lanes::{WARP, blend, blend_pred, lanes, map1_32, map1_64, map2_32, map3_32};
 use super::memops::{self, AtomArgs, LaneFault};
 use super::warp::Warp;
-use super::{CtaEnv, cmp, convert, float, int};
+use super::{CtaEnv, cmp, convert, float, int, tensor};
 use crate::inst::{Op, ShflMode, SpecialReg, VoteMode};
 
 impl Warp {
@@ -227,11 +228,21 @@ impl Warp {
                 bf16,
                 rnd,
                 relu,
+                satfinite,
                 d,
                 a,
                 b,
             } => map2_32(&mut regs.r32, m, d, a, b, |x, y| {
-                convert::convert_pack(bf16, rnd, relu, x, y)
+                convert::convert_pack(bf16, rnd, relu, satfinite, x, y)
+            }),
+            Op::CvtTf32 {
+                rnd,
+                relu,
+                satfinite,
+                d,
+                a,
+            } => map1_32(&mut regs.r32, m, d, a, |x| {
+                convert::to_tf32(rnd, relu, satfinite, x)
             }),
             Op::Ld {
                 m: ref access,
@@ -272,6 +283,48 @@ impl Warp {
                 };
                 memops::atomic(env, regs, &args, m)?
             }
+            Op::Mma {
+                shape,
+                ty,
+                d,
+                a,
+                b,
+                c,
+            } => {
+                self.require_uniform(m, env.kernel)?;
+                tensor::mma(&mut self.regs, shape, ty, &d, &a, &b, &c);
+            }
+            Op::Ldmatrix {
+                num,
+                trans,
+                d,
+                base,
+                offset,
+            } => {
+                self.require_uniform(m, env.kernel)?;
+                tensor::ldmatrix(env, &mut self.regs, (num, trans), &d, base, offset)?;
+            }
+            Op::CpAsync {
+                dst,
+                src,
+                size,
+                from,
+            } => {
+                let args = CopyArgs {
+                    dst,
+                    src,
+                    size,
+                    from,
+                };
+                async_copy::issue(env, &self.regs, &mut self.copies, &args, m)?;
+            }
+            Op::CpAsyncCommit => async_copy::commit(&mut self.copies, m),
+            Op::CpAsyncWait { n, all } => {
+                if all {
+                    async_copy::commit(&mut self.copies, m);
+                }
+                async_copy::wait(env, &mut self.copies, n, m);
+            }
             Op::Activemask { d } => {
                 let g = self.group;
                 blend(&mut self.regs.r32[d as usize], &[g; WARP], m);
@@ -281,6 +334,17 @@ impl Warp {
             Op::Shfl { .. } | Op::Vote { .. } | Op::WarpSync { .. } => {}
         }
         Ok(())
+    }
+
+    /// A `.sync.aligned` instruction executes only when every thread of the warp is active.
+    fn require_uniform(&self, m: u32, kernel: &crate::module::Kernel) -> Result<(), LaneFault> {
+        let missing = self.existing & !m;
+        if missing == 0 {
+            return Ok(());
+        }
+        let detail = self.whereabouts(missing, kernel);
+        let fault = tensor::not_uniform(m, missing, detail);
+        Err((m.trailing_zeros() as usize, fault))
     }
 
     fn special(&self, reg: SpecialReg, env: &CtaEnv) -> [u64; WARP] {

@@ -13,7 +13,7 @@ use crate::memory::{LOCAL_BASE, PARAM_BASE, SHARED_BASE, classify};
 /// A fault at one lane.
 pub type LaneFault = (usize, Fault);
 
-fn addresses(regs: &Regs, base: AddrBase, offset: i64) -> [u64; WARP] {
+pub(super) fn addresses(regs: &Regs, base: AddrBase, offset: i64) -> [u64; WARP] {
     let off = offset as u64;
     match base {
         AddrBase::None => [off; WARP],
@@ -34,7 +34,13 @@ fn effective(space: MemSpace, addr: u64) -> Space {
 
 /// Offset of `[addr, addr + bytes)` in a window of `len` bytes at `base`.
 #[inline]
-fn window(addr: u64, base: u64, len: usize, bytes: u32, space: Space) -> Result<usize, Fault> {
+pub(super) fn window(
+    addr: u64,
+    base: u64,
+    len: usize,
+    bytes: u32,
+    space: Space,
+) -> Result<usize, Fault> {
     let off = addr.wrapping_sub(base);
     if addr < base || off + u64::from(bytes) > len as u64 {
         return Err(Fault::OutOfBounds { space, addr, bytes });
@@ -48,7 +54,7 @@ fn window(addr: u64, base: u64, len: usize, bytes: u32, space: Space) -> Result<
 
 /// Reads `width` (1, 2, 4, 8) bytes little-endian; fixed-size copies, no `memcpy` calls.
 #[inline(always)]
-fn read_le(buf: &[u8], off: usize, width: u8) -> u64 {
+pub(super) fn read_le(buf: &[u8], off: usize, width: u8) -> u64 {
     match width {
         4 => {
             let mut b = [0u8; 4];
@@ -167,7 +173,7 @@ fn span(addrs: &[u64; WARP], mask: u32, bytes: u32) -> (u64, u64, bool) {
 /// Shared-memory wavefronts of one warp access of `bytes` per lane: 32 banks of 4-byte words;
 /// lanes reading the same word share it (broadcast), distinct words in one bank take one
 /// wavefront each, so the access takes as many wavefronts as its busiest bank has words.
-fn shared_wavefronts(addrs: &[u64; WARP], mask: u32, bytes: u32) -> u64 {
+pub(super) fn shared_wavefronts(addrs: &[u64; WARP], mask: u32, bytes: u32) -> u64 {
     // At most 16 bytes (4 words) per lane.
     let words = u64::from(bytes.div_ceil(4)).min(4);
     let mut seen = [0u64; WARP * 4];
@@ -222,7 +228,7 @@ fn region(env: &CtaEnv, space: MemSpace, addrs: &[u64; WARP], mask: u32, bytes: 
 
 /// Distinct 32-byte sectors a warp's global access touches (what the memory system moves:
 /// one per lane when the lanes scatter, four per 128 contiguous bytes when they do not).
-fn global_sectors(addrs: &[u64; WARP], mask: u32, bytes: u32) -> u64 {
+pub(super) fn global_sectors(addrs: &[u64; WARP], mask: u32, bytes: u32) -> u64 {
     let mut seen = [0u64; WARP * 2];
     let mut n = 0;
     for l in lanes(mask) {

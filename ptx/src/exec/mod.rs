@@ -4,6 +4,7 @@
 //! depend on scheduling, except for the order of float atomics across CTAs (float addition is
 //! not associative) and for kernels with data races, as on a GPU.
 
+mod async_copy;
 mod cmp;
 mod convert;
 mod cta;
@@ -12,6 +13,7 @@ mod float;
 mod int;
 mod lanes;
 mod memops;
+mod tensor;
 mod warp;
 
 use std::sync::atomic::{AtomicBool, Ordering};

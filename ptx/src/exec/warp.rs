@@ -5,6 +5,7 @@
 //! `bar.warp.sync`), which execute once every live member lane has arrived at the same one.
 
 use super::CtaEnv;
+use super::async_copy::AsyncCopies;
 use super::lanes::{FULL, Regs, WARP, lanes};
 use crate::error::{Fault, describe_lanes};
 use crate::inst::{Op, R};
@@ -48,6 +49,8 @@ pub struct Warp {
     /// A branch or barrier ran since this warp's last global load: the next one starts a new
     /// load epoch (see [`super::MemCounts::load_epochs`]).
     pub branched: bool,
+    /// The threads' `cp.async` copies in flight.
+    pub copies: AsyncCopies,
 }
 
 impl Warp {
@@ -87,6 +90,7 @@ impl Warp {
         self.pc = [0; WARP];
         self.bar_id = [0; WARP];
         self.branched = true;
+        self.copies.reset();
     }
 
     /// Runs until no lane can make progress (all exited, or parked at a barrier).
@@ -348,16 +352,21 @@ impl Warp {
     }
 
     /// Where the lanes of `mask` are, for error messages.
-    fn whereabouts(&self, mask: u32, kernel: &Kernel) -> String {
+    pub(super) fn whereabouts(&self, mask: u32, kernel: &Kernel) -> String {
         let line = |pc: u32| kernel.lines.get(pc as usize).copied().unwrap_or(0);
         let mut parts = Vec::new();
         let exited = mask & self.exited;
         if exited != 0 {
             parts.push(format!("{} exited", describe_lanes(exited)));
         }
+        let skipped = mask & self.group;
+        if skipped != 0 {
+            parts.push(format!("{} have a false guard", describe_lanes(skipped)));
+        }
         for (set, what) in [
             (self.at_barrier, "wait at the barrier on line"),
             (self.at_sync, "wait at line"),
+            (self.waiting, "took another path, to line"),
         ] {
             let mut rest = mask & set;
             while rest != 0 {

@@ -39,6 +39,7 @@ FIXTURES = {
     "broken": ("broken.cu", []),
     "warp": ("warp.cu", []),
     "split": ("split.cu", []),
+    "tensor": ("tensor.cu", []),
 }
 
 

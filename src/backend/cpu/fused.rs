@@ -8,7 +8,7 @@
 
 use super::access::{Access, coalesce};
 use super::kernels::simd::vectorized;
-use super::memory::RawBuf;
+use super::memory::{Lanes, RawBuf};
 use crate::ir::{BinaryOp, UnaryOp, rng};
 use crate::lower::{ExprOp, FusedExpr};
 use crate::tensor::DType;
@@ -662,18 +662,6 @@ fn column_sums<const W: usize, const K: usize>(lanes: &[f32]) -> [f32; W] {
         }
     }
     total
-}
-
-/// A destination or source of lanes, by register class.
-pub enum Lanes<'a> {
-    F32(&'a mut [f32]),
-    F64(&'a mut [f64]),
-    I64(&'a mut [i64]),
-    Bool(&'a mut [bool]),
-    F32Ref(&'a [f32]),
-    F64Ref(&'a [f64]),
-    I64Ref(&'a [i64]),
-    BoolRef(&'a [bool]),
 }
 
 #[inline(always)]

@@ -6,7 +6,6 @@
 //! read/write, so no overlapping references are ever alive at once.
 
 use super::access::Access;
-use super::fused::Lanes;
 use crate::tensor::{DType, HostTensor};
 use half::{bf16, f16};
 
@@ -417,4 +416,17 @@ impl RawBuf {
             )
         };
     }
+}
+
+/// The lanes a gather fills or a scatter drains, by register class (the fused engine's
+/// registers; `…Ref` for the read-only side).
+pub enum Lanes<'a> {
+    F32(&'a mut [f32]),
+    F64(&'a mut [f64]),
+    I64(&'a mut [i64]),
+    Bool(&'a mut [bool]),
+    F32Ref(&'a [f32]),
+    F64Ref(&'a [f64]),
+    I64Ref(&'a [i64]),
+    BoolRef(&'a [bool]),
 }

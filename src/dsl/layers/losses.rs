@@ -1,9 +1,10 @@
 //! Costs and tower-aware bookkeeping: cross-entropies, `regularize_cost` (tensorpack's
 //! semantics), and the summary / regularization collections.
 
+use crate::dsl::builder::Tensor;
 use crate::dsl::builder::{Builder, current_builder};
 use crate::dsl::error::DslError;
-use crate::dsl::tensor::{Tensor, orphan};
+use crate::dsl::tensor::orphan;
 use crate::ir::VarId;
 use crate::tensor::DType;
 use crate::tower::{

@@ -24,8 +24,9 @@ pub use norm::{BNReLU, BatchNorm};
 pub use pool::{AvgPooling, GlobalAvgPooling, MaxPooling};
 
 use super::builder::Builder;
+use super::builder::Tensor;
 use super::error::DslError;
-use super::tensor::{Tensor, orphan};
+use super::tensor::orphan;
 use crate::ir::{Distribution, FanMode, Initializer};
 
 /// A value a layer argument of type `T` accepts. Every type accepts itself; [`Pair`] also

@@ -1,5 +1,6 @@
-//! The graph walk: which IR nodes an export needs, the ONNX names of their values, and the
-//! [`Emitter`] that accumulates ONNX nodes and initializers while [`super::ops`] maps each node.
+//! The [`Emitter`]: the ONNX names of the exported values (and the layout each was produced in)
+//! and the ONNX nodes and initializers accumulated while [`super::walk`] visits the needed IR
+//! nodes and [`super::ops`] maps each one.
 //!
 //! Naming: a value in the plain (IR) layout is called by its IR name (`conv0/Conv2D`,
 //! `moments:1`), a variable by its variable name (`conv0/W`), a tower input by its signature
@@ -46,126 +47,42 @@ pub(super) struct Emitter<'a> {
     initializers: Vec<pb::TensorProto>,
 }
 
-/// The nodes `outputs` depend on through data edges, and for each needed `Input` node the first
-/// output that needs it.
-fn data_ancestors(graph: &Graph, outputs: &[Value]) -> (HashSet<NodeId>, Vec<(NodeId, Value)>) {
-    let mut needed = HashSet::new();
-    let mut inputs = Vec::new();
-    for &out in outputs {
-        let mut stack = vec![out.node];
-        while let Some(id) = stack.pop() {
-            if !needed.insert(id) {
-                continue;
-            }
-            if matches!(graph.node(id).op, Op::Input { .. }) {
-                inputs.push((id, out));
-            }
-            stack.extend(graph.inputs(id).iter().map(|v| v.node));
-        }
-    }
-    (needed, inputs)
-}
-
-/// Exports the part of `graph` that computes `outputs` from the `Input` nodes `inputs`, with
-/// variables read from `variables` (by variable name), as an ONNX graph named `name`.
-pub(super) fn export_graph(
-    graph: &Graph,
-    inputs: &[NodeId],
-    outputs: &[Value],
-    variables: &BTreeMap<String, HostTensor>,
-    name: &str,
-) -> Result<pb::GraphProto, OnnxError> {
-    if outputs.is_empty() {
-        return Err(OnnxError::NoOutputs);
-    }
-    for &out in outputs {
-        if graph.node(out.node).op.is_source() {
-            return Err(OnnxError::SourceOutput(graph.value_name(out)));
-        }
-    }
-    let (needed, reached_inputs) = data_ancestors(graph, outputs);
-    for (input, output) in reached_inputs {
-        if !inputs.contains(&input) {
-            return Err(OnnxError::MissingInput {
-                output: graph.value_name(output),
-                input: graph.node(input).name.clone(),
-            });
-        }
-    }
-    let order: Vec<NodeId> = graph
-        .topo_order()?
-        .into_iter()
-        .filter(|id| needed.contains(id))
-        .collect();
-    // Refuse an unmappable op before anything else (e.g. before asking for variable values).
-    for &id in &order {
-        if let Some(reason) = super::ops::refusal(graph, id) {
-            return Err(super::ops::unsupported(graph, id, reason));
+impl<'a> Emitter<'a> {
+    /// An empty ONNX graph reading `graph`, with variables from `variables` (by name).
+    pub(super) fn new(
+        graph: &'a Graph,
+        variables: &'a BTreeMap<String, HostTensor>,
+    ) -> Emitter<'a> {
+        Emitter {
+            graph,
+            variables,
+            names: HashSet::new(),
+            node_names: HashSet::new(),
+            values: HashMap::new(),
+            forms: HashMap::new(),
+            oihw: HashMap::new(),
+            exported_variables: HashSet::new(),
+            nodes: Vec::new(),
+            initializers: Vec::new(),
         }
     }
 
-    let mut e = Emitter {
-        graph,
-        variables,
-        names: HashSet::new(),
-        node_names: HashSet::new(),
-        values: HashMap::new(),
-        forms: HashMap::new(),
-        oihw: HashMap::new(),
-        exported_variables: HashSet::new(),
-        nodes: Vec::new(),
-        initializers: Vec::new(),
-    };
-    e.reserve_names(order.iter().chain(inputs))?;
+    /// The nodes and initializers emitted so far.
+    pub(super) fn finish(self) -> (Vec<pb::NodeProto>, Vec<pb::TensorProto>) {
+        (self.nodes, self.initializers)
+    }
 
-    let mut graph_inputs = Vec::with_capacity(inputs.len());
-    for &id in inputs {
-        let node = graph.node(id);
-        let Op::Input { ty, .. } = &node.op else {
-            return Err(OnnxError::UnknownTensor {
-                name: node.name.clone(),
-                what: "an input",
-            });
-        };
-        let v = Value::first(id);
-        let name = e.define(v, Layout::plain(ty.rank()));
-        graph_inputs.push(proto::value_info(&name, ty));
+    /// A `Constant` node's value as an initializer.
+    pub(super) fn constant(&mut self, id: NodeId, value: &HostTensor) {
+        let name = self.define(Value::first(id), Layout::plain(value.shape().len()));
+        self.initializers.push(proto::tensor(&name, value));
     }
-    for &id in &order {
-        match &graph.node(id).op {
-            Op::Input { .. } => {}
-            Op::Constant { value } => {
-                let v = Value::first(id);
-                let name = e.define(v, Layout::plain(value.shape().len()));
-                e.initializers.push(proto::tensor(&name, value));
-            }
-            Op::Variable { var } => e.variable(id, *var)?,
-            _ => super::ops::emit_node(&mut e, id)?,
-        }
-    }
-    let mut graph_outputs = Vec::with_capacity(outputs.len());
-    let mut seen = HashSet::new();
-    for &out in outputs {
-        let name = e.plain(out)?;
-        if !seen.insert(name.clone()) {
-            return Err(OnnxError::NameClash(name));
-        }
-        graph_outputs.push(proto::value_info(&name, graph.value_type(out)));
-    }
-    Ok(pb::GraphProto {
-        name: Some(name.to_string()),
-        node: e.nodes,
-        initializer: e.initializers,
-        input: graph_inputs,
-        output: graph_outputs,
-        ..Default::default()
-    })
 }
 
 impl Emitter<'_> {
     /// Reserves the IR name of every value of `ids` (variables: the variable's name), so names
     /// invented later never take one.
-    fn reserve_names<'n>(
+    pub(super) fn reserve_names<'n>(
         &mut self,
         ids: impl Iterator<Item = &'n NodeId>,
     ) -> Result<(), OnnxError> {
@@ -344,7 +261,7 @@ impl Emitter<'_> {
                 return Ok(src);
             }
             let dims = self.graph.value_type(v).shape.to_static().ok_or_else(|| {
-                super::ops::unsupported(
+                super::error::unsupported(
                     self.graph,
                     user,
                     format!("operand {ir_name} broadcasts with a batch dimension"),
@@ -430,7 +347,7 @@ impl Emitter<'_> {
     }
 
     /// A `Variable` node: its value is the initializer named after the variable, added once.
-    fn variable(&mut self, id: NodeId, var: VarId) -> Result<(), OnnxError> {
+    pub(super) fn variable(&mut self, id: NodeId, var: VarId) -> Result<(), OnnxError> {
         let def = self.graph.variable(var);
         let v = Value::first(id);
         let layout = Layout::plain(def.ty.rank());

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use crate::dsl::DslError;
+use crate::ir::{Graph, NodeId};
 use crate::train::checkpoint::CheckpointError;
 
 /// Why an export failed.
@@ -79,4 +80,24 @@ pub enum OnnxError {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The error for node `id` that cannot be exported, with its op and input types.
+pub(super) fn unsupported(graph: &Graph, id: NodeId, reason: impl Into<String>) -> OnnxError {
+    let node = graph.node(id);
+    let inputs: Vec<String> = graph
+        .inputs(id)
+        .iter()
+        .map(|&v| {
+            graph
+                .try_value_type(v)
+                .map_or_else(|| "?".to_string(), |t| t.to_string())
+        })
+        .collect();
+    OnnxError::Unsupported {
+        node: node.name.clone(),
+        op: node.op.kind_name().to_string(),
+        inputs: format!("[{}]", inputs.join(", ")),
+        reason: reason.into(),
+    }
 }

@@ -44,6 +44,7 @@ mod error;
 pub mod layout;
 pub mod ops;
 pub mod proto;
+mod walk;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -287,7 +288,7 @@ impl OnnxExport {
     pub fn export(&self, variables: &BTreeMap<String, HostTensor>) -> Result<Exported, OnnxError> {
         let t = self.tower()?;
         let graph_proto =
-            emit::export_graph(&t.graph, &t.inputs, &t.outputs, variables, &self.name)?;
+            walk::export_graph(&t.graph, &t.inputs, &t.outputs, variables, &self.name)?;
         let names = |v: &[pb::ValueInfoProto]| -> Vec<String> {
             v.iter().filter_map(|i| i.name.clone()).collect()
         };

@@ -20,33 +20,13 @@
 //! the same semantics.
 
 use super::emit::Emitter;
-use super::error::OnnxError;
+use super::error::{OnnxError, unsupported};
 use super::layout::Layout;
 use super::proto::{Attr, data_type};
 use crate::ir::{
     BinaryOp, Conv2dAttrs, Dim, Graph, NodeId, Op, Padding, PoolAttrs, PoolKind, ReduceOp, UnaryOp,
     Value, window_output,
 };
-
-/// The error for node `id` that cannot be exported, with its op and input types.
-pub(super) fn unsupported(graph: &Graph, id: NodeId, reason: impl Into<String>) -> OnnxError {
-    let node = graph.node(id);
-    let inputs: Vec<String> = graph
-        .inputs(id)
-        .iter()
-        .map(|&v| {
-            graph
-                .try_value_type(v)
-                .map_or_else(|| "?".to_string(), |t| t.to_string())
-        })
-        .collect();
-    OnnxError::Unsupported {
-        node: node.name.clone(),
-        op: node.op.kind_name().to_string(),
-        inputs: format!("[{}]", inputs.join(", ")),
-        reason: reason.into(),
-    }
-}
 
 /// Emits the ONNX nodes computing IR node `id` (not a source: those are the emitter's).
 pub(super) fn emit_node(e: &mut Emitter, id: NodeId) -> Result<(), OnnxError> {
