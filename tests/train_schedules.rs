@@ -315,3 +315,26 @@ fn a_schedule_producing_a_non_finite_or_negative_learning_rate_stops_with_an_err
         );
     }
 }
+
+#[test]
+fn a_nan_learning_rate_inside_gradient_accumulation_is_an_error_at_set_up() {
+    use towerpack::models::Mlp;
+    use towerpack::optim::Optimizer;
+    let mlp = Mlp {
+        input_shape: vec![28, 28, 1],
+        hidden: vec![8],
+        classes: 10,
+        ..Mlp::default()
+    };
+    let model = ModelFn::new(
+        mlp.inputs(),
+        move |x| mlp.build(x),
+        Optimizer::sgd(f64::NAN).accumulate(2),
+    );
+    let err = training_error(bare(config(model, train_flow(64, 32, 1), None)).max_epoch(1));
+    let text = err.to_string();
+    assert!(
+        text.contains("learning_rate") && text.contains("NaN"),
+        "{text}"
+    );
+}
