@@ -235,3 +235,25 @@ fn the_readme_shows_the_own_model_example_as_it_is() {
          from its first `use` into the README"
     );
 }
+
+#[test]
+fn the_own_model_example_trains_and_predicts_with_the_prelude_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(example("own_model"))
+        .current_dir(dir.path())
+        .output()
+        .expect("the own_model example starts");
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    let accuracy: f64 = all
+        .lines()
+        .find_map(|l| l.strip_prefix("validation accuracy "))
+        .and_then(|rest| rest.trim_end_matches('%').parse().ok())
+        .unwrap_or_else(|| panic!("no validation accuracy line:\n{all}"));
+    assert!(accuracy >= 95.0, "accuracy {accuracy}%:\n{all}");
+    assert!(all.contains("the first validation digit is a"), "{all}");
+    assert!(
+        dir.path().join("train_log/own_model/checkpoint").exists(),
+        "no checkpoint in the working directory's train_log/own_model"
+    );
+}
