@@ -31,7 +31,7 @@ use towerpack::train::callbacks::{
 };
 use towerpack::train::logdir::{LogDirAction, set_logger_dir};
 use towerpack::train::{
-    BackendChoice, ModelFn, SimpleTrainer, TrainConfig, launch_train_with_config,
+    BackendChoice, ModelFn, SimpleTrainer, TrainConfig, TrainError, launch_train_with_config,
 };
 
 /// Command-line flags.
@@ -94,6 +94,14 @@ enum ModelKind {
 fn main() {
     let args = Args::parse();
     if let Err(e) = run(&args) {
+        // Ctrl-C or SIGTERM: the run saved a checkpoint and its log line said where (no second
+        // line here); exit as a shell reports a death by that signal (130 for SIGINT).
+        if let Some(code) = e
+            .downcast_ref::<TrainError>()
+            .and_then(TrainError::interrupted_exit_code)
+        {
+            std::process::exit(code);
+        }
         eprintln!("error: {e}");
         std::process::exit(1);
     }

@@ -183,6 +183,14 @@ struct Data {
 fn main() {
     let args = Args::parse();
     if let Err(e) = run(&args) {
+        // Ctrl-C or SIGTERM: the run saved a checkpoint and its log line said where (no second
+        // line here); exit as a shell reports a death by that signal (130 for SIGINT).
+        if let Some(code) = e
+            .downcast_ref::<TrainError>()
+            .and_then(TrainError::interrupted_exit_code)
+        {
+            std::process::exit(code);
+        }
         // One line per cause that adds something (many messages already quote their source).
         let mut shown = e.to_string();
         eprintln!("error: {shown}");

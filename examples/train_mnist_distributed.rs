@@ -19,9 +19,25 @@ use towerpack::models::Mlp;
 use towerpack::optim::Optimizer;
 use towerpack::train::callbacks::{ClassificationError, InferenceRunner, Inferencer, ModelSaver};
 use towerpack::train::logdir::{LogDirAction, set_logger_dir};
-use towerpack::train::{DistributedOptions, DistributedTrainer, ModelFn, TrainConfig, Trainer};
+use towerpack::train::{
+    DistributedOptions, DistributedTrainer, ModelFn, TrainConfig, TrainError, Trainer,
+};
 
-fn main() -> Result<(), Box<dyn Error>> {
+fn main() {
+    if let Err(e) = run() {
+        // Ctrl-C or SIGTERM: the chief saved a checkpoint and its log line said where (no
+        // second line here); exit as a shell reports a death by that signal (130 for SIGINT).
+        let code = e
+            .downcast_ref::<TrainError>()
+            .and_then(TrainError::interrupted_exit_code);
+        if code.is_none() {
+            eprintln!("error: {e}");
+        }
+        std::process::exit(code.unwrap_or(1));
+    }
+}
+
+fn run() -> Result<(), Box<dyn Error>> {
     let mut args = std::env::args().skip(1);
     let logdir = args.next().map_or_else(
         || PathBuf::from("train_log/mnist_distributed"),

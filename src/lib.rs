@@ -18,6 +18,7 @@ pub mod ir;
 pub mod lower;
 pub mod models;
 pub mod optim;
+pub mod prelude;
 pub mod tensor;
 pub mod tower;
 pub mod train;

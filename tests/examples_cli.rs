@@ -219,3 +219,41 @@ fn user_mistakes_are_one_clear_error_not_a_panic() {
     assert!(all.contains("3073"), "{all}");
     assert!(!all.contains("panicked"), "{all}");
 }
+
+#[test]
+fn the_readme_shows_the_own_model_example_as_it_is() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
+    let example =
+        std::fs::read_to_string(root.join("examples/own_model.rs")).expect("own_model.rs");
+    let start = example
+        .find("use std::path::Path;")
+        .expect("the example's first `use`");
+    assert!(
+        readme.contains(&example[start..]),
+        "README's \"Your own model\" differs from examples/own_model.rs: copy the file's code \
+         from its first `use` into the README"
+    );
+}
+
+#[test]
+fn the_own_model_example_trains_and_predicts_with_the_prelude_alone() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(example("own_model"))
+        .current_dir(dir.path())
+        .output()
+        .expect("the own_model example starts");
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    let accuracy: f64 = all
+        .lines()
+        .find_map(|l| l.strip_prefix("validation accuracy "))
+        .and_then(|rest| rest.trim_end_matches('%').parse().ok())
+        .unwrap_or_else(|| panic!("no validation accuracy line:\n{all}"));
+    assert!(accuracy >= 95.0, "accuracy {accuracy}%:\n{all}");
+    assert!(all.contains("the first validation digit is a"), "{all}");
+    assert!(
+        dir.path().join("train_log/own_model/checkpoint").exists(),
+        "no checkpoint in the working directory's train_log/own_model"
+    );
+}

@@ -218,3 +218,118 @@ fn malformed_data_fails_with_a_clear_error() {
         .expect("fails");
     assert!(err.to_string().contains("empty pass"), "{err}");
 }
+
+/// `n` training digits as the loader gives them: u8 pixels in [0, 255], i32 labels, batched.
+fn u8_digits(n: usize, batch: usize) -> BatchData {
+    let data = towerpack::data::mnist10k_split()
+        .expect("mnist10k")
+        .train
+        .slice(0, n)
+        .expect("slice");
+    BatchData::new(data.to_flow(Some(3)).expect("flow"), batch, false).expect("batch")
+}
+
+fn training_error(c: TrainConfig) -> TrainError {
+    launch_train_with_config(c, &mut SimpleTrainer::new())
+        .err()
+        .expect("training must fail")
+}
+
+#[test]
+fn u8_images_fed_to_an_f32_input_are_an_error_naming_the_input_and_the_cast() {
+    let err = training_error(bare(config(mlp_model(0.1), u8_digits(64, 32), None)).max_epoch(1));
+    assert!(
+        matches!(&err, TrainError::FeedMismatch { input, .. } if input == "input"),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("input `input` takes f32"), "{text}");
+    assert!(text.contains("u8"), "{text}");
+    assert!(text.contains("CastData"), "{text}");
+}
+
+#[test]
+fn an_explicit_cast_data_trains_on_u8_images() {
+    let flow = towerpack::data::CastData::new(u8_digits(64, 32), 0, DType::F32);
+    let report = launch_train_with_config(
+        bare(config(mlp_model(0.001), flow, None)).max_epoch(1),
+        &mut SimpleTrainer::new(),
+    )
+    .expect("the cast data trains");
+    assert_eq!(report.counters.global_step, 2);
+}
+
+#[test]
+fn a_feed_of_the_wrong_shape_is_an_error_naming_the_input() {
+    let items = (0..4)
+        .map(|_| {
+            vec![
+                HostTensor::zeros(DType::F32, &[2, 27, 28, 1]),
+                HostTensor::zeros(DType::I32, &[2]),
+            ]
+        })
+        .collect();
+    let err = training_error(
+        bare(config(mlp_model(0.1), DataFromList::new(items), None))
+            .steps_per_epoch(1)
+            .max_epoch(1),
+    );
+    let text = err.to_string();
+    assert!(
+        matches!(&err, TrainError::FeedMismatch { input, .. } if input == "input"),
+        "{err:?}"
+    );
+    assert!(text.contains("27"), "{text}");
+}
+
+#[test]
+fn an_empty_batch_is_an_error_not_a_step_of_cost_zero() {
+    let items = (0..4)
+        .map(|_| {
+            vec![
+                HostTensor::zeros(DType::F32, &[0, 28, 28, 1]),
+                HostTensor::zeros(DType::I32, &[0]),
+            ]
+        })
+        .collect();
+    let err = training_error(
+        bare(config(mlp_model(0.1), DataFromList::new(items), None))
+            .steps_per_epoch(1)
+            .max_epoch(1),
+    );
+    assert!(
+        matches!(&err, TrainError::EmptyBatch { input, .. } if input == "input"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("empty batch"), "{err}");
+}
+
+#[test]
+fn u8_validation_data_is_an_error_naming_the_inference_runner() {
+    use towerpack::train::callbacks::{ClassificationError, InferenceRunner, Inferencer};
+    let infs: Vec<Box<dyn Inferencer>> = vec![Box::new(ClassificationError::default())];
+    let c = bare(config(mlp_model(0.1), train_flow(64, 32, 1), None))
+        .callback(InferenceRunner::new(u8_digits(40, 20), infs))
+        .max_epoch(1);
+    let err = training_error(c);
+    let text = err.to_string();
+    assert!(text.contains("input `input`"), "{text}");
+    assert!(text.contains("validation data"), "{text}");
+}
+
+#[test]
+fn a_predictor_refuses_a_feed_of_another_dtype() {
+    let model: std::sync::Arc<dyn ModelDesc> = std::sync::Arc::new(mlp_model(0.1));
+    let mut predictor = OfflinePredictor::new(
+        PredictConfig::new(model, &["linear/output"]).input_names(&["input"]),
+    )
+    .expect("predictor");
+    let good = HostTensor::zeros(DType::F32, &[3, 28, 28, 1]);
+    assert_eq!(predictor.predict(&[good]).expect("f32 runs").len(), 1);
+    let bad = HostTensor::zeros(DType::U8, &[3, 28, 28, 1]);
+    let err = predictor.predict(&[bad]).expect_err("u8 is refused");
+    assert!(
+        matches!(&err, TrainError::FeedMismatch { input, .. } if input == "input"),
+        "{err:?}"
+    );
+}

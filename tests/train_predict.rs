@@ -284,3 +284,38 @@ fn a_run_initialized_from_a_checkpoint_starts_from_its_weights() {
     let report = launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train");
     assert_eq!(report.counters.global_step, 4);
 }
+
+#[test]
+fn a_misspelled_predictor_output_suggests_the_closest_tensor_names() {
+    let model: Arc<dyn ModelDesc> = Arc::new(mlp_model(0.1));
+    let err = OfflinePredictor::new(PredictConfig::new(model, &["linear/ouptut"]))
+        .err()
+        .expect("the misspelled output is not found");
+    assert!(
+        matches!(&err, TrainError::TensorNotFound { name, .. } if name == "linear/ouptut"),
+        "{err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("did you mean `linear/output`"), "{text}");
+    assert!(!text.contains("tower ``"), "{text}");
+    // A name close to nothing suggests nothing.
+    let model: Arc<dyn ModelDesc> = Arc::new(mlp_model(0.1));
+    let err = OfflinePredictor::new(PredictConfig::new(model, &["zzzzzzzzzzzz"]))
+        .err()
+        .expect("not found");
+    assert!(!err.to_string().contains("did you mean"), "{err}");
+}
+
+#[test]
+fn a_misspelled_inferencer_fetch_suggests_the_closest_tensor_names() {
+    use towerpack::train::callbacks::{InferenceRunner, Inferencer, ScalarStats};
+    let infs: Vec<Box<dyn Inferencer>> = vec![Box::new(ScalarStats::new(&["cross_entropy_los"]))];
+    let c = bare(config(mlp_model(0.1), train_flow(64, 32, 1), None))
+        .callback(InferenceRunner::new(val_flow(40, 20), infs))
+        .max_epoch(1);
+    let err = launch_train_with_config(c, &mut SimpleTrainer::new())
+        .err()
+        .expect("the misspelled fetch is not found");
+    let text = err.to_string();
+    assert!(text.contains("did you mean `cross_entropy_loss`"), "{text}");
+}

@@ -260,3 +260,81 @@ fn a_tensorpack_style_resume_re_derives_the_scheduled_value() {
     launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train");
     assert_eq!(lr_values(&seen), [(3, 0.05), (3, 0.01)]);
 }
+
+fn training_error(c: TrainConfig) -> TrainError {
+    launch_train_with_config(c, &mut SimpleTrainer::new())
+        .err()
+        .expect("training must fail")
+}
+
+#[test]
+fn a_nan_infinite_or_negative_learning_rate_is_an_error_at_set_up() {
+    for lr in [f64::NAN, f64::INFINITY, -0.1] {
+        let seen = log();
+        let c = bare(config(mlp_model(lr), train_flow(128, 32, 1), None))
+            .callback(Recorder::new("r", &seen, &["before_train"]))
+            .max_epoch(1);
+        let err = training_error(c);
+        let text = err.to_string();
+        assert!(text.contains("learning_rate"), "lr {lr}: {text}");
+        assert!(text.contains(&lr.to_string()), "lr {lr}: {text}");
+        assert!(
+            entries(&seen).is_empty(),
+            "lr {lr}: training started: {:?}",
+            entries(&seen)
+        );
+    }
+    // Zero is a valid (frozen) learning rate.
+    let report = run(Vec::new(), 1, 0.0);
+    assert_eq!(report.counters.global_step, 4);
+}
+
+#[test]
+fn a_schedule_producing_a_non_finite_or_negative_learning_rate_stops_with_an_error() {
+    for bad in [f64::NAN, f64::NEG_INFINITY, -0.5] {
+        let setter =
+            HyperParamSetterWithFunc::new(
+                "learning_rate",
+                move |epoch, _| {
+                    if epoch >= 2 { bad } else { 0.1 }
+                },
+            );
+        let mut c = bare(config(mlp_model(0.1), train_flow(128, 32, 1), None)).max_epoch(3);
+        c.callbacks = vec![Box::new(setter)];
+        let err = training_error(c);
+        assert!(
+            matches!(
+                &err,
+                TrainError::InvalidHyperParam { name, global_step: 8, .. } if name == "learning_rate"
+            ),
+            "value {bad}: {err:?}"
+        );
+        assert!(
+            err.to_string().contains("HyperParamSetterWithFunc"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_nan_learning_rate_inside_gradient_accumulation_is_an_error_at_set_up() {
+    use towerpack::models::Mlp;
+    use towerpack::optim::Optimizer;
+    let mlp = Mlp {
+        input_shape: vec![28, 28, 1],
+        hidden: vec![8],
+        classes: 10,
+        ..Mlp::default()
+    };
+    let model = ModelFn::new(
+        mlp.inputs(),
+        move |x| mlp.build(x),
+        Optimizer::sgd(f64::NAN).accumulate(2),
+    );
+    let err = training_error(bare(config(model, train_flow(64, 32, 1), None)).max_epoch(1));
+    let text = err.to_string();
+    assert!(
+        text.contains("learning_rate") && text.contains("NaN"),
+        "{text}"
+    );
+}

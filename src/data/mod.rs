@@ -40,6 +40,7 @@
 
 mod augment;
 mod batch;
+mod cast;
 mod cifar;
 mod error;
 mod flow;
@@ -58,6 +59,7 @@ pub use augment::{
     AugmentImageComponent, CenterPaste, Flip, ImageAugmentor, Normalize, RandomCrop,
 };
 pub use batch::{BatchData, stack_datapoints};
+pub use cast::CastData;
 pub use cifar::{
     CIFAR_CLASSES, CIFAR_RECORD, CIFAR_SIDE, CifarSplit, load_cifar10, read_cifar10_batch,
 };

@@ -343,6 +343,11 @@ impl Optimizer {
                 value: value.to_string(),
             })
         };
+        // Every optimizer's, custom rules' and accumulation's inner one included.
+        let learning_rate = self.initial_learning_rate();
+        if !learning_rate.is_finite() || learning_rate < 0.0 {
+            return bad("learning_rate (finite and at least 0)", learning_rate);
+        }
         match self {
             Optimizer::Momentum { momentum, .. } if !momentum.is_finite() => {
                 bad("momentum", *momentum)

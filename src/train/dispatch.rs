@@ -7,6 +7,7 @@
 //! its end — also after a clean stop, never after an error.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Feed, Step};
@@ -15,6 +16,7 @@ use crate::tensor::HostTensor;
 use crate::tower::VarCollection;
 
 use super::callback::{Callback, SavedCheckpointInfo};
+use super::checkpoint::{latest_checkpoint, step_of_file_name};
 use super::context::{TrainContext, wall_seconds};
 use super::counters::ResumePoint;
 use super::error::TrainError;
@@ -276,7 +278,44 @@ impl CallbackList {
         result
     }
 
-    fn save_pending(&mut self, ctx: &mut TrainContext, round: Round) -> Result<(), TrainError> {
+    /// The last checkpoint of an interrupted run: the state after the current step (what a
+    /// step's trigger round saves, so a resume continues with the next step) in every open
+    /// checkpoint directory. A directory whose latest checkpoint is already of this global step
+    /// (a saver triggered in this step's round) is not written twice. Returns the checkpoints.
+    pub(crate) fn save_after_interrupt(
+        &mut self,
+        ctx: &mut TrainContext,
+    ) -> Result<Vec<PathBuf>, TrainError> {
+        let step = ctx.counters.global_step;
+        let mut checkpoints = Vec::new();
+        ctx.checkpoints.pending.clear();
+        let dirs: Vec<PathBuf> = ctx.checkpoints.managers.keys().cloned().collect();
+        for dir in dirs {
+            if let Some(latest) = latest_checkpoint(&dir)?
+                && latest
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .and_then(step_of_file_name)
+                    == Some(step)
+            {
+                checkpoints.push(latest);
+            } else {
+                ctx.checkpoints.pending.push(dir);
+            }
+        }
+        if !ctx.checkpoints.pending.is_empty() {
+            let saved = self.save_pending(ctx, Round::Step)?;
+            checkpoints.extend(saved.into_iter().map(|info| info.path));
+        }
+        Ok(checkpoints)
+    }
+
+    /// Writes the checkpoints asked for in this round; returns those written.
+    fn save_pending(
+        &mut self,
+        ctx: &mut TrainContext,
+        round: Round,
+    ) -> Result<Vec<SavedCheckpointInfo>, TrainError> {
         let c = ctx.counters;
         let next = match round {
             Round::BeforeTrain(start) => start,
@@ -335,6 +374,6 @@ impl CallbackList {
         for info in &saved {
             self.each(ctx, |cb, ctx| cb.on_checkpoint_saved(ctx, info))?;
         }
-        Ok(())
+        Ok(saved)
     }
 }

@@ -19,6 +19,7 @@ use super::context::{Phase, ResumeInfo, TrainContext};
 use super::counters::{LoopCounters, ResumePoint};
 use super::dispatch::CallbackList;
 use super::error::TrainError;
+use super::interrupt::{self, InterruptGuard};
 use super::monitors::{MonitorSetup, Monitors, default_monitors};
 use super::resume::{FoundResume, ResumeState, find_auto_resume};
 use super::session_init::{InitOutcome, JustCurrentSession, SaverRestore, SessionInit};
@@ -417,15 +418,23 @@ impl Engine {
         trainer: &mut dyn Trainer,
         start: ResumePoint,
     ) -> Result<TrainReport, TrainError> {
+        // From here until the end-of-training hooks ran, SIGINT/SIGTERM stop the loop at the
+        // next step boundary (a second one exits at once).
+        let interruptible = InterruptGuard::new();
         let result = self.main_loop(trainer, start);
         trainer.loop_ended(&result);
         let after = self.callbacks.after_train(&mut self.ctx);
         self.ctx.input.stop();
+        drop(interruptible);
         let stopped = match result {
             Ok(()) => None,
             Err(TrainError::Stop { reason }) => {
                 log::info!(target: "towerpack", "Training was stopped: {reason}");
                 Some(reason)
+            }
+            Err(e @ TrainError::Interrupted { .. }) => {
+                log::warn!(target: "towerpack", "Training was {e}");
+                return Err(e);
             }
             Err(e) => {
                 log::error!(
@@ -489,6 +498,14 @@ impl Engine {
                 };
                 trainer.run_step(&mut runner)?;
                 self.callbacks.trigger_step(ctx)?;
+                if let Some(signal) = interrupt::requested() {
+                    let saved = self.callbacks.save_after_interrupt(ctx)?;
+                    return Err(TrainError::Interrupted {
+                        signal,
+                        global_step: ctx.counters.global_step,
+                        checkpoint: saved.into_iter().next(),
+                    });
+                }
             }
             if spe > 0 {
                 ctx.counters.local_step = spe as i64 - 1;

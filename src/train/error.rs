@@ -35,6 +35,51 @@ pub enum TrainError {
         source_name: String,
         message: String,
     },
+    /// A value fed to an input does not have the input's dtype or shape.
+    #[error("input `{input}` takes {expected}, but {who} fed {got}{hint}")]
+    FeedMismatch {
+        input: String,
+        who: String,
+        expected: String,
+        got: String,
+        /// What to do about it (e.g. how to cast), starting with "; " when not empty.
+        hint: String,
+    },
+    /// A batched input was fed a batch of no examples.
+    #[error(
+        "input `{input}` got an empty batch ({got}) from {who}; a step needs at least one example"
+    )]
+    EmptyBatch {
+        input: String,
+        who: String,
+        got: String,
+    },
+    /// SIGINT or SIGTERM stopped training at a step boundary (see [`crate::train::interrupt`]):
+    /// `after_train` ran, and `checkpoint` holds the state after step `global_step` when a
+    /// checkpoint directory was open (a `ModelSaver`).
+    #[error(
+        "interrupted by {} at global_step {global_step}; {}",
+        crate::train::interrupt::signal_name(*.signal),
+        interrupted_outcome(.checkpoint.as_deref())
+    )]
+    Interrupted {
+        signal: i32,
+        global_step: u64,
+        checkpoint: Option<PathBuf>,
+    },
+    /// A hyper-parameter setter produced a value the variable must not take (a NaN or infinite
+    /// value, a negative learning rate): training would go on silently with nonsense.
+    #[error(
+        "hyper-parameter `{name}` cannot be set to {value} (at global_step {global_step} by \
+         {setter}): it must be {rule}"
+    )]
+    InvalidHyperParam {
+        name: String,
+        value: f64,
+        global_step: u64,
+        setter: String,
+        rule: &'static str,
+    },
     /// Resuming from a checkpoint or logdir is impossible as asked.
     #[error("cannot resume: {0}")]
     Resume(String),
@@ -85,6 +130,19 @@ pub enum TrainError {
     LogDir(Box<LogDirError>),
 }
 
+/// What an interrupted run left: where its checkpoint is, or that there is none.
+fn interrupted_outcome(checkpoint: Option<&std::path::Path>) -> String {
+    match checkpoint {
+        Some(path) => format!(
+            "checkpoint saved to {}; run again to resume",
+            path.display()
+        ),
+        None => "no checkpoint saved (no ModelSaver opened a checkpoint directory); the \
+                 steps since the last one are lost"
+            .to_string(),
+    }
+}
+
 macro_rules! boxed_from {
     ($($variant:ident($ty:ty)),* $(,)?) => {
         $(impl From<$ty> for TrainError {
@@ -127,6 +185,15 @@ impl TrainError {
     /// True for the clean stop.
     pub fn is_stop(&self) -> bool {
         matches!(self, TrainError::Stop { .. })
+    }
+
+    /// For [`TrainError::Interrupted`], the exit status a shell reports for a death by the
+    /// signal (128 + its number: 130 for SIGINT, 143 for SIGTERM); `None` otherwise.
+    pub fn interrupted_exit_code(&self) -> Option<i32> {
+        match self {
+            TrainError::Interrupted { signal, .. } => Some(128 + signal),
+            _ => None,
+        }
     }
 
     pub(crate) fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {

@@ -57,7 +57,9 @@ mod dispatch;
 pub mod distributed;
 mod engine;
 pub mod error;
+mod feed_check;
 pub mod input;
+pub mod interrupt;
 pub mod logdir;
 pub mod minimal;
 pub mod model;
@@ -66,6 +68,7 @@ pub mod monitors;
 pub mod predict;
 pub mod resume;
 pub mod session_init;
+mod suggest;
 pub mod tower_trainer;
 pub mod trainer;
 

@@ -7,20 +7,22 @@ use std::sync::Arc;
 
 use crate::backend::{Feed, Session, Step};
 use crate::dsl::{Builder, TowerHandle};
-use crate::ir::{Graph, NodeId, Op};
+use crate::ir::{Graph, NodeId, Op, TensorType};
 use crate::tensor::HostTensor;
 use crate::tower::TowerContext;
 
 use super::config::BackendChoice;
 use super::error::TrainError;
+use super::feed_check::check_feed;
 use super::model::ModelDesc;
 use super::session_init::SessionInit;
+use super::suggest::{closest_names, did_you_mean, tower_tensor_names};
 
 /// Named inputs to named outputs of one tower, run in a session given at each call.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OnlinePredictor {
     input_names: Vec<String>,
-    inputs: Vec<(NodeId, crate::tensor::DType)>,
+    inputs: Vec<(NodeId, TensorType)>,
     output_names: Vec<String>,
     step: Step,
 }
@@ -39,9 +41,18 @@ impl OnlinePredictor {
                 "a predictor needs at least one output".into(),
             ));
         }
-        let not_found = |name: &str| TrainError::TensorNotFound {
-            name: name.to_string(),
-            hint: format!(" in tower `{}`", tower.ns_name),
+        let not_found = |name: &str| {
+            let known = tower_tensor_names(graph, tower);
+            let suggestions = closest_names(name, known.iter().map(String::as_str));
+            let place = if tower.ns_name.is_empty() {
+                " of the predictor's tower".to_string()
+            } else {
+                format!(" in tower `{}`", tower.ns_name)
+            };
+            TrainError::TensorNotFound {
+                name: name.to_string(),
+                hint: format!("{place}{}", did_you_mean(&suggestions)),
+            }
         };
         let mut inputs = Vec::with_capacity(input_names.len());
         for &name in input_names {
@@ -55,7 +66,7 @@ impl OnlinePredictor {
                     tower.ns_name
                 )));
             };
-            inputs.push((node, ty.dtype));
+            inputs.push((node, ty.clone()));
         }
         let fetches = output_names
             .iter()
@@ -79,7 +90,8 @@ impl OnlinePredictor {
         &self.output_names
     }
 
-    /// Runs the outputs on `inputs` (one per input name; cast to the input's dtype if needed).
+    /// Runs the outputs on `inputs` (one per input name, each of the input's dtype and shape:
+    /// nothing is cast silently; use [`HostTensor::cast`] to convert).
     pub fn run(
         &self,
         session: &mut dyn Session,
@@ -96,16 +108,13 @@ impl OnlinePredictor {
         let feeds: Vec<Feed> = self
             .inputs
             .iter()
+            .zip(&self.input_names)
             .zip(inputs)
-            .map(|(&(node, dtype), t)| {
-                let value = if t.dtype() == dtype {
-                    t.clone()
-                } else {
-                    t.cast(dtype)
-                };
-                (node, value)
+            .map(|(((node, ty), name), t)| {
+                check_feed("the predictor's caller", name, ty, t)?;
+                Ok((*node, t.clone()))
             })
-            .collect();
+            .collect::<Result<_, TrainError>>()?;
         Ok(session.run(&self.step, &feeds)?)
     }
 }

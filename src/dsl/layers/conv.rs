@@ -1,7 +1,9 @@
 //! `Conv2D` and `Conv2DTranspose`: NHWC inputs, HWIO filters `W`, optional bias `b`.
 //! The default kernel initializer is He (`VarianceScaling(2.0, fan_in, normal)`), as tensorpack.
 
-use super::{Activation, Pair, layer, nhwc, required, run_layer, variance_scaling};
+use super::{
+    Activation, Pair, layer, nhwc, nonzero, nonzero_pair, required, run_layer, variance_scaling,
+};
 use crate::dsl::Tensor;
 use crate::dsl::argscope::apply_argscope;
 use crate::ir::{Conv2dAttrs, FanMode, Initializer, Padding, window_output};
@@ -58,8 +60,12 @@ impl Conv2D {
         apply_argscope(&mut self);
         let this = self;
         run_layer("Conv2D", &this.name, this.input.clone(), |b, x| {
-            let filters = required(this.filters, "filters")?;
-            let Pair([kh, kw]) = required(this.kernel_size, "kernel_size")?;
+            let filters = nonzero(required(this.filters, "filters")?, "filters")?;
+            let Pair([kh, kw]) =
+                nonzero_pair(required(this.kernel_size, "kernel_size")?, "kernel_size")?;
+            let strides = nonzero_pair(this.strides.unwrap_or(Pair([1, 1])), "strides")?;
+            let dilations =
+                nonzero_pair(this.dilation_rate.unwrap_or(Pair([1, 1])), "dilation_rate")?;
             let [_, _, c] = nhwc(x)?;
             let groups = this.split.unwrap_or(1);
             if groups == 0 || c % groups != 0 || filters % groups != 0 {
@@ -68,9 +74,9 @@ impl Conv2D {
                 ));
             }
             let attrs = Conv2dAttrs {
-                strides: this.strides.unwrap_or(Pair([1, 1])).0,
+                strides: strides.0,
                 padding: this.padding.unwrap_or(Padding::Same),
-                dilations: this.dilation_rate.unwrap_or(Pair([1, 1])).0,
+                dilations: dilations.0,
                 groups,
             };
             let init = this.kernel_initializer.clone().unwrap_or_else(he_fan_in);
@@ -123,10 +129,11 @@ impl Conv2DTranspose {
         apply_argscope(&mut self);
         let this = self;
         run_layer("Conv2DTranspose", &this.name, this.input.clone(), |b, x| {
-            let filters = required(this.filters, "filters")?;
-            let Pair([kh, kw]) = required(this.kernel_size, "kernel_size")?;
+            let filters = nonzero(required(this.filters, "filters")?, "filters")?;
+            let Pair([kh, kw]) =
+                nonzero_pair(required(this.kernel_size, "kernel_size")?, "kernel_size")?;
             let [h, w, c] = nhwc(x)?;
-            let Pair([sh, sw]) = this.strides.unwrap_or(Pair([1, 1]));
+            let Pair([sh, sw]) = nonzero_pair(this.strides.unwrap_or(Pair([1, 1])), "strides")?;
             let padding = this.padding.unwrap_or(Padding::Same);
             let out_hw = [
                 transposed_size(h, kh, sh, padding)?,

@@ -1,6 +1,6 @@
 //! `FullyConnected`: flattens its input to `[N, in]`, then `x·W + b` with `W` `[in, units]`.
 
-use super::{Activation, layer, required, run_layer, variance_scaling};
+use super::{Activation, layer, nonzero, required, run_layer, variance_scaling};
 use crate::dsl::Tensor;
 use crate::dsl::argscope::apply_argscope;
 use crate::ir::{BinaryOp, FanMode, Initializer};
@@ -25,7 +25,7 @@ impl FullyConnected {
         apply_argscope(&mut self);
         let this = self;
         run_layer("FullyConnected", &this.name, this.input.clone(), |b, x| {
-            let units = required(this.units, "units")?;
+            let units = nonzero(required(this.units, "units")?, "units")?;
             let rank = x.rank().unwrap_or(0);
             if rank < 2 {
                 return Err(format!("input must have rank >= 2, got rank {rank}"));
@@ -36,6 +36,12 @@ impl FullyConnected {
                 .and_then(|s| s.dims().last().copied())
                 .and_then(|d| d.fixed())
                 .ok_or("the input's last dimension must be fixed")?;
+            if fan_in == 0 {
+                return Err(format!(
+                    "the input has 0 features per example (shape {})",
+                    x.shape().map_or_else(|| "?".to_string(), |s| s.to_string())
+                ));
+            }
             let init = this
                 .kernel_initializer
                 .clone()

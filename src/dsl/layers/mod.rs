@@ -169,13 +169,38 @@ pub(crate) fn required<T>(value: Option<T>, arg: &str) -> Result<T, String> {
     value.ok_or_else(|| format!("missing required argument `{arg}`"))
 }
 
-/// The fixed `[N, H, W, C]` dimensions `(H, W, C)` of an NHWC input.
+/// `Err` naming size argument `arg` when it is 0: a layer with no units, filters or window
+/// would train a model that ignores its input.
+pub(crate) fn nonzero(value: usize, arg: &str) -> Result<usize, String> {
+    if value == 0 {
+        return Err(format!(
+            "`{arg}` must be at least 1, got 0 (a layer of size 0 ignores its input)"
+        ));
+    }
+    Ok(value)
+}
+
+/// [`nonzero`] for both sizes of a pair (kernel, strides, dilation, pooling window).
+pub(crate) fn nonzero_pair(value: Pair, arg: &str) -> Result<Pair, String> {
+    if value.0.contains(&0) {
+        return Err(format!(
+            "`{arg}` must be at least 1 in both dimensions, got {:?}",
+            value.0
+        ));
+    }
+    Ok(value)
+}
+
+/// The fixed `[N, H, W, C]` dimensions `(H, W, C)` of an NHWC input; none may be 0.
 pub(crate) fn nhwc(x: &Tensor) -> Result<[usize; 3], String> {
     let shape = x.shape().ok_or("poisoned input")?;
     let dims = shape.dims();
     let fixed = |i: usize| dims.get(i).and_then(|d| d.fixed());
     match (shape.rank(), fixed(1), fixed(2), fixed(3)) {
-        (4, Some(h), Some(w), Some(c)) => Ok([h, w, c]),
+        (4, Some(h), Some(w), Some(c)) if h > 0 && w > 0 && c > 0 => Ok([h, w, c]),
+        (4, Some(_), Some(_), Some(_)) => Err(format!(
+            "input {shape} is empty: H, W and C must be at least 1"
+        )),
         _ => Err(format!(
             "input must be NHWC with fixed H, W, C; got {shape}"
         )),

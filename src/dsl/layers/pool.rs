@@ -1,7 +1,7 @@
 //! Pooling layers over NHWC: `MaxPooling`, `AvgPooling` (window `pool_size`, strides default to
 //! the window, padding default valid) and `GlobalAvgPooling` (`[N, C]`).
 
-use super::{Pair, layer, nhwc, required, run_layer};
+use super::{Pair, layer, nhwc, nonzero_pair, required, run_layer};
 use crate::dsl::Tensor;
 use crate::dsl::argscope::apply_argscope;
 use crate::ir::{Padding, PoolAttrs, PoolKind};
@@ -32,11 +32,12 @@ fn pool(
     padding: Option<Padding>,
 ) -> Result<Tensor, String> {
     nhwc(x)?;
-    let window = required(pool_size, "pool_size")?;
+    let window = nonzero_pair(required(pool_size, "pool_size")?, "pool_size")?;
+    let strides = nonzero_pair(strides.unwrap_or(window), "strides")?;
     let attrs = PoolAttrs {
         kind,
         window: window.0,
-        strides: strides.unwrap_or(window).0,
+        strides: strides.0,
         padding: padding.unwrap_or(Padding::Valid),
     };
     Ok(x.pool(attrs))

@@ -8,11 +8,13 @@ use serde_json::json;
 use crate::backend::{Feed, Step};
 use crate::data::{DataFlow, FlowState};
 use crate::dsl::{INFERENCE_TOWER, TowerHandle};
-use crate::ir::{Op, Value};
-use crate::tensor::{DType, HostTensor};
+use crate::ir::{Op, TensorType, Value};
+use crate::tensor::HostTensor;
 use crate::train::callback::Callback;
 use crate::train::context::TrainContext;
 use crate::train::error::TrainError;
+use crate::train::feed_check::check_feed;
+use crate::train::suggest::{closest_names, did_you_mean, tower_tensor_names};
 
 /// Turns the values of some tensors, batch by batch, into statistics.
 pub trait Inferencer {
@@ -172,7 +174,8 @@ pub struct InferenceRunner {
     inferencers: Vec<Box<dyn Inferencer>>,
     tower_name: String,
     tower: Option<TowerHandle>,
-    input_dtypes: Vec<DType>,
+    /// The type of each tower input, in signature order.
+    input_types: Vec<TensorType>,
     /// Per inferencer: its fetches' positions in `step`.
     positions: Vec<Vec<usize>>,
     step: Option<Step>,
@@ -188,7 +191,7 @@ impl InferenceRunner {
             inferencers,
             tower_name: INFERENCE_TOWER.to_string(),
             tower: None,
-            input_dtypes: Vec::new(),
+            input_types: Vec::new(),
             positions: Vec::new(),
             step: None,
             started: false,
@@ -213,16 +216,17 @@ impl InferenceRunner {
                 ),
             ));
         }
-        Ok(tower
+        let who = format!("the validation data of {}", self.name());
+        tower
             .inputs
             .iter()
-            .zip(&self.input_dtypes)
+            .zip(&self.input_types)
             .zip(dp)
-            .map(|((&(_, id), &dtype), v)| {
-                let v = if v.dtype() == dtype { v } else { v.cast(dtype) };
-                (id, v)
+            .map(|(((name, id), ty), v)| {
+                check_feed(&who, name, ty, &v)?;
+                Ok((*id, v))
             })
-            .collect())
+            .collect()
     }
 }
 
@@ -234,30 +238,35 @@ impl Callback for InferenceRunner {
     fn setup_graph(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
         let tower = ctx.build_inference_tower(&self.tower_name)?;
         let graph = ctx.graph();
-        self.input_dtypes = tower
+        self.input_types = tower
             .inputs
             .iter()
-            .map(|&(_, id)| match &graph.node(id).op {
-                Op::Input { ty, .. } => ty.dtype,
-                _ => DType::F32,
+            .map(|(name, id)| match &graph.node(*id).op {
+                Op::Input { ty, .. } => Ok(ty.clone()),
+                _ => Err(TrainError::callback(
+                    self.name(),
+                    format!("tower input `{name}` is not an Input node"),
+                )),
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         let mut fetches: Vec<Value> = Vec::new();
         self.positions = Vec::new();
         for inf in &self.inferencers {
             let mut mine = Vec::new();
             for name in inf.fetches() {
-                let v =
-                    tower
-                        .get_tensor(graph, &name)
-                        .ok_or_else(|| TrainError::TensorNotFound {
-                            name: name.clone(),
-                            hint: format!(
-                                " (nor `{}/{name}` in the inference tower, needed by {})",
-                                self.tower_name,
-                                inf.name()
-                            ),
-                        })?;
+                let v = tower.get_tensor(graph, &name).ok_or_else(|| {
+                    let known = tower_tensor_names(graph, &tower);
+                    let suggestions = closest_names(&name, known.iter().map(String::as_str));
+                    TrainError::TensorNotFound {
+                        name: name.clone(),
+                        hint: format!(
+                            " (nor `{}/{name}` in the inference tower, needed by {}){}",
+                            self.tower_name,
+                            inf.name(),
+                            did_you_mean(&suggestions)
+                        ),
+                    }
+                })?;
                 let pos = fetches.iter().position(|f| *f == v).unwrap_or_else(|| {
                     fetches.push(v);
                     fetches.len() - 1

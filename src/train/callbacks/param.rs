@@ -6,13 +6,34 @@ use std::collections::VecDeque;
 
 use serde_json::json;
 
+use crate::optim::LEARNING_RATE;
 use crate::tensor::HostTensor;
 use crate::train::callback::Callback;
 use crate::train::context::TrainContext;
 use crate::train::error::TrainError;
 
-/// Sets float scalar variable `name` to `value`; returns whether it changed.
-fn set_param(ctx: &mut TrainContext, name: &str, value: f64) -> Result<bool, TrainError> {
+/// Sets float scalar variable `name` to `value` for callback `setter`; returns whether it
+/// changed. A NaN or infinite value, or a negative learning rate, is an error naming both.
+fn set_param(
+    ctx: &mut TrainContext,
+    setter: &str,
+    name: &str,
+    value: f64,
+) -> Result<bool, TrainError> {
+    let rule = if name == LEARNING_RATE {
+        (!value.is_finite() || value < 0.0).then_some("finite and at least 0")
+    } else {
+        (!value.is_finite()).then_some("finite")
+    };
+    if let Some(rule) = rule {
+        return Err(TrainError::InvalidHyperParam {
+            name: name.to_string(),
+            value,
+            global_step: ctx.global_step(),
+            setter: setter.to_string(),
+            rule,
+        });
+    }
     let id = ctx.find_variable(name)?;
     let def = ctx.graph().variable(id).clone();
     if !def.ty.dtype.is_float() || def.ty.rank() != 0 {
@@ -188,7 +209,7 @@ impl Callback for ScheduledHyperParamSetter {
                         self.param
                     );
                 }
-                set_param(ctx, &self.param, v)?;
+                set_param(ctx, &self.name(), &self.param, v)?;
             }
         }
         Ok(())
@@ -210,7 +231,7 @@ impl Callback for ScheduledHyperParamSetter {
 
     fn trigger(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
         if let Some(v) = self.value_at(self.point(ctx)) {
-            set_param(ctx, &self.param, v)?;
+            set_param(ctx, &self.name(), &self.param, v)?;
         }
         Ok(())
     }
@@ -256,7 +277,7 @@ impl Callback for HyperParamSetterWithFunc {
     fn trigger(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
         let old = get_param(ctx, &self.param)?;
         let new = (self.func)(ctx.epoch_num(), old);
-        set_param(ctx, &self.param, new)?;
+        set_param(ctx, &self.name(), &self.param, new)?;
         Ok(())
     }
 }
@@ -359,7 +380,7 @@ impl Callback for StatMonitorParamSetter {
         self.history.clear();
         let old = get_param(ctx, &self.param)?;
         let new = (self.value_func)(old);
-        set_param(ctx, &self.param, new)?;
+        set_param(ctx, &self.name(), &self.param, new)?;
         Ok(())
     }
 

@@ -28,10 +28,10 @@ use crate::backend::Feed;
 use crate::data::{Datapoint, FlowState};
 use crate::dsl::InputSpec;
 use crate::ir::NodeId;
-use crate::tensor::HostTensor;
 
 use super::callback::Callback;
 use super::error::TrainError;
+use super::feed_check::check_feed;
 
 /// A source of batches for the training towers.
 pub trait InputSource {
@@ -127,8 +127,9 @@ impl TowerFeeds {
         self.towers.iter().flatten().copied().collect()
     }
 
-    /// Feeds of tower `tower` from `datapoint`: one component per signature input, cast to the
-    /// input's dtype when it differs (as TF converts a fed array to its placeholder's dtype).
+    /// Feeds of tower `tower` from `datapoint`: one component per signature input, each of the
+    /// input's dtype and shape (never cast: an error names the input, what it takes and what
+    /// came), batched inputs with at least one example.
     pub fn feeds(
         &self,
         source: &str,
@@ -154,20 +155,16 @@ impl TowerFeeds {
                 ),
             });
         }
-        Ok(nodes
+        let who = format!("the training data ({source})");
+        nodes
             .iter()
             .zip(datapoint)
             .zip(&self.signature)
-            .map(|((&node, value), spec)| (node, convert(value, spec)))
-            .collect())
-    }
-}
-
-fn convert(value: HostTensor, spec: &InputSpec) -> HostTensor {
-    if value.dtype() == spec.dtype {
-        value
-    } else {
-        value.cast(spec.dtype)
+            .map(|((&node, value), spec)| {
+                check_feed(&who, &spec.name, &spec.ty(), &value)?;
+                Ok((node, value))
+            })
+            .collect()
     }
 }
 

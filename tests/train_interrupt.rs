@@ -1,0 +1,180 @@
+//! Graceful interruption with real signals: a child process (this test binary, re-run with an
+//! environment variable) trains with checkpoints every 4 steps; SIGINT or SIGTERM stops it at
+//! the next step boundary with a checkpoint of that step, the exit status of a death by that
+//! signal (128 + N) and one line saying where it stopped; the run resumed from that checkpoint
+//! ends with variables bit-identical to an uninterrupted run. A second signal exits at once.
+
+mod train_common;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use towerpack::train::checkpoint::{latest_checkpoint, step_of_file_name};
+use towerpack::train::*;
+use train_common::*;
+
+const DIR_VAR: &str = "TOWERPACK_INTERRUPT_TEST_DIR";
+
+/// Sleeps after every step (no fetches: the steps the backend runs are unchanged), so the
+/// parent has time to interrupt the run in the middle.
+struct Slow;
+
+impl Callback for Slow {
+    fn chief_only(&self) -> bool {
+        false
+    }
+    fn trigger_step(&mut self, _: &mut TrainContext) -> Result<(), TrainError> {
+        std::thread::sleep(Duration::from_millis(40));
+        Ok(())
+    }
+}
+
+#[test]
+#[ignore = "the child process of the signal tests; runs only when spawned by them"]
+fn child_training_run() {
+    let Some(dir) = std::env::var_os(DIR_VAR) else {
+        return;
+    };
+    let c = full_config(Path::new(&dir))
+        .auto_resume(true)
+        .callback(Slow);
+    if let Err(e) = launch_train_with_config(c, &mut SimpleTrainer::new()) {
+        eprintln!("{e}");
+        std::process::exit(e.interrupted_exit_code().unwrap_or(1));
+    }
+}
+
+fn latest_step(dir: &Path) -> Option<u64> {
+    let path = latest_checkpoint(dir).ok()??;
+    step_of_file_name(path.file_name()?.to_str()?)
+}
+
+/// Starts the child run in `dir`; returns once it wrote a checkpoint of step `at_least` or later.
+fn start_child(dir: &Path, at_least: u64) -> Child {
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--ignored",
+            "--exact",
+            "child_training_run",
+            "--test-threads",
+            "1",
+            "--nocapture",
+        ])
+        .env(DIR_VAR, dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the child run");
+    let started = Instant::now();
+    while latest_step(dir).is_none_or(|s| s < at_least) {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no checkpoint appeared"
+        );
+        if let Some(status) = child.try_wait().expect("poll") {
+            panic!("the child ended before it was interrupted: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    child
+}
+
+fn send(child: &Child, signal: i32) {
+    let pid = i32::try_from(child.id()).expect("pid fits i32");
+    // SAFETY: signals our own child, not reaped yet.
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0, "kill");
+}
+
+/// Waits for the child; its exit code and stderr.
+fn finish(mut child: Child) -> (Option<i32>, String) {
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("piped")
+        .read_to_string(&mut stderr)
+        .expect("stderr");
+    let status = child.wait().expect("reap");
+    (status.code(), stderr)
+}
+
+fn interrupted_run_resumes_bit_identically(signal: i32, name: &str) {
+    let reference_dir = tempfile::tempdir().expect("tempdir");
+    let reference =
+        launch_train_with_config(full_config(reference_dir.path()), &mut SimpleTrainer::new())
+            .expect("uninterrupted run");
+    let reference_vars = variable_bytes(reference.session.as_ref());
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let child = start_child(dir.path(), 8);
+    let jitter = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() % 60);
+    std::thread::sleep(Duration::from_millis(u64::from(jitter)));
+    send(&child, signal);
+    let (code, stderr) = finish(child);
+    assert_eq!(code, Some(128 + signal), "{stderr}");
+    let stopped_at = latest_step(dir.path()).expect("a checkpoint");
+    assert!(stopped_at < 24, "the child finished its run ({stopped_at})");
+    let said = format!("interrupted by {name} at global_step {stopped_at}");
+    assert!(
+        stderr.contains(&said),
+        "the checkpoint is not of the step where it stopped: no `{said}` in\n{stderr}"
+    );
+    assert!(stderr.contains("run again to resume"), "{stderr}");
+
+    let c = full_config(dir.path()).auto_resume(true);
+    let report = launch_train_with_config(c, &mut SimpleTrainer::new()).expect("resumed run");
+    assert_eq!(
+        report.resumed.as_ref().expect("resumed").global_step,
+        stopped_at
+    );
+    assert_eq!(report.counters.global_step, 24);
+    let vars = variable_bytes(report.session.as_ref());
+    assert_eq!(vars.len(), reference_vars.len());
+    for ((var, a), (_, b)) in reference_vars.iter().zip(&vars) {
+        assert!(
+            a == b,
+            "variable {var} differs after the {name} at step {stopped_at}"
+        );
+    }
+    assert_eq!(
+        deterministic_stats(dir.path()),
+        deterministic_stats(reference_dir.path())
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn sigint_saves_the_step_exits_130_and_resumes_bit_identically() {
+    interrupted_run_resumes_bit_identically(libc::SIGINT, "SIGINT");
+}
+
+#[cfg(unix)]
+#[test]
+fn sigterm_saves_the_step_exits_143_and_resumes_bit_identically() {
+    interrupted_run_resumes_bit_identically(libc::SIGTERM, "SIGTERM");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_second_sigint_exits_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The checkpoint of step 4 appears at a step boundary; the next boundary is one slow step
+    // (40 ms) later. Two signals a few milliseconds apart (closer ones could merge into one
+    // pending signal) both arrive within that step.
+    let child = start_child(dir.path(), 4);
+    std::thread::sleep(Duration::from_millis(10));
+    send(&child, libc::SIGINT);
+    std::thread::sleep(Duration::from_millis(5));
+    send(&child, libc::SIGINT);
+    let (code, stderr) = finish(child);
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(stderr.contains("second interrupt"), "{stderr}");
+    assert!(
+        !stderr.contains("run again to resume"),
+        "the run wound down instead of exiting at once:\n{stderr}"
+    );
+}
