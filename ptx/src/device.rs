@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::EmuError;
 use crate::exec::{self, Launch, LaunchStats};
+use crate::kernel::Kernel;
 use crate::memory::{ALLOC_ALIGN, Allocation, GUARD_BYTES, GlobalView, device_base, device_of};
-use crate::module::{Kernel, Module};
+use crate::module::Module;
 
 /// A device address (`CUdeviceptr`). Addresses of different devices never overlap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

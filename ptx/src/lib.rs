@@ -50,6 +50,7 @@ mod device;
 mod error;
 mod exec;
 mod inst;
+mod kernel;
 mod lexer;
 mod memory;
 mod module;
@@ -62,4 +63,5 @@ pub use device::{
 };
 pub use error::{EmuError, ExecError, Fault, LoadError, Space};
 pub use exec::LaunchStats;
-pub use module::{Kernel, Module, ParamInfo};
+pub use kernel::{Kernel, ParamInfo};
+pub use module::Module;

@@ -5,7 +5,8 @@
 //!
 //! Any hook may return [`TrainError::Stop`] to end training cleanly; `after_train` always runs.
 
-use std::any::Any;
+pub use super::any::AsAny;
+use super::any::short_type_name;
 use std::path::PathBuf;
 
 use crate::backend::Feed;
@@ -60,29 +61,6 @@ pub struct SavedCheckpointInfo {
     /// The new `model-<global_step>.safetensors`.
     pub path: PathBuf,
     pub global_step: u64,
-}
-
-/// `Any` access for trait objects, implemented for every `'static` type: lets a caller get a
-/// concrete callback or monitor back from the training report.
-pub trait AsAny: Any {
-    fn as_any(&self) -> &dyn Any;
-    fn as_any_mut(&mut self) -> &mut dyn Any;
-}
-
-impl<T: Any> AsAny for T {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-    fn as_any_mut(&mut self) -> &mut dyn Any {
-        self
-    }
-}
-
-/// The last path segment of a type name, generics dropped: `ModelSaver` for
-/// `towerpack::train::callbacks::ModelSaver`.
-pub fn short_type_name(full: &str) -> String {
-    let head = full.split('<').next().unwrap_or(full);
-    head.rsplit("::").next().unwrap_or(head).to_string()
 }
 
 /// A training callback. Every method has a do-nothing default.

@@ -46,6 +46,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod any;
 pub mod callback;
 pub mod callbacks;
 pub mod checkpoint;

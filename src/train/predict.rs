@@ -11,12 +11,12 @@ use crate::ir::{Graph, NodeId, Op, TensorType};
 use crate::tensor::HostTensor;
 use crate::tower::TowerContext;
 
-use super::config::BackendChoice;
 use super::error::TrainError;
 use super::feed_check::check_feed;
 use super::model::ModelDesc;
 use super::session_init::SessionInit;
 use super::suggest::{closest_names, did_you_mean, tower_tensor_names};
+use crate::backend::BackendChoice;
 
 /// Named inputs to named outputs of one tower, run in a session given at each call.
 #[derive(Clone, Debug, PartialEq)]

@@ -31,7 +31,7 @@ use super::resume::FoundResume;
 pub trait Trainer {
     /// The name used in logs.
     fn name(&self) -> String {
-        super::callback::short_type_name(std::any::type_name_of_val(self))
+        super::any::short_type_name(std::any::type_name_of_val(self))
     }
 
     /// Builds the training towers and ops into `setup.graph`, registering each training tower's

@@ -2,8 +2,8 @@
 //! third predicate, dual destinations), `selp` and `testp`.
 
 use super::Ctx;
+use super::class::{Class, typed};
 use super::operands::arity;
-use super::ops::{Class, typed};
 use crate::inst::{BoolOp, Cmp, CmpTy, HalfTy, Op, Scalar};
 use crate::parser::InstAst;
 

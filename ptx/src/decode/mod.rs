@@ -6,6 +6,7 @@
 //! (`mma`, `ldmatrix`, `cp.async`); `undef` finds the registers a kernel may read before
 //! writing.
 
+mod class;
 mod compare;
 mod control;
 mod mem;
@@ -19,9 +20,9 @@ use std::collections::HashMap;
 
 use crate::error::LoadError;
 use crate::inst::{Inst, Op, R};
+use crate::kernel::{Kernel, ParamInfo, RegCounts};
 use crate::lexer::line_text;
 use crate::memory::{LOCAL_BASE, PARAM_BASE, SHARED_BASE};
-use crate::module::{Kernel, ParamInfo, RegCounts};
 use crate::parser::{EntryAst, InstAst, ModuleAst, Operand, RegName, Stmt, VarDecl};
 
 /// Which register file a register lives in.

@@ -3,8 +3,8 @@
 //! (`bfe`, `bfi`, `prmt`, `lop3`).
 
 use super::Ctx;
+use super::class::{Class, float_flags, imm_ty, typed};
 use super::operands::arity;
-use super::ops::{Class, float_flags, imm_ty, typed};
 use crate::inst::{FUnOp, HalfOp, IntOp, IntUnOp, Op, Rnd, Scalar};
 use crate::parser::InstAst;
 

@@ -5,7 +5,7 @@
 //! results stay deterministic without clearing whole register files.
 
 use crate::inst::{AddrBase, Inst, Op, R};
-use crate::module::RegCounts;
+use crate::kernel::RegCounts;
 
 /// A register of one of the three files.
 #[derive(Clone, Copy)]

@@ -337,7 +337,7 @@ impl Warp {
     }
 
     /// A `.sync.aligned` instruction executes only when every thread of the warp is active.
-    fn require_uniform(&self, m: u32, kernel: &crate::module::Kernel) -> Result<(), LaneFault> {
+    fn require_uniform(&self, m: u32, kernel: &crate::kernel::Kernel) -> Result<(), LaneFault> {
         let missing = self.existing & !m;
         if missing == 0 {
             return Ok(());

@@ -2,7 +2,7 @@
 //! every handler is built from. A handler computes all 32 lanes in a branch-free loop the
 //! compiler vectorises, then blends the result into the destination under the active mask.
 
-use crate::module::Kernel;
+use crate::kernel::Kernel;
 
 /// Lanes per warp.
 pub const WARP: usize = 32;

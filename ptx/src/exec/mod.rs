@@ -21,8 +21,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rayon::prelude::*;
 
 use crate::error::ExecError;
+use crate::kernel::Kernel;
 use crate::memory::GlobalView;
-use crate::module::{Kernel, Module};
+use crate::module::Module;
 use warp::Warp;
 
 pub(crate) use lanes::WARP;

@@ -9,7 +9,7 @@ use super::async_copy::AsyncCopies;
 use super::lanes::{FULL, Regs, WARP, lanes};
 use crate::error::{Fault, describe_lanes};
 use crate::inst::{Op, R};
-use crate::module::Kernel;
+use crate::kernel::Kernel;
 
 /// A fault of a warp, at instruction `pc`, in one lane or the warp as a whole.
 #[derive(Debug)]

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 
 use crate::tensor::HostTensor;
 
-use super::callback::AsAny;
+use super::any::AsAny;
 use super::counters::LoopCounters;
 use super::error::TrainError;
 use super::monitor::proto::Event;
@@ -42,7 +42,7 @@ pub struct MonitorSetup {
 pub trait TrainingMonitor: AsAny {
     /// The name used in logs.
     fn name(&self) -> String {
-        super::callback::short_type_name(std::any::type_name_of_val(self))
+        super::any::short_type_name(std::any::type_name_of_val(self))
     }
     /// Once, before training (after any resume).
     fn setup(&mut self, setup: &MonitorSetup) -> Result<(), TrainError> {
