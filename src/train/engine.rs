@@ -266,6 +266,8 @@ pub fn launch_train_with_config(
     // The training graph in textual form, as tensorpack writes its graph for TensorBoard:
     // `towerpack check|lower graph.tp` reads it.
     if let (true, Some(dir)) = (is_chief, &ctx.logdir) {
+        // The logdir may not exist yet (a distributed chief creates it when it first saves).
+        std::fs::create_dir_all(dir).map_err(TrainError::io(dir))?;
         let path = dir.join(GRAPH_FILE_NAME);
         crate::atomic_file::write_atomically(&path, crate::ir::text::print(&graph).as_bytes())
             .map_err(TrainError::io(&path))?;
