@@ -257,3 +257,34 @@ fn the_own_model_example_trains_and_predicts_with_the_prelude_alone() {
         "no checkpoint in the working directory's train_log/own_model"
     );
 }
+
+#[test]
+fn a_finished_logdir_says_so_instead_of_doing_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let logdir = dir.path().join("log");
+    let logdir_str = logdir.to_str().expect("utf-8 path");
+    let args = [
+        "--logdir",
+        logdir_str,
+        "--max-epoch",
+        "1",
+        "--steps-per-epoch",
+        "2",
+    ];
+    let first = run_small(&args);
+    assert!(first.status.success(), "{}", text(&first));
+    assert!(
+        !text(&first).contains("already at max_epoch"),
+        "{}",
+        text(&first)
+    );
+    // The same command again: nothing is left to train, and the run says why.
+    let again = run_small(&args);
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(
+        text(&again).contains("already at max_epoch 1 (global_step 2)")
+            && text(&again).contains("use --fresh or raise --max-epoch"),
+        "{}",
+        text(&again)
+    );
+}
