@@ -257,3 +257,78 @@ fn the_own_model_example_trains_and_predicts_with_the_prelude_alone() {
         "no checkpoint in the working directory's train_log/own_model"
     );
 }
+
+#[test]
+fn a_finished_logdir_says_so_instead_of_doing_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let logdir = dir.path().join("log");
+    let logdir_str = logdir.to_str().expect("utf-8 path");
+    let args = [
+        "--logdir",
+        logdir_str,
+        "--max-epoch",
+        "1",
+        "--steps-per-epoch",
+        "2",
+    ];
+    let first = run_small(&args);
+    assert!(first.status.success(), "{}", text(&first));
+    assert!(
+        !text(&first).contains("already at max_epoch"),
+        "{}",
+        text(&first)
+    );
+    // The same command again: nothing is left to train, and the run says why.
+    let again = run_small(&args);
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(
+        text(&again).contains("already at max_epoch 1 (global_step 2)")
+            && text(&again).contains("use --fresh or raise --max-epoch"),
+        "{}",
+        text(&again)
+    );
+}
+
+#[test]
+fn threads_beyond_the_cores_are_a_warning_naming_both_numbers() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let message =
+        towerpack::backend::cpu::oversubscription_warning(cores + 1, cores).expect("a warning");
+    assert!(
+        message.contains(&format!("{} CPU worker threads", cores + 1))
+            && message.contains(&format!("has {cores} cores")),
+        "{message}"
+    );
+    assert_eq!(
+        towerpack::backend::cpu::oversubscription_warning(cores, cores),
+        None
+    );
+
+    // One thread more than the cores: enough for the warning, and the run stays quick (the
+    // issue's `--threads 1000` takes minutes here).
+    let threads = (cores + 1).to_string();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let logdir = dir.path().join("log");
+    let out = run(&[
+        "--depth",
+        "8",
+        "--batch",
+        "16",
+        "--threads",
+        &threads,
+        "--logdir",
+        logdir.to_str().expect("utf-8 path"),
+        "--max-epoch",
+        "1",
+        "--steps-per-epoch",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "{threads} CPU worker threads asked for, but this machine has {cores} cores"
+        )),
+        "{}",
+        text(&out)
+    );
+}

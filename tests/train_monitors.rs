@@ -304,3 +304,21 @@ fn file_monitors_without_a_logdir_write_nothing() {
     );
     assert_eq!(cwd_files(), before);
 }
+
+#[test]
+fn the_learning_rate_is_in_every_epoch_record_without_a_setter() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = config(mlp_model(0.1), train_flow(96, 32, 1), Some(dir.path()))
+        .monitors(vec![Box::new(JSONWriter::new())])
+        .max_epoch(3);
+    launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train");
+    let records = load_existing_json(dir.path())
+        .expect("read")
+        .expect("exists");
+    let epochs: Vec<u64> = records.iter().map(|r| r.epoch_num).collect();
+    assert_eq!(epochs, [1, 2, 3]);
+    for r in &records {
+        let lr = r.scalars.get("learning_rate").copied();
+        assert_eq!(lr.map(|v| v as f32), Some(0.1), "epoch {}", r.epoch_num);
+    }
+}

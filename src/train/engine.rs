@@ -288,6 +288,9 @@ pub fn launch_train_with_config(
     let mut start = ResumePoint::epoch_start(config.starting_epoch);
     if let Some(found) = found {
         start = apply_resume(&mut ctx, &mut callbacks, found, &outcome)?;
+        if let Some(message) = already_finished(start, &ctx.counters) {
+            log::warn!(target: "towerpack", "{message}");
+        }
     }
     let engine = Engine {
         ctx,
@@ -396,6 +399,20 @@ fn apply_resume(
         point: start,
     });
     Ok(start)
+}
+
+/// The message for a resumed logdir that has nothing left to train: the loop would start after
+/// `max_epoch` and end at once. `None` when there is work left (a resume point at the end of
+/// `max_epoch` still has that epoch's end-of-epoch callbacks to run).
+fn already_finished(start: ResumePoint, counters: &LoopCounters) -> Option<String> {
+    (start.epoch > counters.max_epoch).then(|| {
+        format!(
+            "Nothing to train: the logdir is already at max_epoch {} (global_step {}); use \
+             --fresh or raise --max-epoch (LogDirAction::Backup or a larger \
+             TrainConfig::max_epoch)",
+            counters.max_epoch, counters.global_step
+        )
+    })
 }
 
 /// The value of the `global_step` variable (0 if the graph has none).

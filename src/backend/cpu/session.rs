@@ -37,6 +37,18 @@ pub struct CpuOptions {
     pub simd: Option<SimdLevel>,
 }
 
+/// The warning for asking more worker threads than the machine has cores (each step then pays
+/// for the threads' contention, which can make it many times slower); `None` when `threads`
+/// fits in `cores`.
+pub fn oversubscription_warning(threads: usize, cores: usize) -> Option<String> {
+    (threads > cores).then(|| {
+        format!(
+            "{threads} CPU worker threads asked for, but this machine has {cores} cores: \
+             oversubscribed threads make every step slower (0 means one per core)"
+        )
+    })
+}
+
 /// A graph bound to CPU memory.
 pub struct CpuSession {
     graph: Graph,
@@ -65,11 +77,15 @@ impl CpuSession {
             backend: "cpu".into(),
             reason: e.to_string(),
         })?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads = if options.threads == 0 {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
+            cores
         } else {
             options.threads
         };
+        if let Some(message) = oversubscription_warning(threads, cores) {
+            log::warn!(target: "towerpack", "{message}");
+        }
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .build()

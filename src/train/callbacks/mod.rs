@@ -5,7 +5,8 @@
 //! - Checkpoints: [`ModelSaver`], [`MinSaver`], [`MaxSaver`].
 //! - Validation: [`InferenceRunner`] with [`ScalarStats`] and [`ClassificationError`].
 //! - Hyper-parameters: [`ScheduledHyperParamSetter`], [`HyperParamSetterWithFunc`],
-//!   [`StatMonitorParamSetter`].
+//!   [`StatMonitorParamSetter`]; [`LogHyperParams`] puts the learning rate into the monitors
+//!   every epoch.
 //! - Progress: [`ProgressBar`], [`EstimatedTimeLeft`], [`ThroughputTracker`].
 //! - Scheduling: [`PeriodicTrigger`], [`PeriodicCallback`], [`EnableCallbackIf`].
 //! - Stopping: [`EarlyStopping`], [`NonFiniteGuard`].
@@ -20,7 +21,8 @@ mod stopping;
 
 pub use inference::{ClassificationError, InferenceRunner, Inferencer, ScalarStats};
 pub use param::{
-    HyperParamSetterWithFunc, Interpolation, ScheduledHyperParamSetter, StatMonitorParamSetter,
+    HyperParamSetterWithFunc, Interpolation, LogHyperParams, ScheduledHyperParamSetter,
+    StatMonitorParamSetter,
 };
 pub use periodic::{EnableCallbackIf, PeriodicCallback, PeriodicTrigger};
 pub use progress::{EstimatedTimeLeft, ProgressBar, ThroughputTracker};
@@ -31,12 +33,13 @@ pub use stopping::{EarlyStopping, Mode, NonFiniteGuard};
 use super::callback::Callback;
 
 /// tensorpack's `DEFAULT_CALLBACKS()`: `[MovingAverageSummary, ProgressBar, MergeAllSummaries,
-/// RunUpdateOps]`.
+/// RunUpdateOps]`, and [`LogHyperParams`] so the learning rate is in every epoch's statistics.
 pub fn default_callbacks() -> Vec<Box<dyn Callback>> {
     vec![
         Box::new(MovingAverageSummary::new()),
         Box::new(ProgressBar::new()),
         Box::new(MergeAllSummaries::new()),
         Box::new(RunUpdateOps::new()),
+        Box::new(LogHyperParams::new()),
     ]
 }

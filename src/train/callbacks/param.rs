@@ -394,3 +394,58 @@ impl Callback for StatMonitorParamSetter {
         Ok(())
     }
 }
+
+/// Puts the current value of each hyper-parameter (by default `learning_rate`) into the monitors
+/// at the end of every epoch, so stats.json and TensorBoard show it from epoch 1 even when no
+/// setter ever changes it (one of [`default_callbacks`](super::default_callbacks)). A
+/// hyper-parameter the graph lacks is skipped; one a setter already put at this global step is
+/// not put twice.
+#[derive(Clone, Debug)]
+pub struct LogHyperParams {
+    names: Vec<String>,
+}
+
+impl LogHyperParams {
+    /// Logs `learning_rate`.
+    pub fn new() -> LogHyperParams {
+        LogHyperParams::of(&[LEARNING_RATE])
+    }
+
+    /// Logs the float scalar variables `names`.
+    pub fn of(names: &[&str]) -> LogHyperParams {
+        LogHyperParams {
+            names: names.iter().map(|n| n.to_string()).collect(),
+        }
+    }
+}
+
+impl Default for LogHyperParams {
+    fn default() -> LogHyperParams {
+        LogHyperParams::new()
+    }
+}
+
+impl Callback for LogHyperParams {
+    fn name(&self) -> String {
+        "LogHyperParams".into()
+    }
+
+    fn trigger_epoch(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
+        let step = ctx.global_step();
+        for name in &self.names {
+            if ctx.graph().find_variable(name).is_none() {
+                continue;
+            }
+            let put_already = ctx
+                .monitors()
+                .get_history(name)
+                .last()
+                .is_some_and(|&(at, _)| at == step);
+            if !put_already {
+                let value = get_param(ctx, name)?;
+                ctx.put_scalar(name, value)?;
+            }
+        }
+        Ok(())
+    }
+}
