@@ -93,6 +93,7 @@ fn registration_order_is_call_order_with_monitors_last() {
             "ProgressBar",
             "MergeAllSummaries",
             "RunUpdateOps",
+            "LogHyperParams",
             "Monitors"
         ]
     );
