@@ -9,27 +9,12 @@ mod train_common;
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
-use towerpack::train::checkpoint::{latest_checkpoint, step_of_file_name};
 use towerpack::train::*;
 use train_common::*;
 
 const DIR_VAR: &str = "TOWERPACK_INTERRUPT_TEST_DIR";
-
-/// Sleeps after every step (no fetches: the steps the backend runs are unchanged), so the
-/// parent has time to interrupt the run in the middle.
-struct Slow;
-
-impl Callback for Slow {
-    fn chief_only(&self) -> bool {
-        false
-    }
-    fn trigger_step(&mut self, _: &mut TrainContext) -> Result<(), TrainError> {
-        std::thread::sleep(Duration::from_millis(40));
-        Ok(())
-    }
-}
 
 #[test]
 #[ignore = "the child process of the signal tests; runs only when spawned by them"]
@@ -39,16 +24,11 @@ fn child_training_run() {
     };
     let c = full_config(Path::new(&dir))
         .auto_resume(true)
-        .callback(Slow);
+        .callback(SlowSteps);
     if let Err(e) = launch_train_with_config(c, &mut SimpleTrainer::new()) {
         eprintln!("{e}");
         std::process::exit(e.interrupted_exit_code().unwrap_or(1));
     }
-}
-
-fn latest_step(dir: &Path) -> Option<u64> {
-    let path = latest_checkpoint(dir).ok()??;
-    step_of_file_name(path.file_name()?.to_str()?)
 }
 
 /// Starts the child run in `dir`; returns once it wrote a checkpoint of step `at_least` or later.
@@ -67,17 +47,7 @@ fn start_child(dir: &Path, at_least: u64) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn the child run");
-    let started = Instant::now();
-    while latest_step(dir).is_none_or(|s| s < at_least) {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "no checkpoint appeared"
-        );
-        if let Some(status) = child.try_wait().expect("poll") {
-            panic!("the child ended before it was interrupted: {status}");
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    wait_for_checkpoint(&mut child, dir, at_least);
     child
 }
 
@@ -109,10 +79,7 @@ fn interrupted_run_resumes_bit_identically(signal: i32, name: &str) {
 
     let dir = tempfile::tempdir().expect("tempdir");
     let child = start_child(dir.path(), 8);
-    let jitter = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos() % 60);
-    std::thread::sleep(Duration::from_millis(u64::from(jitter)));
+    jitter(60);
     send(&child, signal);
     let (code, stderr) = finish(child);
     assert_eq!(code, Some(128 + signal), "{stderr}");
@@ -125,24 +92,12 @@ fn interrupted_run_resumes_bit_identically(signal: i32, name: &str) {
     );
     assert!(stderr.contains("run again to resume"), "{stderr}");
 
-    let c = full_config(dir.path()).auto_resume(true);
-    let report = launch_train_with_config(c, &mut SimpleTrainer::new()).expect("resumed run");
-    assert_eq!(
-        report.resumed.as_ref().expect("resumed").global_step,
-        stopped_at
-    );
-    assert_eq!(report.counters.global_step, 24);
-    let vars = variable_bytes(report.session.as_ref());
-    assert_eq!(vars.len(), reference_vars.len());
-    for ((var, a), (_, b)) in reference_vars.iter().zip(&vars) {
-        assert!(
-            a == b,
-            "variable {var} differs after the {name} at step {stopped_at}"
-        );
-    }
-    assert_eq!(
-        deterministic_stats(dir.path()),
-        deterministic_stats(reference_dir.path())
+    assert_resumes_bit_identically(
+        dir.path(),
+        reference_dir.path(),
+        &reference_vars,
+        stopped_at,
+        name,
     );
 }
 

@@ -7,27 +7,11 @@ mod train_common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
 
-use towerpack::train::checkpoint::latest_checkpoint;
 use towerpack::train::*;
 use train_common::*;
 
 const DIR_VAR: &str = "TOWERPACK_KILL_TEST_DIR";
-
-/// Sleeps after every step (no fetches: the steps the backend runs are unchanged), so the
-/// parent has time to kill the run in the middle.
-struct Slow;
-
-impl Callback for Slow {
-    fn chief_only(&self) -> bool {
-        false
-    }
-    fn trigger_step(&mut self, _: &mut TrainContext) -> Result<(), TrainError> {
-        std::thread::sleep(Duration::from_millis(40));
-        Ok(())
-    }
-}
 
 #[test]
 #[ignore = "the child process of the SIGKILL test; runs only when spawned by it"]
@@ -37,13 +21,8 @@ fn child_training_run() {
     };
     let c = full_config(Path::new(&dir))
         .auto_resume(true)
-        .callback(Slow);
+        .callback(SlowSteps);
     launch_train_with_config(c, &mut SimpleTrainer::new()).expect("child training");
-}
-
-fn latest_step(dir: &Path) -> Option<u64> {
-    let path = latest_checkpoint(dir).ok()??;
-    towerpack::train::checkpoint::step_of_file_name(path.file_name()?.to_str()?)
 }
 
 #[cfg(unix)]
@@ -72,21 +51,8 @@ fn a_run_killed_with_sigkill_resumes_to_bit_identical_weights() {
         .spawn()
         .expect("spawn the child run");
     // Kill after the checkpoint of step 8, at a time-dependent moment within the next steps.
-    let started = Instant::now();
-    while latest_step(dir.path()).is_none_or(|s| s < 8) {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "no checkpoint appeared"
-        );
-        if let Some(status) = child.try_wait().expect("poll") {
-            panic!("the child ended before it was killed: {status}");
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let jitter = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos() % 120);
-    std::thread::sleep(Duration::from_millis(u64::from(jitter)));
+    wait_for_checkpoint(&mut child, dir.path(), 8);
+    jitter(120);
     child.kill().expect("SIGKILL");
     let status = child.wait().expect("reap");
     assert_eq!(
@@ -97,23 +63,11 @@ fn a_run_killed_with_sigkill_resumes_to_bit_identical_weights() {
     let killed_at = latest_step(dir.path()).expect("a checkpoint");
     assert!(killed_at < 24, "the child finished its run ({killed_at})");
 
-    let c = full_config(dir.path()).auto_resume(true);
-    let report = launch_train_with_config(c, &mut SimpleTrainer::new()).expect("resumed run");
-    assert_eq!(
-        report.resumed.as_ref().expect("resumed").global_step,
-        killed_at
-    );
-    assert_eq!(report.counters.global_step, 24);
-    let vars = variable_bytes(report.session.as_ref());
-    assert_eq!(vars.len(), reference_vars.len());
-    for ((name, a), (_, b)) in reference_vars.iter().zip(&vars) {
-        assert!(
-            a == b,
-            "variable {name} differs after the kill at step {killed_at}"
-        );
-    }
-    assert_eq!(
-        deterministic_stats(dir.path()),
-        deterministic_stats(reference_dir.path())
+    assert_resumes_bit_identically(
+        dir.path(),
+        reference_dir.path(),
+        &reference_vars,
+        killed_at,
+        "SIGKILL",
     );
 }

@@ -367,3 +367,78 @@ pub fn full_config(dir: &std::path::Path) -> TrainConfig {
         .logdir(dir)
         .max_epoch(4)
 }
+
+/// Sleeps after every step (no fetches: the steps the backend runs are unchanged), so a parent
+/// process has time to kill or interrupt a child run in the middle.
+pub struct SlowSteps;
+
+impl Callback for SlowSteps {
+    fn chief_only(&self) -> bool {
+        false
+    }
+    fn trigger_step(&mut self, _: &mut TrainContext) -> Result<(), TrainError> {
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        Ok(())
+    }
+}
+
+/// The global step of the latest checkpoint in `dir`, if any.
+pub fn latest_step(dir: &std::path::Path) -> Option<u64> {
+    let path = towerpack::train::checkpoint::latest_checkpoint(dir).ok()??;
+    towerpack::train::checkpoint::step_of_file_name(path.file_name()?.to_str()?)
+}
+
+/// Returns once `child` wrote a checkpoint of step `at_least` or later in `dir` (fails the
+/// test when the child ends first or nothing appears within two minutes).
+pub fn wait_for_checkpoint(child: &mut std::process::Child, dir: &std::path::Path, at_least: u64) {
+    let started = std::time::Instant::now();
+    while latest_step(dir).is_none_or(|s| s < at_least) {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "no checkpoint appeared"
+        );
+        if let Some(status) = child.try_wait().expect("poll") {
+            panic!("the child ended before it was stopped: {status}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// A pause of 0..`max_ms` milliseconds that depends on the clock, so a kill lands at varying
+/// moments within a step.
+pub fn jitter(max_ms: u32) {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() % max_ms.max(1));
+    std::thread::sleep(std::time::Duration::from_millis(u64::from(ms)));
+}
+
+/// Resumes `full_config` in `dir`, stopped at `stopped_at` (`how`: what stopped it), and checks
+/// that it ends at step 24 with the variables and statistics of the uninterrupted run in
+/// `reference_dir` (`reference_vars`), bit for bit.
+pub fn assert_resumes_bit_identically(
+    dir: &std::path::Path,
+    reference_dir: &std::path::Path,
+    reference_vars: &[(String, Vec<u8>)],
+    stopped_at: u64,
+    how: &str,
+) {
+    let c = full_config(dir).auto_resume(true);
+    let report =
+        towerpack::train::launch_train_with_config(c, &mut towerpack::train::SimpleTrainer::new())
+            .expect("resumed run");
+    assert_eq!(
+        report.resumed.as_ref().expect("resumed").global_step,
+        stopped_at
+    );
+    assert_eq!(report.counters.global_step, 24);
+    let vars = variable_bytes(report.session.as_ref());
+    assert_eq!(vars.len(), reference_vars.len());
+    for ((name, a), (_, b)) in reference_vars.iter().zip(&vars) {
+        assert!(
+            a == b,
+            "variable {name} differs after the {how} at step {stopped_at}"
+        );
+    }
+    assert_eq!(deterministic_stats(dir), deterministic_stats(reference_dir));
+}
