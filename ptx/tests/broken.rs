@@ -4,30 +4,7 @@
 mod common;
 
 use common::*;
-use towerpack_ptx::{Device, EmuError, ExecError, Fault};
-
-fn exec_error(err: EmuError) -> Box<ExecError> {
-    match err {
-        EmuError::Exec(e) => e,
-        other => panic!("expected an execution error, got {other}"),
-    }
-}
-
-/// The 1-based line of the first line of `broken.ptx` containing `needle` after `start`.
-fn line_of(needle: &str, after: &str) -> u32 {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/kernels/broken.ptx"
-    ))
-    .unwrap();
-    let from = text.lines().position(|l| l.contains(after)).unwrap();
-    let idx = text
-        .lines()
-        .skip(from)
-        .position(|l| l.contains(needle))
-        .unwrap();
-    (from + idx + 1) as u32
-}
+use towerpack_ptx::{Device, Fault};
 
 #[test]
 fn out_of_bounds_write_names_kernel_line_thread_and_address() {
@@ -43,7 +20,10 @@ fn out_of_bounds_write_names_kernel_line_thread_and_address() {
     let msg = err.to_string();
     let e = exec_error(err);
     assert_eq!(e.kernel, "oob_write");
-    assert_eq!(e.line, line_of("st.global.u32", ".entry oob_write"));
+    assert_eq!(
+        e.line,
+        line_of("broken", "st.global.u32", ".entry oob_write")
+    );
     let Fault::OutOfBounds { addr, bytes: 4, .. } = e.fault else {
         panic!("{msg}")
     };
@@ -91,7 +71,10 @@ fn barrier_that_exited_threads_never_reach_is_a_deadlock() {
     let msg = err.to_string();
     let e = exec_error(err);
     assert_eq!(e.kernel, "missing_barrier");
-    assert_eq!(e.line, line_of("bar.sync", ".entry missing_barrier"));
+    assert_eq!(
+        e.line,
+        line_of("broken", "bar.sync", ".entry missing_barrier")
+    );
     let Fault::Deadlock { detail } = &e.fault else {
         panic!("{msg}")
     };
@@ -117,7 +100,7 @@ fn infinite_loop_exhausts_the_step_budget() {
     let e = exec_error(err);
     assert_eq!(e.kernel, "spin_forever");
     assert_eq!(e.fault, Fault::StepBudget { limit: 100_000 });
-    let loop_start = line_of("ld.volatile.global.u32", ".entry spin_forever");
+    let loop_start = line_of("broken", "ld.volatile.global.u32", ".entry spin_forever");
     assert!((loop_start..=loop_start + 2).contains(&e.line), "{msg}");
     // The same kernel finishes once the flag is set.
     dev.copy_htod(flag, &1i32.to_le_bytes()).unwrap();

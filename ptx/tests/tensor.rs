@@ -19,30 +19,7 @@ mod common;
 
 use common::*;
 use rand::Rng;
-use towerpack_ptx::{Device, EmuError, ExecError, Fault, Space};
-
-fn exec_error(err: EmuError) -> Box<ExecError> {
-    match err {
-        EmuError::Exec(e) => e,
-        other => panic!("expected an execution error, got {other}"),
-    }
-}
-
-/// The 1-based line of `tensor.ptx` holding `needle`, the first after the line holding `after`.
-fn line_of(needle: &str, after: &str) -> u32 {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/kernels/tensor.ptx"
-    ))
-    .unwrap();
-    let from = text.lines().position(|l| l.contains(after)).unwrap();
-    let idx = text
-        .lines()
-        .skip(from)
-        .position(|l| l.contains(needle))
-        .unwrap();
-    (from + idx + 1) as u32
-}
+use towerpack_ptx::{Device, Fault, Space};
 
 fn bf16_bits(x: f32) -> u16 {
     half::bf16::from_f32(x).to_bits()
@@ -330,7 +307,7 @@ fn misaligned_ldmatrix_row_address_faults_at_its_line() {
     assert_eq!(e.kernel, "ldmatrix_x4");
     assert_eq!(
         e.line,
-        line_of("ldmatrix.sync", ".entry ldmatrix_x4("),
+        line_of("tensor", "ldmatrix.sync", ".entry ldmatrix_x4("),
         "{msg}"
     );
     assert!(
@@ -354,7 +331,11 @@ fn mma_in_divergent_code_is_a_fault_naming_the_missing_lanes() {
     let err = run(16).unwrap_err();
     let msg = err.to_string();
     let e = exec_error(err);
-    assert_eq!(e.line, line_of("mma.sync", ".entry mma_divergent"), "{msg}");
+    assert_eq!(
+        e.line,
+        line_of("tensor", "mma.sync", ".entry mma_divergent"),
+        "{msg}"
+    );
     let Fault::NotWarpUniform {
         active, missing, ..
     } = e.fault
@@ -380,7 +361,11 @@ fn mma_with_a_false_guard_on_some_lanes_is_a_fault() {
     let err = run(4).unwrap_err();
     let msg = err.to_string();
     let e = exec_error(err);
-    assert_eq!(e.line, line_of("mma.sync", ".entry mma_guarded"), "{msg}");
+    assert_eq!(
+        e.line,
+        line_of("tensor", "mma.sync", ".entry mma_guarded"),
+        "{msg}"
+    );
     let Fault::NotWarpUniform {
         active, missing, ..
     } = e.fault
@@ -409,7 +394,7 @@ fn ldmatrix_in_divergent_code_is_a_fault_naming_the_missing_lanes() {
     assert_eq!(e.kernel, "ldmatrix_divergent");
     assert_eq!(
         e.line,
-        line_of("ldmatrix.sync", ".entry ldmatrix_divergent"),
+        line_of("tensor", "ldmatrix.sync", ".entry ldmatrix_divergent"),
         "{msg}"
     );
     let Fault::NotWarpUniform {
@@ -489,7 +474,7 @@ fn misaligned_or_out_of_bounds_cp_async_faults() {
     let e = exec_error(err);
     assert_eq!(
         e.line,
-        line_of("cp.async.cg", ".entry cp_async_misaligned"),
+        line_of("tensor", "cp.async.cg", ".entry cp_async_misaligned"),
         "{msg}"
     );
     assert!(
@@ -511,7 +496,7 @@ fn misaligned_or_out_of_bounds_cp_async_faults() {
     assert_eq!(e.kernel, "cp_async_misaligned");
     assert_eq!(
         e.line,
-        line_of("cp.async.cg", ".entry cp_async_misaligned"),
+        line_of("tensor", "cp.async.cg", ".entry cp_async_misaligned"),
         "{msg}"
     );
     assert!(
@@ -531,7 +516,7 @@ fn misaligned_or_out_of_bounds_cp_async_faults() {
     let e = exec_error(err);
     assert_eq!(
         e.line,
-        line_of("cp.async.cg", ".entry cp_async_misaligned"),
+        line_of("tensor", "cp.async.cg", ".entry cp_async_misaligned"),
         "{msg}"
     );
     assert!(

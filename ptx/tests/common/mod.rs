@@ -13,6 +13,31 @@ pub fn fixture(name: &str) -> Module {
     Module::load(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+/// The execution error inside `err` (fails the test on any other error).
+pub fn exec_error(err: EmuError) -> Box<towerpack_ptx::ExecError> {
+    match err {
+        EmuError::Exec(e) => e,
+        other => panic!("expected an execution error, got {other}"),
+    }
+}
+
+/// The 1-based line of `tests/kernels/<fixture>.ptx` holding `needle`, the first after the
+/// line holding `after`.
+pub fn line_of(fixture: &str, needle: &str, after: &str) -> u32 {
+    let path = format!("{}/tests/kernels/{fixture}.ptx", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let from = text
+        .lines()
+        .position(|l| l.contains(after))
+        .unwrap_or_else(|| panic!("no `{after}` in {path}"));
+    let idx = text
+        .lines()
+        .skip(from)
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("no `{needle}` after `{after}` in {path}"));
+    (from + idx + 1) as u32
+}
+
 pub fn rng(seed: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(seed)
 }
