@@ -15,6 +15,9 @@ use std::error::Error;
 use std::path::PathBuf;
 
 use clap::Parser;
+
+#[path = "common/cli.rs"]
+mod cli;
 use towerpack::data::{BatchData, DataError, MapData, mnist10k_split};
 use towerpack::ir::{NodeId, Value};
 use towerpack::models::Dcgan;
@@ -22,50 +25,32 @@ use towerpack::optim::Optimizer;
 use towerpack::tensor::HostTensor;
 use towerpack::tower::TowerContext;
 use towerpack::train::callbacks::{ModelSaver, NonFiniteGuard};
-use towerpack::train::logdir::{LogDirAction, set_logger_dir};
 use towerpack::train::{
-    BackendChoice, BuiltGraph, Callback, GraphSetup, RunArgs, StepRunner, TrainConfig,
-    TrainContext, TrainError, Trainer, launch_train_with_config,
+    BuiltGraph, Callback, GraphSetup, RunArgs, StepRunner, TrainConfig, TrainContext, TrainError,
+    Trainer, launch_train_with_config,
 };
 
 /// Command-line flags.
 #[derive(Parser, Debug)]
 #[command(about = "Train a DCGAN on the embedded MNIST digits")]
 struct Args {
-    /// Where the log, stats.json, TensorBoard events (with samples) and checkpoints go.
-    #[arg(long, default_value = "train_log/gan")]
-    logdir: PathBuf,
-    /// Last epoch.
-    #[arg(long, default_value_t = 20)]
-    max_epoch: u64,
-    /// Steps per epoch (default: one pass over the 8,000 training digits).
-    #[arg(long)]
-    steps_per_epoch: Option<u64>,
+    #[command(flatten)]
+    common: cli::CommonArgs,
     /// Batch size.
     #[arg(long, default_value_t = 64)]
     batch: usize,
-    /// CPU worker threads (0: one per core).
-    #[arg(long, default_value_t = 0)]
-    threads: usize,
-    /// Where to run: cpu, cuda (GPU), cuda-emu (the CUDA kernels on an emulated device) or
-    /// reference (the op-by-op oracle).
-    #[arg(long, default_value = "cpu")]
-    device: BackendChoice,
-    /// Seed of the weights, the data order and the noise.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Start afresh: an existing logdir is backed up to `<logdir>.<timestamp>` instead of resumed.
-    #[arg(long)]
-    fresh: bool,
     /// Write the generator (input `z` [N, 64], output `gen/deconv1/output` [N, 28, 28, 1] in
-    /// [-1, 1]) with the checkpoint `--load` (default: the latest in `--logdir`) to this ONNX
+    /// [-1, 1]) with the checkpoint `--load` (default: the latest in the logdir) to this ONNX
     /// file (opset 17) instead of training.
     #[arg(long)]
     export: Option<PathBuf>,
-    /// The checkpoint file or directory `--export` reads.
-    #[arg(long, requires = "export")]
-    load: Option<PathBuf>,
 }
+
+/// The defaults of the shared flags.
+const DEFAULTS: cli::Defaults = cli::Defaults {
+    logdir: "train_log/gan",
+    max_epoch: "20",
+};
 
 /// A trainer with two optimizers: every step runs the discriminator's update, then the
 /// generator's, each as its own hooked run (so the global step advances by two per step, as
@@ -190,7 +175,7 @@ impl Callback for GanSamples {
 }
 
 fn main() {
-    let args = Args::parse();
+    let args: Args = cli::parse(&DEFAULTS);
     if let Err(e) = run(&args) {
         // Ctrl-C or SIGTERM: the run saved a checkpoint and its log line said where (no second
         // line here); exit as a shell reports a death by that signal (130 for SIGINT).
@@ -207,29 +192,27 @@ fn main() {
 
 fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     if let Some(file) = &args.export {
-        let load = args.load.as_ref().unwrap_or(&args.logdir);
+        let load = args
+            .common
+            .load
+            .clone()
+            .unwrap_or_else(|| args.common.logdir(&DEFAULTS));
         let z: Vec<_> = Dcgan::default()
             .inputs()
             .into_iter()
             .filter(|s| s.name == "z")
             .collect();
         let generator = |x: &[towerpack::dsl::Tensor]| towerpack::models::generator(&x[0]);
-        let report =
-            towerpack::export::onnx::OnnxExport::from_tower(z, generator, &[]).write(load, file)?;
+        let report = towerpack::export::onnx::OnnxExport::from_tower(z, generator, &[])
+            .write(&load, file)?;
         println!("{report}");
         return Ok(());
     }
-    let action = if args.fresh {
-        LogDirAction::Backup
-    } else {
-        LogDirAction::Keep
-    };
-    let logdir = set_logger_dir(&args.logdir, action)?;
     // Real digits scaled to [-1, 1] (the generator's tanh range), each with its own noise vector
     // drawn from the datapoint's counter-based key (so a resumed run draws the same noise).
     let digits = mnist10k_split()?.train.to_f32(2.0 / 255.0);
     let z_dim = Dcgan::default().z_dim;
-    let with_noise = MapData::new(digits.to_flow(Some(args.seed))?, move |dp, ctx| {
+    let with_noise = MapData::new(digits.to_flow(Some(args.common.seed))?, move |dp, ctx| {
         let key = ctx.key(17);
         let z: Vec<f32> = (0..z_dim as u64)
             .map(|i| (key.uniform(i) * 2.0 - 1.0) as f32)
@@ -245,31 +228,20 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
         ])
     });
     let flow = BatchData::new(with_noise, args.batch, false)?;
-    let mut config = TrainConfig::default()
+    let config = TrainConfig::default()
         .dataflow(flow)
         .callback(GanSamples::default())
         .callback(ModelSaver::new())
         // A non-finite loss or gradient stops the run naming it, before anything is saved.
         .callback(NonFiniteGuard::new())
-        .backend(match args.device {
-            BackendChoice::Cpu { .. } => BackendChoice::Cpu {
-                threads: args.threads,
-            },
-            other => other,
-        })
-        .seed(args.seed)
-        .logdir(&logdir)
-        .max_epoch(args.max_epoch)
-        .auto_resume(true);
-    if let Some(steps) = args.steps_per_epoch {
-        config = config.steps_per_epoch(steps);
-    }
+        .max_epoch(args.common.max_epoch.unwrap_or(20));
+    let config = args.common.apply(config, &DEFAULTS);
     let report = launch_train_with_config(config, &mut GanTrainer::default())?;
     println!(
         "trained {} epochs ({} hooked runs); samples are in {}'s TensorBoard events",
         report.counters.epoch_num,
         report.counters.global_step,
-        logdir.display()
+        report.logdir.unwrap_or_default().display()
     );
     Ok(())
 }

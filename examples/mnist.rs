@@ -19,6 +19,9 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 
+#[path = "common/cli.rs"]
+mod cli;
+
 #[cfg(feature = "cuda")]
 #[path = "common/launch_report.rs"]
 mod launch_report;
@@ -29,10 +32,7 @@ use towerpack::train::callbacks::{
     ClassificationError, InferenceRunner, Inferencer, MinSaver, ModelSaver, NonFiniteGuard,
     ScalarStats, ScheduledHyperParamSetter,
 };
-use towerpack::train::logdir::{LogDirAction, set_logger_dir};
-use towerpack::train::{
-    BackendChoice, ModelFn, SimpleTrainer, TrainConfig, TrainError, launch_train_with_config,
-};
+use towerpack::train::{ModelFn, SimpleTrainer, TrainConfig, TrainError, launch_train_with_config};
 
 /// Command-line flags.
 #[derive(Parser, Debug)]
@@ -41,47 +41,30 @@ struct Args {
     /// Which network.
     #[arg(long, value_enum, default_value_t = ModelKind::Mlp)]
     model: ModelKind,
-    /// Where the log, stats.json, TensorBoard events and checkpoints go.
-    #[arg(long, default_value = "train_log/mnist")]
-    logdir: PathBuf,
-    /// Last epoch.
-    #[arg(long, default_value_t = 5)]
-    max_epoch: u64,
-    /// Steps per epoch (default: one pass over the 8,000 training digits).
-    #[arg(long)]
-    steps_per_epoch: Option<u64>,
-    /// Seed of the weights, the data order and dropout.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    #[command(flatten)]
+    common: cli::CommonArgs,
     /// Validate on the first N held-out digits only (default: all 2,000).
     #[arg(long)]
     val_images: Option<usize>,
     /// Batch size.
     #[arg(long, default_value_t = 64)]
     batch: usize,
-    /// CPU worker threads (0: one per core).
-    #[arg(long, default_value_t = 0)]
-    threads: usize,
-    /// Where to run: cpu, cuda (GPU), cuda-emu (the CUDA kernels on an emulated device) or
-    /// reference.
-    #[arg(long, default_value = "cpu")]
-    device: BackendChoice,
-    /// Start afresh: an existing logdir is backed up to `<logdir>.<timestamp>` instead of resumed.
-    #[arg(long)]
-    fresh: bool,
     /// Write the CUDA launches of one training step at `--batch` with their predicted times
     /// on an H100 to FILE (one JSON line per launch) instead of training; no GPU needed.
     #[arg(long, value_name = "FILE")]
     launch_report: Option<PathBuf>,
     /// Write the inference tower of `--model` with the checkpoint `--load` (default: the latest
-    /// in `--logdir`) to this ONNX file (opset 17; input `input`, output `linear/output`)
+    /// in the logdir) to this ONNX file (opset 17; input `input`, output `linear/output`)
     /// instead of training.
     #[arg(long)]
     export: Option<PathBuf>,
-    /// The checkpoint file or directory `--export` reads.
-    #[arg(long, requires = "export")]
-    load: Option<PathBuf>,
 }
+
+/// The defaults of the shared flags.
+const DEFAULTS: cli::Defaults = cli::Defaults {
+    logdir: "train_log/mnist",
+    max_epoch: "5",
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum ModelKind {
@@ -92,7 +75,7 @@ enum ModelKind {
 }
 
 fn main() {
-    let args = Args::parse();
+    let args: Args = cli::parse(&DEFAULTS);
     if let Err(e) = run(&args) {
         // Ctrl-C or SIGTERM: the run saved a checkpoint and its log line said where (no second
         // line here); exit as a shell reports a death by that signal (130 for SIGINT).
@@ -109,12 +92,16 @@ fn main() {
 
 fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     if let Some(file) = &args.export {
-        let load = args.load.as_ref().unwrap_or(&args.logdir);
+        let load = args
+            .common
+            .load
+            .clone()
+            .unwrap_or_else(|| args.common.logdir(&DEFAULTS));
         let model = std::sync::Arc::new(mnist_model(args.model));
         let report = towerpack::export::onnx::OnnxExport::new(model, &["linear/output"])
             .input_names(&["input"])
             .require_all_variables()
-            .write(load, file)?;
+            .write(&load, file)?;
         println!("{report}");
         return Ok(());
     }
@@ -127,7 +114,12 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     let model = mnist_model(args.model);
     if let Some(file) = &args.launch_report {
         #[cfg(feature = "cuda")]
-        return launch_report::write(std::sync::Arc::new(model), args.batch, args.seed, file);
+        return launch_report::write(
+            std::sync::Arc::new(model),
+            args.batch,
+            args.common.seed,
+            file,
+        );
         #[cfg(not(feature = "cuda"))]
         return Err(format!(
             "--launch-report {} needs the `cuda` feature (on by default)",
@@ -135,19 +127,13 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
         )
         .into());
     }
-    let action = if args.fresh {
-        LogDirAction::Backup
-    } else {
-        LogDirAction::Keep
-    };
-    let logdir = set_logger_dir(&args.logdir, action)?;
     let inferencers: Vec<Box<dyn Inferencer>> = vec![
         Box::new(ScalarStats::new(&["cross_entropy_loss"])),
         Box::new(ClassificationError::default()),
     ];
-    let mut config = TrainConfig::new(model)
+    let config = TrainConfig::new(model)
         .dataflow(BatchData::new(
-            train.to_flow(Some(args.seed))?,
+            train.to_flow(Some(args.common.seed))?,
             args.batch,
             false,
         )?)
@@ -163,19 +149,8 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
             "learning_rate",
             &[(3, 0.01)],
         ))
-        .backend(match args.device {
-            BackendChoice::Cpu { .. } => BackendChoice::Cpu {
-                threads: args.threads,
-            },
-            other => other,
-        })
-        .logdir(&logdir)
-        .max_epoch(args.max_epoch)
-        .seed(args.seed)
-        .auto_resume(true);
-    if let Some(steps) = args.steps_per_epoch {
-        config = config.steps_per_epoch(steps);
-    }
+        .max_epoch(args.common.max_epoch.unwrap_or(5));
+    let config = args.common.apply(config, &DEFAULTS);
     let report = launch_train_with_config(config, &mut SimpleTrainer::new())?;
     if let Some(&(_, error)) = report.history("validation_error").last() {
         println!(

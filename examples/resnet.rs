@@ -22,6 +22,9 @@ use std::time::Instant;
 
 use clap::{Parser, ValueEnum};
 
+#[path = "common/cli.rs"]
+mod cli;
+
 #[cfg(feature = "cuda")]
 #[path = "common/launch_report.rs"]
 mod launch_report;
@@ -38,7 +41,6 @@ use towerpack::train::callbacks::{
 };
 use towerpack::train::checkpoint::atomic::write_atomically;
 use towerpack::train::checkpoint::format::encode;
-use towerpack::train::logdir::{LogDirAction, set_logger_dir};
 use towerpack::train::{
     AsyncTrainer, BackendChoice, Callback, DistributedOptions, DistributedTrainer, ModelDesc,
     ModelFn, OfflinePredictor, ParameterServerTrainer, PredictConfig, ReplicatedTrainer,
@@ -53,18 +55,8 @@ struct Args {
     /// CIFAR-10 binary directory (`data_batch_*.bin`, `test_batch.bin`); default: embedded MNIST.
     #[arg(long)]
     data: Option<PathBuf>,
-    /// Where the log, stats.json, TensorBoard events and checkpoints go.
-    #[arg(long, default_value = "train_log/resnet")]
-    logdir: PathBuf,
-    /// Seed of the initial weights, the data order and the augmentations.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Last epoch (default: 16 on the embedded digits, 64 on CIFAR-10 as in tensorpack).
-    #[arg(long)]
-    max_epoch: Option<u64>,
-    /// Steps per epoch (default: one pass over the training data per tower).
-    #[arg(long)]
-    steps_per_epoch: Option<u64>,
+    #[command(flatten)]
+    common: cli::CommonArgs,
     /// Validate on the first N held-out images only (default: all of them).
     #[arg(long)]
     val_images: Option<usize>,
@@ -80,16 +72,6 @@ struct Args {
     /// Network depth, 6n + 2 (20, 32, 44, 56, 110, ...).
     #[arg(long, default_value_t = 20)]
     depth: usize,
-    /// CPU worker threads (0: one per core).
-    #[arg(long, default_value_t = 0)]
-    threads: usize,
-    /// Where to run: cpu, cuda (GPUs; `cuda:2` two of them), cuda-emu (the CUDA kernels on
-    /// emulated devices, slow: for debugging) or reference (the op-by-op oracle, slower).
-    #[arg(long, default_value = "cpu")]
-    device: BackendChoice,
-    /// Start afresh: an existing logdir is backed up to `<logdir>.<timestamp>` instead of resumed.
-    #[arg(long)]
-    fresh: bool,
     /// Measure training throughput instead of training: warm up, time `--bench-steps` steps,
     /// print one JSON line.
     #[arg(long)]
@@ -101,9 +83,6 @@ struct Args {
     /// `--output` (safetensors) instead of training.
     #[arg(long, requires = "load")]
     predict: bool,
-    /// A checkpoint file, or a directory whose latest checkpoint is used.
-    #[arg(long)]
-    load: Option<PathBuf>,
     /// Output file of `--predict`.
     #[arg(long, default_value = "predictions.safetensors")]
     output: PathBuf,
@@ -116,6 +95,12 @@ struct Args {
     #[arg(long, requires = "load")]
     export: Option<PathBuf>,
 }
+
+/// The defaults of the shared flags.
+const DEFAULTS: cli::Defaults = cli::Defaults {
+    logdir: "train_log/resnet",
+    max_epoch: "16 on the embedded digits, 64 on CIFAR-10 as in tensorpack",
+};
 
 /// The `--trainer` choices (tensorpack's trainer names in the help).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -158,10 +143,6 @@ impl Runner {
         }
     }
 
-    fn is_chief(&self) -> bool {
-        self.rank_and_size().0 == 0
-    }
-
     fn launch(&mut self, config: TrainConfig) -> Result<TrainReport, TrainError> {
         match self {
             Runner::Local(trainer) => launch_train_with_config(config, trainer.as_mut()),
@@ -181,7 +162,7 @@ struct Data {
 }
 
 fn main() {
-    let args = Args::parse();
+    let args: Args = cli::parse(&DEFAULTS);
     if let Err(e) = run(&args) {
         // Ctrl-C or SIGTERM: the run saved a checkpoint and its log line said where (no second
         // line here); exit as a shell reports a death by that signal (130 for SIGINT).
@@ -219,16 +200,11 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
         return Err("--batch and --towers must be at least 1".into());
     }
     let net = CifarResNet::new((args.depth - 2) / 6);
-    let backend = match args.device {
-        BackendChoice::Cpu { .. } => BackendChoice::Cpu {
-            threads: args.threads,
-        },
-        other => other,
-    };
+    let backend = args.common.backend();
     let model = resnet_model(&net);
     if let Some(file) = &args.launch_report {
         #[cfg(feature = "cuda")]
-        return launch_report::write(model, args.batch, args.seed, file);
+        return launch_report::write(model, args.batch, args.common.seed, file);
         #[cfg(not(feature = "cuda"))]
         return Err(format!(
             "--launch-report {} needs the `cuda` feature (on by default)",
@@ -246,23 +222,13 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     let mut runner = make_trainer(args)?;
     let data = load_data(args, Some(&runner))?;
     let steps_per_epoch = args
+        .common
         .steps_per_epoch
         .unwrap_or((data.train_len / (args.batch * args.towers)).max(1) as u64);
     if args.bench {
         return bench(args, model, data, backend, &mut runner);
     }
 
-    // Only the chief writes the logdir of a distributed job.
-    let logdir = if runner.is_chief() {
-        let action = if args.fresh {
-            LogDirAction::Backup
-        } else {
-            LogDirAction::Keep
-        };
-        set_logger_dir(&args.logdir, action)?
-    } else {
-        args.logdir.clone()
-    };
     let (max_epoch, schedule) = if data.embedded {
         // One epoch at the model's 0.01 to warm up (a schedule entry takes effect when its
         // epoch ends), then tensorpack's 0.1 → 0.01 → 0.001 at half and three quarters of a
@@ -286,12 +252,12 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     .callback(NonFiniteGuard::new())
     .callback(InferenceRunner::new(data.validation, inferencers))
     .callback(ScheduledHyperParamSetter::new("learning_rate", &schedule))
-    .steps_per_epoch(steps_per_epoch)
-    .max_epoch(args.max_epoch.unwrap_or(max_epoch))
-    .seed(args.seed)
-    .backend(backend)
-    .logdir(&logdir)
-    .auto_resume(true);
+    .max_epoch(args.common.max_epoch.unwrap_or(max_epoch));
+    // The logdir (only the chief's is written in a distributed job), seed, backend, --load.
+    let config = args
+        .common
+        .apply(config, &DEFAULTS)
+        .steps_per_epoch(steps_per_epoch);
     let started = Instant::now();
     let report = runner.launch(config)?;
     if let Some(&(_, error)) = report.history("validation_error").last() {
@@ -382,7 +348,7 @@ fn load_data(args: &Args, runner: Option<&Runner>) -> Result<Data, Box<dyn Error
         None => (0, 0..train.len()),
     };
     let train = train.slice(shard.start, shard.len())?;
-    let seed = args.seed + rank as u64;
+    let seed = args.common.seed + rank as u64;
     let train_flow = AugmentImageComponent::new(train.to_flow(Some(seed))?, 0, augmentors, seed);
     let mut validation = validation.subtract_image(&mean)?;
     if let Some(n) = args.val_images {
@@ -416,7 +382,7 @@ fn bench(
     .callback(StepTimer::default())
     .steps_per_epoch(WARMUP + args.bench_steps)
     .max_epoch(1)
-    .seed(args.seed)
+    .seed(args.common.seed)
     .backend(backend);
     let report = runner.launch(config)?;
     let (rank, ranks) = runner.rank_and_size();
@@ -446,7 +412,7 @@ fn bench(
             "batch": args.batch,
             "towers": args.towers,
             "ranks": ranks,
-            "threads": args.threads,
+            "threads": args.common.threads,
             "device": backend.to_string(),
             "trainer": format!("{:?}", args.trainer).to_lowercase(),
             "steps": times.len(),
@@ -487,7 +453,11 @@ fn predict(
     validation: &LabeledImages,
     backend: BackendChoice,
 ) -> Result<(), Box<dyn Error>> {
-    let load = args.load.as_deref().ok_or("--predict needs --load CKPT")?;
+    let load = args
+        .common
+        .load
+        .as_deref()
+        .ok_or("--predict needs --load CKPT")?;
     let mut predictor = OfflinePredictor::new(
         PredictConfig::new(model, &["linear/output"])
             .input_names(&["input"])
@@ -523,7 +493,11 @@ fn export_onnx(
     model: Arc<dyn ModelDesc>,
     file: &std::path::Path,
 ) -> Result<(), Box<dyn Error>> {
-    let load = args.load.as_deref().ok_or("--export needs --load CKPT")?;
+    let load = args
+        .common
+        .load
+        .as_deref()
+        .ok_or("--export needs --load CKPT")?;
     let report = towerpack::export::onnx::OnnxExport::new(model, &["linear/output"])
         .input_names(&["input"])
         .require_all_variables()

@@ -6,25 +6,46 @@
 //!
 //! ```text
 //! cargo build --release --features mpi --example train_mnist_distributed
-//! mpirun -np 2 target/release/examples/train_mnist_distributed [logdir] [max_epoch]
+//! mpirun -np 2 target/release/examples/train_mnist_distributed --max-epoch 3
 //! mpirun -H host1,host2 -np 2 -x TOWERPACK_MPI_PEER_TIMEOUT_SECS=60 \
-//!     target/release/examples/train_mnist_distributed /shared/train_log/mnist 5
+//!     target/release/examples/train_mnist_distributed --logdir /shared/train_log/mnist
 //! ```
+//!
+//! The flags are the other examples' (`--help`); `--device` and `--threads` apply to each rank
+//! (with the CPU and several ranks on one machine, `--threads 0` shares the cores among them).
 
 use std::error::Error;
-use std::path::PathBuf;
 
+use clap::Parser;
+
+#[path = "common/cli.rs"]
+mod cli;
 use towerpack::data::{BatchData, mnist10k_split};
 use towerpack::models::Mlp;
 use towerpack::optim::Optimizer;
 use towerpack::train::callbacks::{ClassificationError, InferenceRunner, Inferencer, ModelSaver};
-use towerpack::train::logdir::{LogDirAction, set_logger_dir};
-use towerpack::train::{
-    DistributedOptions, DistributedTrainer, ModelFn, TrainConfig, TrainError, Trainer,
+use towerpack::train::{DistributedOptions, DistributedTrainer, ModelFn, TrainConfig, TrainError};
+
+/// Command-line flags.
+#[derive(Parser, Debug)]
+#[command(about = "Train the MNIST MLP data-parallel over MPI ranks (a job of one without mpirun)")]
+struct Args {
+    #[command(flatten)]
+    common: cli::CommonArgs,
+    /// Batch size of each rank (the total batch is this times the ranks).
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+}
+
+/// The defaults of the shared flags.
+const DEFAULTS: cli::Defaults = cli::Defaults {
+    logdir: "train_log/mnist_distributed",
+    max_epoch: "3",
 };
 
 fn main() {
-    if let Err(e) = run() {
+    let args: Args = cli::parse(&DEFAULTS);
+    if let Err(e) = run(&args) {
         // Ctrl-C or SIGTERM: the chief saved a checkpoint and its log line said where (no
         // second line here); exit as a shell reports a death by that signal (130 for SIGINT).
         let code = e
@@ -37,22 +58,10 @@ fn main() {
     }
 }
 
-fn run() -> Result<(), Box<dyn Error>> {
-    let mut args = std::env::args().skip(1);
-    let logdir = args.next().map_or_else(
-        || PathBuf::from("train_log/mnist_distributed"),
-        PathBuf::from,
-    );
-    let max_epoch: u64 = args.next().map_or(Ok(3), |s| s.parse())?;
+fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     // MPI starts here when launched by mpirun (feature `mpi`); otherwise a job of one process.
     let mut trainer = DistributedTrainer::from_environment(DistributedOptions::default())?;
     let (rank, ranks) = (trainer.rank(), trainer.size());
-    // Only the chief logs to files; the others' logdir is dropped by `launch` (ChiefOnly).
-    let logdir = if trainer.is_chief() {
-        set_logger_dir(&logdir, LogDirAction::Keep)?
-    } else {
-        logdir
-    };
 
     let data = mnist10k_split()?;
     let range = trainer.shard(data.train.len());
@@ -74,8 +83,8 @@ fn run() -> Result<(), Box<dyn Error>> {
     let inferencers: Vec<Box<dyn Inferencer>> = vec![Box::new(ClassificationError::default())];
     let config = TrainConfig::new(model)
         .dataflow(BatchData::new(
-            shard.to_flow(Some(1 + rank as u64))?,
-            64,
+            shard.to_flow(Some(args.common.seed + rank as u64))?,
+            args.batch,
             false,
         )?)
         .callback(ModelSaver::new())
@@ -83,14 +92,14 @@ fn run() -> Result<(), Box<dyn Error>> {
             BatchData::new(validation.to_flow(None)?, 200, true)?,
             inferencers,
         ))
-        .logdir(&logdir)
-        .max_epoch(max_epoch)
-        .auto_resume(true);
+        .max_epoch(args.common.max_epoch.unwrap_or(3));
+    // Only the chief writes the logdir; `launch` drops the others' (ChiefOnly).
+    let config = args.common.apply(config, &DEFAULTS);
     let report = trainer.launch(config)?;
     if let Some(&(_, error)) = report.history("validation_error").last() {
         println!(
-            "validation error after epoch {} ({ranks} ranks × batch 64): {error:.4}",
-            report.counters.epoch_num
+            "validation error after epoch {} ({ranks} ranks × batch {}): {error:.4}",
+            report.counters.epoch_num, args.batch
         );
     }
     Ok(())

@@ -24,7 +24,7 @@ pub use crate::train::callbacks::{
     PeriodicCallback, PeriodicTrigger, ProgressBar, ScalarStats, ScheduledHyperParamSetter,
     StatMonitorParamSetter, ThroughputTracker,
 };
-pub use crate::train::logdir::{LogDirAction, set_logger_dir};
+pub use crate::train::logdir::LogDirAction;
 pub use crate::train::{
     BackendChoice, Callback, CallbackFactory, DistributedTrainer, FeedInput, JSONWriter, ModelDesc,
     ModelFn, OfflinePredictor, OnlinePredictor, ParameterServerTrainer, PredictConfig, QueueInput,

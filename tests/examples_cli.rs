@@ -227,7 +227,7 @@ fn the_readme_shows_the_own_model_example_as_it_is() {
     let example =
         std::fs::read_to_string(root.join("examples/own_model.rs")).expect("own_model.rs");
     let start = example
-        .find("use std::path::Path;")
+        .find("use std::sync::Arc;")
         .expect("the example's first `use`");
     assert!(
         readme.contains(&example[start..]),
@@ -250,8 +250,23 @@ fn the_own_model_example_trains_and_predicts_with_the_prelude_alone() {
         .find_map(|l| l.strip_prefix("validation accuracy "))
         .and_then(|rest| rest.trim_end_matches('%').parse().ok())
         .unwrap_or_else(|| panic!("no validation accuracy line:\n{all}"));
-    assert!(accuracy >= 95.0, "accuracy {accuracy}%:\n{all}");
-    assert!(all.contains("the first validation digit is a"), "{all}");
+    // Measured on this project's machines: 98.00% (AVX-512, 2 threads), 97.75% (AVX2; and one
+    // thread), 97.90% (scalar); the bar is issue 18's 97%, 0.75 points below the lowest.
+    assert!(accuracy >= 97.0, "accuracy {accuracy}%:\n{all}");
+    // The predictor restored from the last checkpoint agrees with the last validation.
+    let right: usize = all
+        .lines()
+        .find_map(|l| {
+            l.split(": ")
+                .nth(1)?
+                .strip_suffix(" of 2000 held-out digits right")
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no predictor line:\n{all}"));
+    assert!(
+        ((right as f64 / 20.0) - accuracy).abs() < 1e-9,
+        "predictor {right}/2000 vs validation {accuracy}%:\n{all}"
+    );
     assert!(
         dir.path().join("train_log/own_model/checkpoint").exists(),
         "no checkpoint in the working directory's train_log/own_model"
@@ -331,4 +346,115 @@ fn threads_beyond_the_cores_are_a_warning_naming_both_numbers() {
         "{}",
         text(&out)
     );
+}
+
+/// Every example takes the same common flags (`examples/common/cli.rs`), and its help says so.
+#[test]
+fn the_examples_share_their_common_flags() {
+    let common = [
+        "--logdir",
+        "--fresh",
+        "--max-epoch",
+        "--steps-per-epoch",
+        "--seed",
+        "--load",
+        "--device",
+        "--threads",
+    ];
+    for name in ["resnet", "mnist", "gan", "train_mnist_distributed"] {
+        let out = Command::new(example(name))
+            .arg("--help")
+            .output()
+            .expect("the example starts");
+        let help = text(&out);
+        assert!(out.status.success(), "{name}: {help}");
+        for flag in common {
+            assert!(help.contains(flag), "{name} --help lacks {flag}:\n{help}");
+        }
+        assert!(help.contains("[default: train_log/"), "{name}: {help}");
+    }
+}
+
+/// `--load` without `--predict` starts training from the checkpoint's weights (tensorpack's
+/// `SessionInit`), and says so; a logdir with a checkpoint of its own resumes from that
+/// instead, and says that too. The MPI example runs as a job of one without a launcher.
+#[test]
+fn load_initialises_training_and_a_resumed_logdir_wins() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mnist = |args: &[&str]| {
+        let out = Command::new(example("mnist"))
+            .current_dir(dir.path())
+            .args(args)
+            .output()
+            .expect("mnist starts");
+        let all = text(&out);
+        assert!(out.status.success(), "{args:?}: {all}");
+        all
+    };
+    let first = mnist(&[
+        "--logdir",
+        "a",
+        "--max-epoch",
+        "1",
+        "--steps-per-epoch",
+        "20",
+    ]);
+    assert!(!first.contains("Restored"), "{first}");
+    let loaded = mnist(&[
+        "--logdir",
+        "b",
+        "--load",
+        "a",
+        "--max-epoch",
+        "1",
+        "--steps-per-epoch",
+        "20",
+    ]);
+    assert!(
+        loaded.contains("Restored") && loaded.contains("from a/model-20.safetensors"),
+        "{loaded}"
+    );
+    assert!(
+        loaded.contains("Start training with global_step=20"),
+        "{loaded}"
+    );
+    let resumed = mnist(&[
+        "--logdir",
+        "b",
+        "--load",
+        "a",
+        "--max-epoch",
+        "2",
+        "--steps-per-epoch",
+        "20",
+    ]);
+    assert!(
+        resumed.contains("Resuming from b/model-40.safetensors"),
+        "{resumed}"
+    );
+    assert!(
+        resumed.contains("session_init (e.g. --load) is not used"),
+        "{resumed}"
+    );
+
+    let out = Command::new(example("train_mnist_distributed"))
+        .current_dir(dir.path())
+        .args([
+            "--logdir",
+            "d",
+            "--max-epoch",
+            "1",
+            "--steps-per-epoch",
+            "10",
+        ])
+        .args(["--load", "a"])
+        .output()
+        .expect("the distributed example starts");
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(
+        all.contains("Restored") && all.contains("1 ranks × batch 64"),
+        "{all}"
+    );
+    assert!(dir.path().join("d/model-30.safetensors").is_file(), "{all}");
 }

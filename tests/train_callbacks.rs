@@ -469,3 +469,55 @@ fn the_non_finite_guard_names_the_first_bad_tensor() {
         other => panic!("expected a non-finite loss, got {other:?}"),
     }
 }
+
+/// `ClassificationError` from logits and labels counts exactly what the model's own
+/// `wrong_vector` counts; top-k error falls with k and is 0 at k = classes; a labels tensor that
+/// is not `[N]` is an error naming it.
+#[test]
+fn classification_error_from_logits_matches_the_models_wrong_vector() {
+    let inferencers: Vec<Box<dyn Inferencer>> = vec![
+        Box::new(ClassificationError::default()),
+        Box::new(
+            ClassificationError::from_logits("linear/output", "label").summary_name("from_logits"),
+        ),
+        Box::new(ClassificationError::from_logits("linear/output", "label").top_k(2)),
+        Box::new(ClassificationError::from_logits("linear/output", "label").top_k(10)),
+    ];
+    let c = config(mlp_model(0.1), train_flow(256, 32, 1), None)
+        .callback(InferenceRunner::new(val_flow(150, 40), inferencers))
+        .max_epoch(2);
+    let report = launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train");
+    let last = |name: &str| {
+        report
+            .history(name)
+            .last()
+            .unwrap_or_else(|| panic!("no {name}"))
+            .1
+    };
+    let (top1, logits, top2) = (
+        last("validation_error"),
+        last("from_logits"),
+        last("validation_error_top2"),
+    );
+    assert_eq!(top1, logits, "wrong_vector vs arg-max of the logits");
+    assert!(top1 > 0.0 && top1 < 0.5, "error {top1}");
+    assert!(top2 <= top1, "top-2 {top2} above top-1 {top1}");
+    assert_eq!(last("validation_error_top10"), 0.0);
+
+    // The input image given as labels: its shape is named in the error.
+    let bad: Vec<Box<dyn Inferencer>> = vec![Box::new(ClassificationError::from_logits(
+        "linear/output",
+        "input",
+    ))];
+    let c = config(mlp_model(0.1), train_flow(64, 32, 1), None)
+        .callback(InferenceRunner::new(val_flow(40, 40), bad))
+        .max_epoch(1);
+    let err = launch_train_with_config(c, &mut SimpleTrainer::new())
+        .err()
+        .expect("images are not labels")
+        .to_string();
+    assert!(
+        err.contains("labels `input` must be [40]") && err.contains("[40, 28, 28, 1]"),
+        "{err}"
+    );
+}

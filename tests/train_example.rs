@@ -21,6 +21,33 @@ use train_common::*;
 const DIR_VAR: &str = "TOWERPACK_EXAMPLE_DIR";
 const EPOCHS_VAR: &str = "TOWERPACK_EXAMPLE_EPOCHS";
 const ACTION_VAR: &str = "TOWERPACK_EXAMPLE_ACTION";
+const CONFIG_DIR_VAR: &str = "TOWERPACK_EXAMPLE_CONFIG_DIR";
+
+/// A run that names its logdir in the config alone (no `set_logger_dir`, no logger installed
+/// by the application), backing an existing one up when asked.
+#[test]
+#[ignore = "the child process of the config-logdir test; runs only when spawned by it"]
+fn child_config_logdir_run() {
+    let Some(dir) = std::env::var_os(CONFIG_DIR_VAR) else {
+        return;
+    };
+    let action = match std::env::var(ACTION_VAR).as_deref() {
+        Ok("backup") => LogDirAction::Backup,
+        _ => LogDirAction::Keep,
+    };
+    let infs: Vec<Box<dyn Inferencer>> = vec![Box::new(ClassificationError::from_logits(
+        "linear/output",
+        "label",
+    ))];
+    let c = config(mlp_model(0.1), train_flow(128, 32, 1), None)
+        .callback(ModelSaver::new())
+        .callback(InferenceRunner::new(val_flow(100, 50), infs))
+        .logdir(Path::new(&dir))
+        .logdir_action(action)
+        .max_epoch(1);
+    let report = launch_train_with_config(c, &mut SimpleTrainer::new()).expect("run");
+    println!("LOGDIR {}", report.logdir.expect("a logdir").display());
+}
 
 /// What `examples/mnist.rs` does, on fewer digits.
 #[test]
@@ -140,5 +167,67 @@ fn the_logdir_looks_like_tensorpacks_and_a_second_run_resumes() {
     assert_eq!(
         latest_checkpoint(&dir).expect("index"),
         Some(dir.join("model-24.safetensors"))
+    );
+}
+
+/// One way to set the logdir: `TrainConfig::logdir` alone gives `log.log` (and the lines also
+/// reach stderr with no logger installed by the application), and `logdir_action` backs an
+/// existing one up.
+#[test]
+fn the_config_alone_sets_the_logdir_and_the_log_goes_to_stderr_and_log_log() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let dir = root.path().join("run");
+    let run = |action: &str| {
+        let out = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--ignored",
+                "--exact",
+                "child_config_logdir_run",
+                "--nocapture",
+            ])
+            .env(CONFIG_DIR_VAR, &dir)
+            .env(ACTION_VAR, action)
+            .stdin(Stdio::null())
+            .output()
+            .expect("spawn");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        (String::from_utf8_lossy(&out.stdout).into_owned(), stderr)
+    };
+    let (stdout, stderr) = run("keep");
+    assert!(
+        stdout.contains(&format!("LOGDIR {}", dir.display())),
+        "{stdout}"
+    );
+    for text in [
+        stderr.as_str(),
+        &std::fs::read_to_string(dir.join("log.log")).expect("log.log"),
+    ] {
+        assert!(text.contains("Epoch 1 (global_step 4) finished"), "{text}");
+        assert!(text.contains("validation_error: "), "{text}");
+        assert!(text.contains("learning_rate: 0.1"), "{text}");
+    }
+    assert!(dir.join("model-4.safetensors").is_file());
+
+    let (_, stderr) = run("backup");
+    let backups: Vec<_> = std::fs::read_dir(root.path())
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("run."))
+        .collect();
+    assert_eq!(backups.len(), 1, "{backups:?}");
+    assert!(
+        root.path()
+            .join(&backups[0])
+            .join("model-4.safetensors")
+            .is_file()
+    );
+    // The fresh dir started at step 0 (no resume) and has its own log.
+    assert!(!stderr.contains("Resuming from"), "{stderr}");
+    let log = std::fs::read_to_string(dir.join("log.log")).expect("log.log");
+    assert_eq!(
+        log.matches("Epoch 1 (global_step 4) finished").count(),
+        1,
+        "{log}"
     );
 }

@@ -10,6 +10,7 @@ use crate::data::DataFlow;
 
 use super::callback::Callback;
 use super::input::InputSource;
+use super::logdir::LogDirAction;
 use super::model::ModelDesc;
 use super::monitors::TrainingMonitor;
 use super::session_init::SessionInit;
@@ -48,8 +49,12 @@ pub struct TrainConfig {
     /// Seeds graph randomness and variable initialization.
     pub seed: u64,
     pub backend: BackendChoice,
-    /// Where files go. Default: the logger dir set by `logdir::set_logger_dir`, if any.
+    /// Where files go (checkpoints, `stats.json`, events, and `log.log`, which the run appends
+    /// its log lines to). Default: the logger dir set by `logdir::set_logger_dir`, if any.
     pub logdir: Option<PathBuf>,
+    /// What to do with `logdir` when it exists and is not empty (default
+    /// [`LogDirAction::Keep`]: use it as it is, which resuming needs).
+    pub logdir_action: LogDirAction,
     pub resume: Resume,
 }
 
@@ -69,6 +74,7 @@ impl Default for TrainConfig {
             seed: 0,
             backend: BackendChoice::default(),
             logdir: None,
+            logdir_action: LogDirAction::Keep,
             resume: Resume::No,
         }
     }
@@ -149,9 +155,22 @@ impl TrainConfig {
         self
     }
 
-    /// Writes files to `dir`.
+    /// Writes files to `dir`, the log included (`<dir>/log.log`): the one way to say where a
+    /// run's files go. An existing dir is used as it is (to resume) unless
+    /// [`TrainConfig::logdir_action`] says otherwise.
     pub fn logdir(mut self, dir: impl AsRef<Path>) -> TrainConfig {
         self.logdir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// What the run does with an existing, non-empty logdir before it starts: keep it (the
+    /// default), back it up to `<dir>.<MMDD-HHMMSS>`, delete it, use a new sibling, or ask on
+    /// the terminal (tensorpack's `set_logger_dir` actions). [`TrainReport::logdir`] says which
+    /// directory was used.
+    ///
+    /// [`TrainReport::logdir`]: super::TrainReport::logdir
+    pub fn logdir_action(mut self, action: LogDirAction) -> TrainConfig {
+        self.logdir_action = action;
         self
     }
 

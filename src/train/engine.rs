@@ -4,7 +4,7 @@
 //! with its lifecycle points, then `after_train` whatever happened.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::backend::Session;
@@ -41,6 +41,9 @@ pub struct TrainReport {
     pub session: Box<dyn Session>,
     /// Where the run was resumed from, if it was.
     pub resumed: Option<ResumeInfo>,
+    /// The directory the run wrote to (after [`TrainConfig::logdir_action`]: a backup or a new
+    /// sibling may have been made), if it had one.
+    pub logdir: Option<PathBuf>,
 }
 
 impl TrainReport {
@@ -159,6 +162,13 @@ fn resolve_resume(
             f.start.epoch,
             f.start.next_local_step
         );
+        if config.session_init.is_some() {
+            log::info!(
+                target: "towerpack",
+                "The run resumes from its logdir's checkpoint; the given session_init (e.g. \
+                 --load) is not used"
+            );
+        }
         config.session_init = Some(Box::new(SaverRestore::new(&f.checkpoint)));
     }
     Ok(found)
@@ -178,7 +188,17 @@ pub fn launch_train_with_config(
     mut config: TrainConfig,
     trainer: &mut dyn Trainer,
 ) -> Result<TrainReport, TrainError> {
-    let logdir = config.logdir.clone().or_else(super::logdir::logger_dir);
+    // Log lines go to stderr even when the application installed no logger, and to the
+    // logdir's log.log while the run lasts.
+    super::logdir::install_logger();
+    let (logdir, _run_log) = match &config.logdir {
+        Some(dir) => {
+            let dir = super::logdir::prepare_logger_dir(dir, config.logdir_action)?;
+            let run_log = super::logdir::attach_run_log(&dir)?;
+            (Some(dir), Some(run_log))
+        }
+        None => (super::logdir::logger_dir(), None),
+    };
     let found = resolve_resume(&mut config, logdir.as_deref())?;
     let found = trainer.agree_on_resume(found)?;
     let input = match (config.dataflow.take(), config.data.take()) {
@@ -485,6 +505,7 @@ impl Engine {
             callback_keys,
             session,
             resumed: self.ctx.resumed,
+            logdir: self.ctx.logdir,
         })
     }
 

@@ -3,7 +3,10 @@
 //! is appended to `<logdir>/log.log`.
 //!
 //! Logging goes through the `log` crate facade, so every stage can `log::info!` without knowing
-//! about trainers; [`set_logger_dir`] installs [`TeeLogger`] and points it at the log file.
+//! about trainers. A training run installs [`TeeLogger`] (stderr) unless the application
+//! installed a logger of its own, and appends to `<logdir>/log.log` while it runs when its
+//! config names a logdir ([`attach_run_log`]); [`set_logger_dir`] (tensorpack's
+//! `logger.set_logger_dir`) points it at a dir for the rest of the process.
 //! Timestamps in names (`MMDD-HHMMSS`) and log lines are UTC: local time needs a time-zone
 //! database, which std does not read.
 
@@ -236,14 +239,20 @@ pub struct TeeLogger {
 }
 
 struct TeeState {
+    /// The process-wide log file ([`set_logger_dir`]).
     file: Option<File>,
     dir: Option<PathBuf>,
+    /// The log files of runs in progress ([`attach_run_log`]), with their ids.
+    runs: Vec<(u64, PathBuf, File)>,
+    next_run: u64,
 }
 
 static LOGGER: TeeLogger = TeeLogger {
     state: Mutex::new(TeeState {
         file: None,
         dir: None,
+        runs: Vec::new(),
+        next_run: 0,
     }),
 };
 
@@ -265,7 +274,12 @@ impl log::Log for TeeLogger {
         eprintln!("{line}");
         // A poisoned lock only means another thread panicked mid-write; the file is still usable.
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(file) = state.file.as_mut() {
+        let state = &mut *state;
+        let files = state
+            .file
+            .iter_mut()
+            .chain(state.runs.iter_mut().map(|r| &mut r.2));
+        for file in files {
             // Logging must never fail the caller; a lost line is reported on stderr.
             if let Err(e) = writeln!(file, "{line}") {
                 eprintln!("(could not append to {LOG_FILE_NAME}: {e})");
@@ -275,7 +289,12 @@ impl log::Log for TeeLogger {
 
     fn flush(&self) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(file) = state.file.as_mut() {
+        let state = &mut *state;
+        for file in state
+            .file
+            .iter_mut()
+            .chain(state.runs.iter_mut().map(|r| &mut r.2))
+        {
             let _ = file.flush();
         }
     }
@@ -306,8 +325,8 @@ pub fn set_logger_dir(dir: &Path, action: LogDirAction) -> Result<PathBuf, LogDi
     Ok(target)
 }
 
-/// Installs the logger and appends further log lines to `<dir>/log.log` (creating `dir`).
-pub fn attach_log_file(dir: &Path) -> Result<(), LogDirError> {
+/// Opens `<dir>/log.log` for appending (creating `dir`).
+fn open_log_file(dir: &Path) -> Result<(File, PathBuf), LogDirError> {
     std::fs::create_dir_all(dir).map_err(io_error(dir))?;
     let path = dir.join(LOG_FILE_NAME);
     let file = OpenOptions::new()
@@ -315,6 +334,12 @@ pub fn attach_log_file(dir: &Path) -> Result<(), LogDirError> {
         .append(true)
         .open(&path)
         .map_err(io_error(&path))?;
+    Ok((file, path))
+}
+
+/// Installs the logger and appends further log lines to `<dir>/log.log` (creating `dir`).
+pub fn attach_log_file(dir: &Path) -> Result<(), LogDirError> {
+    let (file, path) = open_log_file(dir)?;
     let installed = install_logger();
     {
         let mut state = LOGGER.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -329,6 +354,61 @@ pub fn attach_log_file(dir: &Path) -> Result<(), LogDirError> {
     }
     log::info!(target: "towerpack", "Logging to {}", path.display());
     Ok(())
+}
+
+/// While alive, the log lines of the process are also appended to a run's `log.log`; dropping it
+/// (the run ended) closes the file. Returned by [`attach_run_log`].
+#[must_use = "the run's log file is closed when the guard is dropped"]
+pub struct RunLog {
+    /// `None` when the dir is the process-wide logger dir (its file already gets every line).
+    id: Option<u64>,
+}
+
+impl Drop for RunLog {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            let mut state = LOGGER.state.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(at) = state.runs.iter().position(|r| r.0 == id) {
+                let (_, _, mut file) = state.runs.remove(at);
+                let _ = file.flush();
+            }
+        }
+    }
+}
+
+/// Installs the logger (stderr) if the application installed none, and appends every log line
+/// to `<dir>/log.log` until the returned guard is dropped. What a training run does with its
+/// config's logdir. A dir already set by [`set_logger_dir`] is not opened twice. The `log`
+/// facade is process-wide: runs that overlap in one process (tests) see each other's lines.
+pub fn attach_run_log(dir: &Path) -> Result<RunLog, LogDirError> {
+    let installed = install_logger();
+    let already = LOGGER
+        .state
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .dir
+        .as_deref()
+        == Some(dir);
+    if already {
+        return Ok(RunLog { id: None });
+    }
+    let (file, path) = open_log_file(dir)?;
+    let id = {
+        let mut state = LOGGER.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let id = state.next_run;
+        state.next_run += 1;
+        state.runs.push((id, dir.to_path_buf(), file));
+        id
+    };
+    if installed {
+        log::info!(target: "towerpack", "Logging to {}", path.display());
+    } else {
+        eprintln!(
+            "another `log` logger is installed; log lines will not reach {}",
+            path.display()
+        );
+    }
+    Ok(RunLog { id: Some(id) })
 }
 
 /// The logger dir set by [`set_logger_dir`], if any (AutoResume looks for checkpoints there).

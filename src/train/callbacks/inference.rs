@@ -98,14 +98,30 @@ impl Inferencer for ScalarStats {
     }
 }
 
-/// The exact error rate `Σ wrong / Σ examples` over a pass, from a per-example 0/1 vector
-/// (correct when the last batch is smaller).
+/// The exact error rate `Σ wrong / Σ examples` over a pass (correct when the last batch is
+/// smaller), from the model's logits and the labels ([`ClassificationError::from_logits`],
+/// optionally top-k), or from a per-example 0/1 vector the model computes
+/// ([`ClassificationError::new`], tensorpack's form).
 #[derive(Clone, Debug)]
 pub struct ClassificationError {
-    wrong_tensor: String,
+    source: WrongSource,
     summary_name: String,
     wrong: f64,
     total: usize,
+}
+
+/// Where [`ClassificationError`] learns which examples are wrong.
+#[derive(Clone, Debug)]
+enum WrongSource {
+    /// A 0/1 vector computed by the model.
+    Vector(String),
+    /// Logits `[N, classes]` and integer labels `[N]`: wrong unless the label's logit is among
+    /// the `k` largest (ties count as among them, as TensorFlow's `in_top_k`).
+    Logits {
+        logits: String,
+        labels: String,
+        k: usize,
+    },
 }
 
 impl Default for ClassificationError {
@@ -120,17 +136,103 @@ impl ClassificationError {
     /// Reads the 0/1 vector `wrong_tensor`, reports `summary_name`.
     pub fn new(wrong_tensor: &str, summary_name: &str) -> ClassificationError {
         ClassificationError {
-            wrong_tensor: wrong_tensor.to_string(),
+            source: WrongSource::Vector(wrong_tensor.to_string()),
             summary_name: summary_name.to_string(),
             wrong: 0.0,
             total: 0,
         }
     }
+
+    /// Compares the arg-max of `logits` (`[N, classes]`, e.g. `"linear/output"`) with the
+    /// integer `labels` (`[N]`, e.g. the input `"label"`), reported as `validation_error`
+    /// (rename with [`ClassificationError::summary_name`]). A non-finite logit of the label
+    /// counts as wrong; a label outside `0..classes` is an error naming the tensor.
+    pub fn from_logits(logits: &str, labels: &str) -> ClassificationError {
+        ClassificationError {
+            source: WrongSource::Logits {
+                logits: logits.to_string(),
+                labels: labels.to_string(),
+                k: 1,
+            },
+            summary_name: "validation_error".into(),
+            wrong: 0.0,
+            total: 0,
+        }
+    }
+
+    /// Top-k error (right when the label's logit is among the `k` largest, ties included),
+    /// for an error built by [`ClassificationError::from_logits`]; reported as
+    /// `validation_error_top<k>` unless renamed after. `k = 0` is taken as 1.
+    pub fn top_k(mut self, k: usize) -> ClassificationError {
+        if let WrongSource::Logits { k: current, .. } = &mut self.source {
+            *current = k.max(1);
+            if self.summary_name == "validation_error" && k > 1 {
+                self.summary_name = format!("validation_error_top{k}");
+            }
+        }
+        self
+    }
+
+    /// Reports the error rate as `name`.
+    pub fn summary_name(mut self, name: &str) -> ClassificationError {
+        self.summary_name = name.to_string();
+        self
+    }
+
+    fn fault(&self, message: String) -> TrainError {
+        TrainError::callback("ClassificationError", message)
+    }
+
+    /// Counts the wrong examples of one batch of logits and labels.
+    fn count_logits(
+        &self,
+        names: (&str, &str),
+        k: usize,
+        logits: &HostTensor,
+        labels: &HostTensor,
+    ) -> Result<(f64, usize), TrainError> {
+        let (logits_name, labels_name) = names;
+        let shape = logits.shape();
+        let [n, classes] = shape[..] else {
+            return Err(self.fault(format!(
+                "logits `{logits_name}` must be [batch, classes], got shape {shape:?}"
+            )));
+        };
+        if labels.shape() != [n] {
+            return Err(self.fault(format!(
+                "labels `{labels_name}` must be [{n}] to match logits `{logits_name}` {shape:?}, \
+                 got shape {:?}",
+                labels.shape()
+            )));
+        }
+        let values = logits.to_f64_vec();
+        let mut wrong = 0.0;
+        for (i, &label) in labels.to_f64_vec().iter().enumerate() {
+            if label.fract() != 0.0 || label < 0.0 || label >= classes as f64 {
+                return Err(self.fault(format!(
+                    "label {label} of example {i} in `{labels_name}` is not a class of \
+                     `{logits_name}` (0..{classes})"
+                )));
+            }
+            let row = &values[i * classes..(i + 1) * classes];
+            let target = row[label as usize];
+            let above = row.iter().filter(|&&v| v > target).count();
+            if !target.is_finite() || above >= k {
+                wrong += 1.0;
+            }
+        }
+        Ok((wrong, n))
+    }
 }
 
 impl Inferencer for ClassificationError {
     fn name(&self) -> String {
-        format!("ClassificationError({})", self.wrong_tensor)
+        match &self.source {
+            WrongSource::Vector(name) => format!("ClassificationError({name})"),
+            WrongSource::Logits { logits, labels, k } => {
+                format!("ClassificationError({logits}, {labels}, top {k})")
+            }
+        }
     }
 
     fn before_inference(&mut self) {
@@ -139,23 +241,30 @@ impl Inferencer for ClassificationError {
     }
 
     fn fetches(&self) -> Vec<String> {
-        vec![self.wrong_tensor.clone()]
+        match &self.source {
+            WrongSource::Vector(name) => vec![name.clone()],
+            WrongSource::Logits { logits, labels, .. } => vec![logits.clone(), labels.clone()],
+        }
     }
 
     fn on_fetches(&mut self, values: &[HostTensor]) -> Result<(), TrainError> {
-        let v = &values[0];
-        if v.shape().len() != 1 {
-            return Err(TrainError::callback(
-                "ClassificationError",
-                format!(
-                    "`{}` must be a vector, got shape {:?}",
-                    self.wrong_tensor,
-                    v.shape()
-                ),
-            ));
-        }
-        self.wrong += v.to_f64_vec().iter().sum::<f64>();
-        self.total += v.len();
+        let (wrong, total) = match &self.source {
+            WrongSource::Vector(name) => {
+                let v = &values[0];
+                if v.shape().len() != 1 {
+                    return Err(self.fault(format!(
+                        "`{name}` must be a vector, got shape {:?}",
+                        v.shape()
+                    )));
+                }
+                (v.to_f64_vec().iter().sum::<f64>(), v.len())
+            }
+            WrongSource::Logits { logits, labels, k } => {
+                self.count_logits((logits, labels), *k, &values[0], &values[1])?
+            }
+        };
+        self.wrong += wrong;
+        self.total += total;
         Ok(())
     }
 

@@ -213,6 +213,8 @@ impl DistributedTrainer {
         // The chief alone decides where the job resumes (and sends it): the others need
         // neither its logdir nor its checkpoint files.
         config.resume = Resume::No;
+        // The chief alone backs up or deletes the shared logdir.
+        config.logdir_action = super::logdir::LogDirAction::Keep;
         match self.options.logging {
             RankLogging::ChiefOnly => {
                 config.logdir = None;
