@@ -44,7 +44,7 @@ fn sessions(g: &Graph) -> Vec<(&'static str, Box<dyn Session>)> {
             "cuda-emu",
             Box::new(
                 CudaSession::emulated(g.clone(), 1, CudaOptions::default())
-                    .expect("cuda-emu (needs NVRTC: bash .ci/setup)"),
+                    .expect("cuda-emu (needs NVRTC: run the tests with `cargo xtask test`)"),
             ),
         ),
     ]

@@ -1,7 +1,7 @@
 //! ONNX export checked against onnxruntime. Each model is trained a few steps (the GAN's
 //! generator gets random weights and BatchNorm statistics instead), exported from its
 //! checkpoint with `towerpack::export::onnx`, checked by `onnx.checker.check_model(full_check)`
-//! and run by onnxruntime (`tests/onnx_runtime.py`, spawned; `bash .ci/setup` installs the
+//! and run by onnxruntime (`tests/onnx_runtime.py`, spawned; `cargo xtask test` brings the
 //! Python packages) on 256 random inputs, on the 2,000 held-out digits where the model reads
 //! digits, and on batches of 1 and 37 (the batch dimension is symbolic, `N`).
 //!
@@ -95,7 +95,7 @@ fn onnxruntime(model: &Path, input: &str, batches: &[HostTensor]) -> OrtRun {
     );
     assert!(
         out.status.code() != Some(2),
-        "{text}\nthe ONNX tests need Python's onnx and onnxruntime: run `bash .ci/setup`"
+        "{text}\nthe ONNX tests need Python's onnx and onnxruntime: run the tests with `cargo xtask test`, which brings them"
     );
     assert!(
         out.status.success(),

@@ -1,5 +1,5 @@
 """Checks and runs an exported ONNX model with the `onnx` and `onnxruntime` packages, for
-tests/export_onnx.rs (which spawns it; `bash .ci/setup` installs both packages).
+tests/export_onnx.rs (which spawns it; `cargo xtask test` brings both packages).
 
 Usage: python3 tests/onnx_runtime.py REQUEST.json
 
@@ -21,7 +21,7 @@ try:
     import onnx
     import onnxruntime as ort
 except ImportError as e:  # pragma: no cover - the message is the point
-    print(f"missing Python package: {e.name} (pip install onnx onnxruntime, or bash .ci/setup)")
+    print(f"missing Python package: {e.name} (pip install onnx onnxruntime, or run the tests with `cargo xtask test`)")
     sys.exit(2)
 
 
