@@ -215,19 +215,56 @@ impl FusedProgram {
         outputs: &[RawBuf],
     ) {
         // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            self.chunk_loop(regs, idx, start, end, inputs, None, |regs, s, n, _| {
+                for (o, &v) in self.expr.outputs.iter().enumerate() {
+                    // SAFETY: outputs hold `end` elements; this range is this call's own.
+                    self.store(regs, v, &outputs[o], s, n);
+                }
+            })
+        }
+    }
+
+    /// The one chunk loop of every entry point: computes the hoisted invariants, then for each
+    /// chunk of `start..end` prefetches the contiguous operands `PREFETCH_AHEAD` points ahead,
+    /// evaluates the expression, and hands the chunk to `each(regs, chunk_start, n, rows)`.
+    /// With `rows` (an epilogue: operand 0 is the producing kernel's result for `start..end`),
+    /// each chunk reads its rows as operand 0 and `each` gets them to write back into.
+    ///
+    /// # Safety
+    /// As [`FusedProgram::run`] for the inputs; `rows`, when given, holds `end - start` values.
+    #[allow(clippy::too_many_arguments)] // the register file, scratch, the range, operands.
+    unsafe fn chunk_loop(
+        &self,
+        regs: &mut Regs,
+        idx: &mut [usize],
+        start: usize,
+        end: usize,
+        inputs: &[RawBuf],
+        mut rows: Option<&mut [f32]>,
+        mut each: impl FnMut(&mut Regs, usize, usize, Option<&mut [f32]>),
+    ) {
+        // An epilogue's operand 0 is its rows: contiguous (so never hoisted) and already in
+        // cache (so not prefetched).
+        let first_prefetched = usize::from(rows.is_some());
+        // SAFETY: forwarded from the caller's contract.
         let hoisted = unsafe { self.hoist(regs, idx, start, end, inputs, None) };
+        self.prefetch(
+            inputs,
+            first_prefetched,
+            start,
+            PREFETCH_AHEAD.min(end - start),
+        );
         let mut s = start;
-        self.prefetch(inputs, 0, start, PREFETCH_AHEAD.min(end - start));
         while s < end {
             let n = (end - s).min(CHUNK);
             let ahead = (end - s).saturating_sub(PREFETCH_AHEAD).min(n);
-            self.prefetch(inputs, 0, s + PREFETCH_AHEAD, ahead);
+            self.prefetch(inputs, first_prefetched, s + PREFETCH_AHEAD, ahead);
+            let at = s - start..s - start + n;
+            let local = rows.as_deref().map(|r| &r[at.clone()]);
             // SAFETY: forwarded from the caller's contract.
-            unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, None, hoisted) };
-            for (o, &v) in self.expr.outputs.iter().enumerate() {
-                // SAFETY: outputs hold `end` elements; this range is this call's own.
-                unsafe { self.store(regs, v, &outputs[o], s, n) };
-            }
+            unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, local, hoisted) };
+            each(regs, s, n, rows.as_deref_mut().map(|r| &mut r[at]));
             s += n;
         }
     }
@@ -262,45 +299,42 @@ impl FusedProgram {
     ) {
         let mut converted: Vec<Vec<f32>> = vec![Vec::new(); self.expr.outputs.len()];
         // SAFETY: forwarded from the caller's contract.
-        let hoisted = unsafe { self.hoist(regs, idx, start, end, inputs, None) };
-        let mut s = start;
-        self.prefetch(inputs, 0, start, PREFETCH_AHEAD.min(end - start));
-        while s < end {
-            let n = (end - s).min(CHUNK);
-            let ahead = (end - s).saturating_sub(PREFETCH_AHEAD).min(n);
-            self.prefetch(inputs, 0, s + PREFETCH_AHEAD, ahead);
-            // SAFETY: forwarded from the caller's contract.
-            unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, None, hoisted) };
-            for (o, &v) in self.expr.outputs.iter().enumerate() {
-                let lanes = self.slots[v as usize] * CHUNK;
-                let c = &mut converted[o];
-                c.clear();
-                match self.classes[v as usize] {
-                    Class::F32 => {}
-                    Class::F64 => c.extend(regs.f64[lanes..lanes + n].iter().map(|&x| x as f32)),
-                    Class::I64 => c.extend(regs.i64[lanes..lanes + n].iter().map(|&x| x as f32)),
-                    Class::Bool => c.extend(
-                        regs.bool[lanes..lanes + n]
-                            .iter()
-                            .map(|&x| f32::from(u8::from(x))),
-                    ),
-                }
-            }
-            let views: Vec<&[f32]> = self
-                .expr
-                .outputs
-                .iter()
-                .zip(&converted)
-                .map(|(&v, c)| {
+        unsafe {
+            self.chunk_loop(regs, idx, start, end, inputs, None, |regs, s, n, _| {
+                for (o, &v) in self.expr.outputs.iter().enumerate() {
                     let lanes = self.slots[v as usize] * CHUNK;
+                    let c = &mut converted[o];
+                    c.clear();
                     match self.classes[v as usize] {
-                        Class::F32 => &regs.f32[lanes..lanes + n],
-                        _ => c.as_slice(),
+                        Class::F32 => {}
+                        Class::F64 => {
+                            c.extend(regs.f64[lanes..lanes + n].iter().map(|&x| x as f32))
+                        }
+                        Class::I64 => {
+                            c.extend(regs.i64[lanes..lanes + n].iter().map(|&x| x as f32))
+                        }
+                        Class::Bool => c.extend(
+                            regs.bool[lanes..lanes + n]
+                                .iter()
+                                .map(|&x| f32::from(u8::from(x))),
+                        ),
                     }
-                })
-                .collect();
-            sink(s, &views);
-            s += n;
+                }
+                let views: Vec<&[f32]> = self
+                    .expr
+                    .outputs
+                    .iter()
+                    .zip(&converted)
+                    .map(|(&v, c)| {
+                        let lanes = self.slots[v as usize] * CHUNK;
+                        match self.classes[v as usize] {
+                            Class::F32 => &regs.f32[lanes..lanes + n],
+                            _ => c.as_slice(),
+                        }
+                    })
+                    .collect();
+                sink(s, &views);
+            })
         }
     }
 
@@ -344,9 +378,6 @@ impl FusedProgram {
         inputs: &[RawBuf],
         sink: EpilogueSink<'_>,
     ) {
-        // Operand 0 (the rows) is contiguous, so never invariant: hoisting does not read it.
-        // SAFETY: forwarded from the caller's contract.
-        let hoisted = unsafe { self.hoist(regs, idx, first, first + rows.len(), inputs, None) };
         let EpilogueSink {
             outputs,
             stored,
@@ -356,47 +387,44 @@ impl FusedProgram {
         // Per-column partial sums of one chunk, in f32 (a chunk adds at most CHUNK / cols
         // values to a column), flushed into the f64 sums after each chunk.
         let mut part = vec![0.0f32; cols * self.expr.outputs.len().saturating_sub(stored)];
-        let mut done = 0;
-        // Operand 0 is the rows themselves, already in cache.
-        self.prefetch(inputs, 1, first, PREFETCH_AHEAD.min(rows.len()));
-        while done < rows.len() {
-            let n = (rows.len() - done).min(CHUNK);
-            let s = first + done;
-            let ahead = (rows.len() - done).saturating_sub(PREFETCH_AHEAD).min(n);
-            self.prefetch(inputs, 1, s + PREFETCH_AHEAD, ahead);
-            let local = &rows[done..done + n];
-            // SAFETY: forwarded from the caller's contract.
-            unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, Some(local), hoisted) };
-            if stored < self.expr.outputs.len() {
-                self.fold_reductions(regs, stored, s, n, &mut part, sums);
-            }
-            for (o, &v) in self.expr.outputs.iter().enumerate().take(stored) {
-                let lanes = self.slots[v as usize] * CHUNK;
-                if o == 0 && Some(v) == self.raw_load {
-                    // The epilogue leaves the kernel's value as it is.
-                    continue;
-                }
-                if o == 0 {
-                    match self.classes[v as usize] {
-                        Class::F32 => {
-                            rows[done..done + n].copy_from_slice(&regs.f32[lanes..lanes + n])
-                        }
-                        Class::F64 => {
-                            for (d, x) in rows[done..done + n]
-                                .iter_mut()
-                                .zip(&regs.f64[lanes..lanes + n])
-                            {
-                                *d = *x as f32;
-                            }
-                        }
-                        _ => {}
+        let end = first + rows.len();
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            self.chunk_loop(
+                regs,
+                idx,
+                first,
+                end,
+                inputs,
+                Some(rows),
+                |regs, s, n, rows| {
+                    if stored < self.expr.outputs.len() {
+                        self.fold_reductions(regs, stored, s, n, &mut part, sums);
                     }
-                } else {
-                    // SAFETY: forwarded from the caller's contract.
-                    unsafe { self.store(regs, v, &outputs[o], s, n) };
-                }
-            }
-            done += n;
+                    let Some(rows) = rows else { return };
+                    for (o, &v) in self.expr.outputs.iter().enumerate().take(stored) {
+                        let lanes = self.slots[v as usize] * CHUNK;
+                        if o == 0 && Some(v) == self.raw_load {
+                            // The epilogue leaves the kernel's value as it is.
+                            continue;
+                        }
+                        if o == 0 {
+                            match self.classes[v as usize] {
+                                Class::F32 => rows.copy_from_slice(&regs.f32[lanes..lanes + n]),
+                                Class::F64 => {
+                                    for (d, x) in rows.iter_mut().zip(&regs.f64[lanes..lanes + n]) {
+                                        *d = *x as f32;
+                                    }
+                                }
+                                _ => {}
+                            }
+                        } else {
+                            // SAFETY: forwarded from the caller's contract.
+                            self.store(regs, v, &outputs[o], s, n);
+                        }
+                    }
+                },
+            )
         }
     }
 
