@@ -87,13 +87,21 @@ fn tiled(
     }
     g.push_str(&constant("TP_VEC_A", "int", if gm.vec_a { 4 } else { 1 }));
     g.push_str(&constant("TP_VEC_B", "int", if gm.vec_b { 4 } else { 1 }));
-    g.push_str(&define("TP_MIN_BLOCKS", t.min_blocks()));
+    let tensor = gm.precision.tensor_cores() && t.tensor_warps().is_some();
+    g.push_str(&define(
+        "TP_MIN_BLOCKS",
+        if tensor {
+            t.tensor_min_blocks()
+        } else {
+            t.min_blocks()
+        },
+    ));
     g.push_str(&define("TP_SPLIT_K", l.split.parts));
     g.push_str(&constant("TP_K_CHUNK", "int", l.split.chunk.max(1)));
     g.push_str(&define("TP_GROUP", l.group));
     g.push_str(&define("TP_EPI_RED", red_outputs));
     // The tensor-core variant of the core (FP32 programs' generated parts stay as they were).
-    if let (true, Some((wm, wn))) = (gm.precision.tensor_cores(), t.tensor_warps()) {
+    if let (true, Some((wm, wn))) = (tensor, t.tensor_warps()) {
         g.push_str(&define("TP_TF32", 1));
         g.push_str(&define("TP_WARPS_M", wm));
         g.push_str(&define("TP_WARPS_N", wn));

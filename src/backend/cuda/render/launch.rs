@@ -165,6 +165,16 @@ impl Tile {
         }
     }
 
+    /// [`min_blocks`](Self::min_blocks) of the tensor-core variant: as the SIMT core's, but
+    /// small register blocks get 4 (≤ 64 registers) rather than ptxas's own choice, which
+    /// spilled 4 bytes at 32 registers for the split 32×32 tile on sm_80 (ptxas 12.9).
+    pub fn tensor_min_blocks(&self) -> usize {
+        match self.min_blocks() {
+            0 => 4,
+            n => n,
+        }
+    }
+
     /// Blocks resident per SM, as the registers allow (64 K per SM).
     pub fn blocks_per_sm(&self) -> usize {
         match self.min_blocks() {
