@@ -59,6 +59,32 @@ struct tp_vec<4> {
     static TP_DEV float4 load(const float* a) { return __ldg(reinterpret_cast<const float4*>(a)); }
 };
 
+#ifndef TP_TF32
+#define TP_TF32 0
+#endif
+
+#if TP_TF32
+// BYTES (4 or 16) from global src to shared dst with cp.async (.ca for 4 bytes, .cg — L2 only —
+// for 16), or zeros stored directly when src is null: no copy is issued for padding.
+template <int BYTES>
+TP_DEV void tp_copy_async(float* dst, const float* src) {
+    if (src) {
+        const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+        if constexpr (BYTES == 16)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+        else
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+    } else if constexpr (BYTES == 16) {
+        *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    } else {
+        *dst = 0.0f;
+    }
+}
+
+TP_DEV void tp_copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+TP_DEV void tp_copy_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+#endif
+
 // One operand's share of the tile loads: SLOTS elements (or vectors) per thread and the values in
 // flight for the next tile. EDGE is the tile's extent along the lines (TP_BM or TP_BN). Threads
 // take consecutive line positions first (LINES of them: EDGE lines, or EDGE / VEC vectors of 4
@@ -122,6 +148,30 @@ struct tp_operand {
             }
         }
     }
+
+#if TP_TF32
+    // The tile starting at k0 straight into a shared stage with cp.async (the tensor-core core):
+    // the same elements store() would write, copied by the thread that would have loaded them
+    // (4 bytes each, or 16 when a vector lies along the lines); zeros (padding, rows past the
+    // extent, k at or past k_end) are stored directly. The caller commits the group.
+    TP_DEV void copy_async(const L& l, int k0, int k_end, float (*sh)[EDGE + TP_PAD]) const {
+        const int mn = slot_mn();
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            if (!slot_used(s)) continue;
+            const int k = slot_k(s), kg = k0 + k;
+            const float* a = live && kg < k_end ? l.at(line, kg) : nullptr;
+            if constexpr (VEC == 1) {
+                tp_copy_async<4>(&sh[k][mn], a);
+            } else if constexpr (L::K_FAST) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) tp_copy_async<4>(&sh[k + e][mn], a ? a + e : a);
+            } else {
+                tp_copy_async<16>(&sh[k][mn], a);
+            }
+        }
+    }
+#endif
 };
 
 // N consecutive floats of shared memory (16-byte aligned when N % 4 == 0).
@@ -145,10 +195,6 @@ TP_DEV void tp_read_shared(const float* s, float* out) {
         for (int i = 0; i < N; ++i) out[i] = s[i];
     }
 }
-
-#ifndef TP_TF32
-#define TP_TF32 0
-#endif
 
 #if !TP_TF32
 // acc = A[m0.., k0..k1) . B[k0..k1), n0..] for the block's tile (rows >= M, columns >= N and
@@ -198,8 +244,11 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
     }
 }
 #else
-// The tensor-core variant (TP_TF32 = 1: Precision::Tf32). The same loaders, shared stages and
-// double buffering as above; the block's 8 warps are laid out TP_WARPS_M x TP_WARPS_N over the
+// The tensor-core variant (TP_TF32 = 1: Precision::Tf32). The same loaders and two shared
+// stages as above, but the stages are filled with cp.async (tp_operand::copy_async: the next
+// tile's copies are in flight while the block computes on the current stage; one
+// cp.async.wait_group 0 and one barrier per 16-deep K tile), no registers in between; the
+// block's 8 warps are laid out TP_WARPS_M x TP_WARPS_N over the
 // tile, each computing a TP_WM x TP_WN warp tile as TP_MI x TP_NI fragments of
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (f32 accumulation). Fragments are read
 // from the k-major stages with 32-bit shared loads and rounded with cvt.rna.tf32.f32 (PTX ISA
@@ -264,17 +313,20 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
         for (int j = 0; j < TP_NI; ++j)
 #pragma unroll
             for (int r = 0; r < 4; ++r) c[i][j][r] = 0.0f;
-    a.load(la, k0, k1);
-    b.load(lb, k0, k1);
-    a.store(as[0]);
-    b.store(bs[0]);
+    a.copy_async(la, k0, k1, as[0]);
+    b.copy_async(lb, k0, k1, bs[0]);
+    tp_copy_commit();
+    tp_copy_wait_all();
     __syncthreads();
     int cur = 0;
     for (int kt = k0; kt < k1; kt += TP_BK) {
+        // The other stage was last read before the barrier ending the previous tile: the next
+        // tile's copies go straight into it while this one computes.
         const bool more = kt + TP_BK < k1;
         if (more) {
-            a.load(la, kt + TP_BK, k1);
-            b.load(lb, kt + TP_BK, k1);
+            a.copy_async(la, kt + TP_BK, k1, as[cur ^ 1]);
+            b.copy_async(lb, kt + TP_BK, k1, bs[cur ^ 1]);
+            tp_copy_commit();
         }
 #pragma unroll
         for (int ks = 0; ks < TP_BK; ks += 8) {
@@ -298,10 +350,9 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
 #pragma unroll
                 for (int j = 0; j < TP_NI; ++j) tp_mma_tf32(c[i][j], af[i], bf[j]);
         }
-        if (more) {
-            a.store(as[cur ^ 1]);
-            b.store(bs[cur ^ 1]);
-        }
+        // This thread's copies have landed; after the barrier, everyone's have, and nobody
+        // reads the current stage any more.
+        tp_copy_wait_all();
         __syncthreads();
         cur ^= 1;
     }
