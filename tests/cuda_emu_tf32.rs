@@ -41,10 +41,14 @@
 //! per-GEMM bound above does not follow through a step; the test guards against gross errors
 //! (a wrong fragment, a missing rounding on one side), the GEMM tests against subtle ones.
 //!
+//! Through the trainer: `TrainConfig::precision(Tf32)` with the CUDA backend trains an MLP to
+//! variables other than FP32's on the same device, and within `10⁻²` of the CPU's.
+//!
 //! Every emulated result is also compared bit for bit with a second run on a fresh device
 //! (CTAs run on several host threads, so the combining block of a split changes between runs).
 
 mod cuda_common;
+mod train_common;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -700,4 +704,44 @@ fn every_tensor_core_tile_assembles_without_spills_and_multiplies_within_the_bou
     }
     eprintln!("{table}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn train_config_precision_reaches_the_device_through_the_trainer() {
+    use towerpack::train::{BackendChoice, SimpleTrainer, TrainConfig, launch_train_with_config};
+    cuda_common::require_nvrtc();
+    let run = |backend: BackendChoice, precision: Precision| {
+        let c: TrainConfig = train_common::bare(train_common::config(
+            train_common::mlp_model(0.1),
+            train_common::train_flow(96, 32, 3),
+            None,
+        ))
+        .backend(backend)
+        .precision(precision)
+        .max_epoch(1);
+        launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train")
+    };
+    let tf32 = run(cuda_common::backend(1), Precision::Tf32);
+    let fp32 = run(cuda_common::backend(1), Precision::Fp32);
+    let cpu = run(BackendChoice::Cpu { threads: 2 }, Precision::Tf32);
+    let mut differs = false;
+    for (id, def) in cpu.session.graph().variable_ids() {
+        let read = |r: &towerpack::train::TrainReport| {
+            r.session.read_variable(id).expect("read").to_f64_vec()
+        };
+        let (t, f, c) = (read(&tf32), read(&fp32), read(&cpu));
+        differs |= t != f;
+        let scale = c.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+        for (i, (x, y)) in t.iter().zip(&c).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-2 * scale,
+                "{}[{i}]: tf32 on the device {x} vs cpu {y}",
+                def.name
+            );
+        }
+    }
+    assert!(
+        differs,
+        "TrainConfig::precision(Tf32) changed nothing on the device"
+    );
 }
