@@ -28,8 +28,11 @@
 // block's rows (threads, then a warp butterfly, then warps in order), then combine the blocks of
 // a column tile in a fixed order and finish them (tp_epi_finish).
 //
+// With TP_TF32 (Precision::Tf32) tp_gemm_tile is the tensor-core variant further down: the same
+// loaders and stages filled by cp.async, TF32 mma.sync per warp tile, the same output path.
+//
 // Generated: TP_BM, TP_BN, TP_TM, TP_TN, TP_VEC_A, TP_VEC_B, TP_MIN_BLOCKS, TP_SPLIT_K,
-// TP_K_CHUNK, TP_GROUP, TP_EPI_RED, TP_RED_GROUP; tp_epilogue(p, flat, value[, red]),
+// TP_K_CHUNK, TP_GROUP, TP_EPI_RED, TP_RED_GROUP (TF32: TP_TF32, TP_WARPS_M, TP_WARPS_N); tp_epilogue(p, flat, value[, red]),
 // tp_epi_finish(p, r, channel, sum). Kernels declare TP_GEMM_BOUNDS: TP_MIN_BLOCKS resident
 // blocks per SM bound the registers (none: ptxas's own choice).
 
