@@ -398,6 +398,34 @@ fn the_tf32_resnet20_b128_step_is_predicted_faster_than_fp32() {
         };
         let program = lower(&graph, &step, 128, &options).expect("lower");
         let rows = perf::launch_report(&program, &compiler, &H100_SXM, true).expect("report");
+        // The GEMM launch shapes: kind, tile and split of K, with how many launches take each.
+        let mut shapes: std::collections::BTreeMap<String, usize> = Default::default();
+        for i in 0..program.kernels.len() {
+            let Ok(KernelPlan::Launch(r)) = render::render_kernel(&program, i) else {
+                continue;
+            };
+            let value = |name: &str| {
+                r.generated.lines().find_map(|l| {
+                    let rest = l.strip_prefix(&format!("#define {name} "))?;
+                    Some(
+                        rest.trim_start_matches("((int)")
+                            .trim_end_matches(')')
+                            .to_string(),
+                    )
+                })
+            };
+            if let (Some(bm), Some(bn), Some(split)) =
+                (value("TP_BM"), value("TP_BN"), value("TP_SPLIT_K"))
+            {
+                let kind = program.kernels[i].kind.name();
+                *shapes
+                    .entry(format!("{kind} {bm}x{bn} split {split}"))
+                    .or_default() += 1;
+            }
+        }
+        for (shape, n) in &shapes {
+            eprintln!("{precision}: {n:>3} × {shape}");
+        }
         let gemm: f64 = rows
             .iter()
             .filter(|r| r.body.starts_with("conv2d") || r.body == "matmul.cu")
