@@ -146,12 +146,13 @@ done
 say "host: $(nproc) cores, $(uname -sr)"
 
 section "1. CUDA tests (TOWERPACK_TEST_CUDA=$test_device)"
-for t in cuda_emu_training cuda_emu_kernels cuda_emu_ops; do
+for t in cuda_emu_training cuda_emu_kernels cuda_emu_ops cuda_emu_tf32; do
   filter=()
   if [ "$dry" = 1 ]; then
     case $t in
       cuda_emu_training) filter=(a_replayed_graph_sees_the_feeds_of_every_step) ;;
       cuda_emu_kernels) filter=(mlp) ;;
+      cuda_emu_tf32) filter=(a_product_in_tf32) ;;
     esac
   fi
   if [ ! -x "$bin/$t" ]; then
@@ -183,6 +184,18 @@ done
 # The batch of the ratios: 128 on a GPU, the dry run's largest.
 ratio_batch=128
 if [ "$dry" = 1 ]; then ratio_batch=${batches[-1]}; fi
+
+# The same at the ratio batch with TF32 tensor-core GEMMs and convolutions (--precision tf32).
+ours_tf32=""
+if run "resnet_bench_tf32_b$ratio_batch" "${limits[1]}" "$bin/resnet" --device "$device" --bench \
+  --precision tf32 --batch "$ratio_batch" --bench-steps "$bench_steps" --logdir "$work/bench_log"; then
+  line=$(grep -E '^\{' "$work/resnet_bench_tf32_b$ratio_batch.log" | tail -1)
+  ours_tf32=$(printf '%s' "$line" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_sec"])' 2>/dev/null || echo "")
+  say "  batch $ratio_batch, tf32: ${ours_tf32:-?} images/s  $line"
+else
+  failures=$((failures + 1))
+  tail_log "resnet_bench_tf32_b$ratio_batch" 8
+fi
 
 section "3. PyTorch ResNet-20 on the same device ($torch_device, batch $ratio_batch)"
 declare -A torch_rate
@@ -295,7 +308,7 @@ fi
 section "Ratios"
 python3 - "$ratio_batch" "${ours[$ratio_batch]:-}" "${torch_rate[resnet20/tf32-off]:-}" \
   "${torch_rate[resnet20-nchw/tf32-off]:-}" "${torch_rate[resnet20/tf32-on]:-}" \
-  "${torch_rate[resnet20-nchw/tf32-on]:-}" <<'PY' | tee -a "$report"
+  "${torch_rate[resnet20-nchw/tf32-on]:-}" "$ours_tf32" <<'PY' | tee -a "$report"
 import sys
 def num(s):
     try:
@@ -303,7 +316,7 @@ def num(s):
     except ValueError:
         return None
 batch = sys.argv[1]
-ours, cl_off, nchw_off, cl_on, nchw_on = map(num, sys.argv[2:])
+ours, cl_off, nchw_off, cl_on, nchw_on, ours_tf32 = map(num, sys.argv[2:])
 fp32 = max([x for x in (cl_off, nchw_off) if x] or [0]) or None
 tf32 = max([x for x in (cl_on, nchw_on) if x] or [0]) or None
 print(f"towerpack ResNet-20, batch {batch}: {ours or '?'} images/s")
@@ -312,6 +325,9 @@ for what, ref in (("PyTorch's best fp32 (TF32 off)", fp32), ("PyTorch's best wit
         print(f"  / {what} {ref:.0f} images/s = {ours / ref:.2f}x")
     else:
         print(f"  / {what}: not measured")
+print(f"towerpack ResNet-20, batch {batch}, --precision tf32: {ours_tf32 or '?'} images/s")
+if ours_tf32 and tf32:
+    print(f"  / PyTorch's best with TF32 {tf32:.0f} images/s = {ours_tf32 / tf32:.2f}x")
 PY
 
 section "Result"

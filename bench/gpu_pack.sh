@@ -2,8 +2,9 @@
 # Builds, here, what bench/gpu_check.sh runs on a GPU machine that has no Rust toolchain, and
 # copies it into one folder (default gpu_bundle/, git-ignored), stripped, under 64 MiB:
 #   resnet, mnist                  the release examples (target/release/examples)
-#   cuda_emu_training, cuda_emu_kernels, cuda_emu_ops
+#   cuda_emu_training, cuda_emu_kernels, cuda_emu_ops, cuda_emu_tf32
 #                                  the CUDA test binaries that compare against the CPU backend
+#                                  (cuda_emu_tf32: the tensor-core kernels, within its bounds)
 #                                  (target/release/deps/<name>-<hash>, found through cargo's
 #                                  own report of the executables it built)
 #   gpu_check.sh, pytorch_train.py the check and PyTorch's side of it
@@ -18,7 +19,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/gpu_bundle}
-tests=(cuda_emu_training cuda_emu_kernels cuda_emu_ops)
+tests=(cuda_emu_training cuda_emu_kernels cuda_emu_ops cuda_emu_tf32)
 limit=$((64 * 1024 * 1024))
 
 cd "$root"

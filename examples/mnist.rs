@@ -118,6 +118,7 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
             std::sync::Arc::new(model),
             args.batch,
             args.common.seed,
+            args.common.precision,
             file,
         );
         #[cfg(not(feature = "cuda"))]

@@ -204,7 +204,13 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     let model = resnet_model(&net);
     if let Some(file) = &args.launch_report {
         #[cfg(feature = "cuda")]
-        return launch_report::write(model, args.batch, args.common.seed, file);
+        return launch_report::write(
+            model,
+            args.batch,
+            args.common.seed,
+            args.common.precision,
+            file,
+        );
         #[cfg(not(feature = "cuda"))]
         return Err(format!(
             "--launch-report {} needs the `cuda` feature (on by default)",
@@ -383,7 +389,8 @@ fn bench(
     .steps_per_epoch(WARMUP + args.bench_steps)
     .max_epoch(1)
     .seed(args.common.seed)
-    .backend(backend);
+    .backend(backend)
+    .precision(args.common.precision);
     let report = runner.launch(config)?;
     let (rank, ranks) = runner.rank_and_size();
     if rank != 0 {
@@ -414,6 +421,7 @@ fn bench(
             "ranks": ranks,
             "threads": args.common.threads,
             "device": backend.to_string(),
+            "precision": args.common.precision.to_string(),
             "trainer": format!("{:?}", args.trainer).to_lowercase(),
             "steps": times.len(),
             "images_per_sec": (images / total * 10.0).round() / 10.0,

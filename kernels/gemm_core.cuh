@@ -28,8 +28,11 @@
 // block's rows (threads, then a warp butterfly, then warps in order), then combine the blocks of
 // a column tile in a fixed order and finish them (tp_epi_finish).
 //
+// With TP_TF32 (Precision::Tf32) tp_gemm_tile is the tensor-core variant further down: the same
+// loaders and stages filled by cp.async, TF32 mma.sync per warp tile, the same output path.
+//
 // Generated: TP_BM, TP_BN, TP_TM, TP_TN, TP_VEC_A, TP_VEC_B, TP_MIN_BLOCKS, TP_SPLIT_K,
-// TP_K_CHUNK, TP_GROUP, TP_EPI_RED, TP_RED_GROUP; tp_epilogue(p, flat, value[, red]),
+// TP_K_CHUNK, TP_GROUP, TP_EPI_RED, TP_RED_GROUP (TF32: TP_TF32, TP_WARPS_M, TP_WARPS_N); tp_epilogue(p, flat, value[, red]),
 // tp_epi_finish(p, r, channel, sum). Kernels declare TP_GEMM_BOUNDS: TP_MIN_BLOCKS resident
 // blocks per SM bound the registers (none: ptxas's own choice).
 
@@ -58,6 +61,32 @@ struct tp_vec<4> {
     static TP_DEV float4 zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
     static TP_DEV float4 load(const float* a) { return __ldg(reinterpret_cast<const float4*>(a)); }
 };
+
+#ifndef TP_TF32
+#define TP_TF32 0
+#endif
+
+#if TP_TF32
+// BYTES (4 or 16) from global src to shared dst with cp.async (.ca for 4 bytes, .cg — L2 only —
+// for 16), or zeros stored directly when src is null: no copy is issued for padding.
+template <int BYTES>
+TP_DEV void tp_copy_async(float* dst, const float* src) {
+    if (src) {
+        const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+        if constexpr (BYTES == 16)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+        else
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+    } else if constexpr (BYTES == 16) {
+        *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    } else {
+        *dst = 0.0f;
+    }
+}
+
+TP_DEV void tp_copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+TP_DEV void tp_copy_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+#endif
 
 // One operand's share of the tile loads: SLOTS elements (or vectors) per thread and the values in
 // flight for the next tile. EDGE is the tile's extent along the lines (TP_BM or TP_BN). Threads
@@ -122,6 +151,30 @@ struct tp_operand {
             }
         }
     }
+
+#if TP_TF32
+    // The tile starting at k0 straight into a shared stage with cp.async (the tensor-core core):
+    // the same elements store() would write, copied by the thread that would have loaded them
+    // (4 bytes each, or 16 when a vector lies along the lines); zeros (padding, rows past the
+    // extent, k at or past k_end) are stored directly. The caller commits the group.
+    TP_DEV void copy_async(const L& l, int k0, int k_end, float (*sh)[EDGE + TP_PAD]) const {
+        const int mn = slot_mn();
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            if (!slot_used(s)) continue;
+            const int k = slot_k(s), kg = k0 + k;
+            const float* a = live && kg < k_end ? l.at(line, kg) : nullptr;
+            if constexpr (VEC == 1) {
+                tp_copy_async<4>(&sh[k][mn], a);
+            } else if constexpr (L::K_FAST) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) tp_copy_async<4>(&sh[k + e][mn], a ? a + e : a);
+            } else {
+                tp_copy_async<16>(&sh[k][mn], a);
+            }
+        }
+    }
+#endif
 };
 
 // N consecutive floats of shared memory (16-byte aligned when N % 4 == 0).
@@ -146,6 +199,7 @@ TP_DEV void tp_read_shared(const float* s, float* out) {
     }
 }
 
+#if !TP_TF32
 // acc = A[m0.., k0..k1) . B[k0..k1), n0..] for the block's tile (rows >= M, columns >= N and
 // k >= k1 read as zeros).
 template <class LA, class LB>
@@ -192,6 +246,135 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
         cur ^= 1;
     }
 }
+#else
+// The tensor-core variant (TP_TF32 = 1: Precision::Tf32). The same loaders and two shared
+// stages as above, but the stages are filled with cp.async (tp_operand::copy_async: the next
+// tile's copies are in flight while the block computes on the current stage; one
+// cp.async.wait_group 0 and one barrier per 16-deep K tile), no registers in between; the
+// block's 8 warps are laid out TP_WARPS_M x TP_WARPS_N over the
+// tile, each computing a TP_WM x TP_WN warp tile as TP_MI x TP_NI fragments of
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (f32 accumulation). Fragments are read
+// from the k-major stages with 32-bit shared loads and rounded with cvt.rna.tf32.f32 (PTX ISA
+// fragment layout for m16n8k8 .tf32: groupID g = lane / 4, t = lane % 4; a0..a3 = A[g][t],
+// A[g+8][t], A[g][t+4], A[g+8][t+4]; b0, b1 = B[t][g], B[t+4][g]; c0..c3 = C[g][2t], C[g][2t+1],
+// C[g+8][2t], C[g+8][2t+1]). Each mma adds its 8 products to the accumulator, so an element of
+// the result is c + sum over K in steps of 8, k ascending: a fixed order, the same bits every run.
+//
+// At the end the accumulators go through shared memory into the SIMT core's register layout
+// (thread (tx, ty) holds rows ty*TP_TM.., columns tx*TP_TN..), so tp_gemm_output — split-K
+// combine, epilogue, per-channel epilogue reductions — is the same code for both precisions.
+// Generated: TP_WARPS_M, TP_WARPS_N (render/launch.rs Tile::tensor_warps).
+#define TP_CPAD 8
+#define TP_WM (TP_BM / TP_WARPS_M)
+#define TP_WN (TP_BN / TP_WARPS_N)
+#define TP_MI (TP_WM / 16)
+#define TP_NI (TP_WN / 8)
+static_assert(TP_WARPS_M * TP_WARPS_N * 32 == TP_BLOCK, "one warp tile per warp");
+static_assert(TP_WM % 16 == 0 && TP_WN % 8 == 0, "warp tiles of whole m16n8 fragments");
+
+// x rounded to tf32 (to nearest, ties away from zero), as the b32 an mma operand takes.
+TP_DEV unsigned int tp_tf32(float x) {
+    unsigned int r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// c += a . b for one m16n8k8 fragment (tf32 operands, f32 accumulators).
+TP_DEV void tp_mma_tf32(float c[4], const unsigned int a[4], const unsigned int b[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// acc = A[m0.., k0..k1) . B[k0..k1), n0..] for the block's tile (rows >= M, columns >= N and
+// k >= k1 read as zeros), products of tf32-rounded operands on the tensor cores.
+template <class LA, class LB>
+TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k1, int m0, int n0,
+                         float acc[TP_TM][TP_TN]) {
+    typedef float AStage[TP_BK][TP_BM + TP_PAD];
+    typedef float BStage[TP_BK][TP_BN + TP_PAD];
+    typedef float CTile[TP_BN + TP_CPAD];
+    constexpr int STAGES = 2 * TP_BK * (TP_BM + TP_PAD + TP_BN + TP_PAD);
+    constexpr int C_FLOATS = TP_BM * (TP_BN + TP_CPAD);
+    // The stages while K runs, then the accumulator tile.
+    __shared__ __align__(16) float smem[STAGES > C_FLOATS ? STAGES : C_FLOATS];
+    AStage* as = reinterpret_cast<AStage*>(smem);
+    BStage* bs = reinterpret_cast<BStage*>(smem + 2 * TP_BK * (TP_BM + TP_PAD));
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int g = lane / 4, t = lane % 4;
+    const int wm0 = warp / TP_WARPS_N * TP_WM, wn0 = warp % TP_WARPS_N * TP_WN;
+    tp_operand<LA, TP_BM> a;
+    tp_operand<LB, TP_BN> b;
+    a.init(la, m0, M);
+    b.init(lb, n0, N);
+    float c[TP_MI][TP_NI][4];
+#pragma unroll
+    for (int i = 0; i < TP_MI; ++i)
+#pragma unroll
+        for (int j = 0; j < TP_NI; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) c[i][j][r] = 0.0f;
+    a.copy_async(la, k0, k1, as[0]);
+    b.copy_async(lb, k0, k1, bs[0]);
+    tp_copy_commit();
+    tp_copy_wait_all();
+    __syncthreads();
+    int cur = 0;
+    for (int kt = k0; kt < k1; kt += TP_BK) {
+        // The other stage was last read before the barrier ending the previous tile: the next
+        // tile's copies go straight into it while this one computes.
+        const bool more = kt + TP_BK < k1;
+        if (more) {
+            a.copy_async(la, kt + TP_BK, k1, as[cur ^ 1]);
+            b.copy_async(lb, kt + TP_BK, k1, bs[cur ^ 1]);
+            tp_copy_commit();
+        }
+#pragma unroll
+        for (int ks = 0; ks < TP_BK; ks += 8) {
+            unsigned int af[TP_MI][4], bf[TP_NI][2];
+#pragma unroll
+            for (int i = 0; i < TP_MI; ++i) {
+                const int r = wm0 + i * 16 + g;
+                af[i][0] = tp_tf32(as[cur][ks + t][r]);
+                af[i][1] = tp_tf32(as[cur][ks + t][r + 8]);
+                af[i][2] = tp_tf32(as[cur][ks + t + 4][r]);
+                af[i][3] = tp_tf32(as[cur][ks + t + 4][r + 8]);
+            }
+#pragma unroll
+            for (int j = 0; j < TP_NI; ++j) {
+                const int n = wn0 + j * 8 + g;
+                bf[j][0] = tp_tf32(bs[cur][ks + t][n]);
+                bf[j][1] = tp_tf32(bs[cur][ks + t + 4][n]);
+            }
+#pragma unroll
+            for (int i = 0; i < TP_MI; ++i)
+#pragma unroll
+                for (int j = 0; j < TP_NI; ++j) tp_mma_tf32(c[i][j], af[i], bf[j]);
+        }
+        // This thread's copies have landed; after the barrier, everyone's have, and nobody
+        // reads the current stage any more.
+        tp_copy_wait_all();
+        __syncthreads();
+        cur ^= 1;
+    }
+    // Every warp is past its last fragment read (the barrier above): the stages become the tile.
+    CTile* cs = reinterpret_cast<CTile*>(smem);
+#pragma unroll
+    for (int i = 0; i < TP_MI; ++i)
+#pragma unroll
+        for (int j = 0; j < TP_NI; ++j) {
+            const int r = wm0 + i * 16 + g, n = wn0 + j * 8 + 2 * t;
+            *reinterpret_cast<float2*>(&cs[r][n]) = make_float2(c[i][j][0], c[i][j][1]);
+            *reinterpret_cast<float2*>(&cs[r + 8][n]) = make_float2(c[i][j][2], c[i][j][3]);
+        }
+    __syncthreads();
+    const int tx = threadIdx.x % TP_TX, ty = threadIdx.x / TP_TX;
+#pragma unroll
+    for (int i = 0; i < TP_TM; ++i) tp_read_shared<TP_TN>(&cs[ty * TP_TM + i][tx * TP_TN], acc[i]);
+}
+#endif
 
 #if TP_EPI_RED > 0
 // The block's sums of the reduced epilogue outputs per column (`red[j][r]`: this thread's rows

@@ -27,7 +27,7 @@ pub use crate::train::callbacks::{
 pub use crate::train::logdir::LogDirAction;
 pub use crate::train::{
     BackendChoice, Callback, CallbackFactory, DistributedTrainer, FeedInput, JSONWriter, ModelDesc,
-    ModelFn, OfflinePredictor, OnlinePredictor, ParameterServerTrainer, PredictConfig, QueueInput,
-    ReplicatedTrainer, SaverRestore, ScalarPrinter, SimpleTrainer, TFEventWriter, TrainConfig,
-    TrainContext, TrainError, TrainReport, Trainer, launch_train_with_config,
+    ModelFn, OfflinePredictor, OnlinePredictor, ParameterServerTrainer, Precision, PredictConfig,
+    QueueInput, ReplicatedTrainer, SaverRestore, ScalarPrinter, SimpleTrainer, TFEventWriter,
+    TrainConfig, TrainContext, TrainError, TrainReport, Trainer, launch_train_with_config,
 };

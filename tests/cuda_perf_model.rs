@@ -224,6 +224,7 @@ fn calibration() -> Vec<(usize, f64, f64, usize)> {
             shared_bytes: m.shared_bytes + o.dynamic_shared,
             registers: Some(m.registers),
             flops: o.flops,
+            tensor_flops: 0.0,
             dram_bytes: o.dram_bytes,
             block_counts: Some(BlockCounts {
                 warp_instructions: o.warp_instructions,
@@ -377,4 +378,70 @@ fn no_launch_of_the_example_programs_leaves_the_gpu_mostly_idle() {
         );
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// The predicted ResNet-20 b128 training step on the H100 model in TF32 (tensor-core GEMMs)
+/// against FP32: printed (`-- --nocapture`) for `kernels/README.md`, and TF32 must be predicted
+/// faster — a prediction, not a measurement.
+#[test]
+fn the_tf32_resnet20_b128_step_is_predicted_faster_than_fp32() {
+    use towerpack::lower::{LowerOptions, Precision, lower};
+    cuda_common::require_nvrtc();
+    let _ = cuda_common::ptxas();
+    let (graph, step) = launch_report::training_step(resnet20(), 128, 1).expect("step");
+    let compiler = Compiler::new(nvrtc::default_cache_dir()).expect("NVRTC");
+    let mut totals = Vec::new();
+    for precision in [Precision::Fp32, Precision::Tf32] {
+        let options = LowerOptions {
+            precision,
+            ..towerpack::backend::cuda::CudaOptions::default().lower
+        };
+        let program = lower(&graph, &step, 128, &options).expect("lower");
+        let rows = perf::launch_report(&program, &compiler, &H100_SXM, true).expect("report");
+        // The GEMM launch shapes: kind, tile and split of K, with how many launches take each.
+        let mut shapes: std::collections::BTreeMap<String, usize> = Default::default();
+        for i in 0..program.kernels.len() {
+            let Ok(KernelPlan::Launch(r)) = render::render_kernel(&program, i) else {
+                continue;
+            };
+            let value = |name: &str| {
+                r.generated.lines().find_map(|l| {
+                    let rest = l.strip_prefix(&format!("#define {name} "))?;
+                    Some(
+                        rest.trim_start_matches("((int)")
+                            .trim_end_matches(')')
+                            .to_string(),
+                    )
+                })
+            };
+            if let (Some(bm), Some(bn), Some(split)) =
+                (value("TP_BM"), value("TP_BN"), value("TP_SPLIT_K"))
+            {
+                let kind = program.kernels[i].kind.name();
+                *shapes
+                    .entry(format!("{kind} {bm}x{bn} split {split}"))
+                    .or_default() += 1;
+            }
+        }
+        for (shape, n) in &shapes {
+            eprintln!("{precision}: {n:>3} × {shape}");
+        }
+        let gemm: f64 = rows
+            .iter()
+            .filter(|r| r.body.starts_with("conv2d") || r.body == "matmul.cu")
+            .map(|r| r.prediction.us)
+            .sum();
+        eprintln!(
+            "{precision}: GEMM family {gemm:.1} µs\n{}",
+            perf::summary(&rows, &H100_SXM)
+        );
+        totals.push(perf::step_us(&rows));
+    }
+    eprintln!(
+        "predicted step: fp32 {:.1} µs, tf32 {:.1} µs ({:.2}×)",
+        totals[0],
+        totals[1],
+        totals[0] / totals[1]
+    );
+    assert!(totals[1] < totals[0], "{totals:?}");
 }

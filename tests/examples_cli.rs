@@ -360,6 +360,7 @@ fn the_examples_share_their_common_flags() {
         "--load",
         "--device",
         "--threads",
+        "--precision",
     ];
     for name in ["resnet", "mnist", "gan", "train_mnist_distributed"] {
         let out = Command::new(example(name))

@@ -1,5 +1,6 @@
 //! The command-line flags every example shares, with one meaning everywhere: `--logdir`,
-//! `--fresh`, `--max-epoch`, `--steps-per-epoch`, `--seed`, `--load`, `--device`, `--threads`.
+//! `--fresh`, `--max-epoch`, `--steps-per-epoch`, `--seed`, `--load`, `--device`, `--threads`,
+//! `--precision`.
 //! An example flattens [`CommonArgs`] into its own flags and parses them with [`parse`], which
 //! writes the example's own defaults into the help.
 
@@ -7,7 +8,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser};
 use towerpack::train::logdir::LogDirAction;
-use towerpack::train::{BackendChoice, SaverRestore, TrainConfig};
+use towerpack::train::{BackendChoice, Precision, SaverRestore, TrainConfig};
 
 /// The flags every example shares.
 #[derive(Args, Debug, Clone)]
@@ -42,6 +43,10 @@ pub struct CommonArgs {
     /// CPU worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// How matrix products and convolutions multiply: fp32, or tf32 (tensor cores on a CUDA
+    /// device; the CPU has no TF32 units and computes in f32). Checkpoints are f32 either way.
+    #[arg(long, default_value = "fp32")]
+    pub precision: Precision,
 }
 
 /// An example's defaults for the shared flags that have no common one.
@@ -101,6 +106,7 @@ impl CommonArgs {
             })
             .seed(self.seed)
             .backend(self.backend())
+            .precision(self.precision)
             .auto_resume(true);
         if let Some(steps) = self.steps_per_epoch {
             config = config.steps_per_epoch(steps);

@@ -16,7 +16,7 @@ use towerpack::backend::cuda::CudaOptions;
 use towerpack::backend::cuda::nvrtc::{self, Compiler};
 use towerpack::backend::cuda::perf::{self, GpuSpec, LaunchRow};
 use towerpack::ir::Graph;
-use towerpack::lower::{Program, lower};
+use towerpack::lower::{LowerOptions, Precision, Program, lower};
 use towerpack::optim::increment_global_step;
 use towerpack::train::{
     DummyConstantInput, GraphSetup, InputSource, ModelDesc, SimpleTrainer, Trainer,
@@ -54,8 +54,22 @@ pub fn training_program(
     batch: usize,
     seed: u64,
 ) -> Result<Program, Box<dyn Error>> {
+    training_program_in(model, batch, seed, Precision::Fp32)
+}
+
+/// [`training_program`] at `precision`.
+pub fn training_program_in(
+    model: Arc<dyn ModelDesc>,
+    batch: usize,
+    seed: u64,
+    precision: Precision,
+) -> Result<Program, Box<dyn Error>> {
     let (graph, step) = training_step(model, batch, seed)?;
-    Ok(lower(&graph, &step, batch, &CudaOptions::default().lower)?)
+    let options = LowerOptions {
+        precision,
+        ..CudaOptions::default().lower
+    };
+    Ok(lower(&graph, &step, batch, &options)?)
 }
 
 /// The launch report of `model`'s training step at `batch` on `gpu`.
@@ -65,20 +79,33 @@ pub fn report(
     seed: u64,
     gpu: &GpuSpec,
 ) -> Result<Vec<LaunchRow>, Box<dyn Error>> {
-    let program = training_program(model, batch, seed)?;
+    report_in(model, batch, seed, Precision::Fp32, gpu)
+}
+
+/// [`report`] at `precision`.
+pub fn report_in(
+    model: Arc<dyn ModelDesc>,
+    batch: usize,
+    seed: u64,
+    precision: Precision,
+    gpu: &GpuSpec,
+) -> Result<Vec<LaunchRow>, Box<dyn Error>> {
+    let program = training_program_in(model, batch, seed, precision)?;
     let compiler = Compiler::new(nvrtc::default_cache_dir())?;
     Ok(perf::launch_report(&program, &compiler, gpu, true)?)
 }
 
-/// Writes the report of `model` at `batch` on the H100 model to `file` and prints its summary.
+/// Writes the report of `model` at `batch` and `precision` on the H100 model to `file` and
+/// prints its summary.
 pub fn write(
     model: Arc<dyn ModelDesc>,
     batch: usize,
     seed: u64,
+    precision: Precision,
     file: &Path,
 ) -> Result<(), Box<dyn Error>> {
     let gpu = perf::H100_SXM;
-    let rows = report(model, batch, seed, &gpu)?;
+    let rows = report_in(model, batch, seed, precision, &gpu)?;
     std::fs::write(file, perf::json_lines(&rows))?;
     print!("{}", perf::summary(&rows, &gpu));
     println!("wrote {} launches to {}", rows.len(), file.display());

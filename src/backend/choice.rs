@@ -10,7 +10,7 @@ use super::cuda::{CudaOptions, CudaSession};
 use super::reference::ReferenceSession;
 use super::{BackendError, Placement, Session};
 use crate::ir::Graph;
-use crate::lower::LowerOptions;
+use crate::lower::{LowerOptions, Precision};
 
 /// Which backend runs the session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +51,20 @@ impl BackendChoice {
         placement: &Placement,
         bucket_bytes: Option<usize>,
     ) -> Result<Box<dyn Session>, BackendError> {
+        self.create_session_with(graph, placement, bucket_bytes, Precision::default())
+    }
+
+    /// [`create_session_on`](Self::create_session_on) with the matrix products and convolutions
+    /// in `precision` ([`LowerOptions::precision`]): TF32 tensor-core kernels on the CUDA
+    /// backends; f32 arithmetic on the CPU backend (a CPU has no TF32 units, as in PyTorch) and
+    /// the reference executor.
+    pub fn create_session_with(
+        self,
+        graph: Graph,
+        placement: &Placement,
+        bucket_bytes: Option<usize>,
+        precision: Precision,
+    ) -> Result<Box<dyn Session>, BackendError> {
         Ok(match self {
             BackendChoice::Cpu { threads } => {
                 let mut options = CpuOptions {
@@ -58,26 +72,28 @@ impl BackendChoice {
                     ..CpuOptions::default()
                 };
                 set_bucket_bytes(&mut options.lower, bucket_bytes);
+                options.lower.precision = precision;
                 let mut session = CpuSession::new(graph, options)?;
                 session.place(placement)?;
                 Box::new(session)
             }
+            // The reference executor computes in f32 whatever the precision.
             BackendChoice::Reference => Box::new(ReferenceSession::new(graph)?),
             #[cfg(feature = "cuda")]
             BackendChoice::Cuda { devices } => {
                 check_cuda_placement(placement, Device::Cuda, "cuda")?;
-                let options = cuda_options(bucket_bytes);
+                let options = cuda_options(bucket_bytes, precision);
                 Box::new(CudaSession::gpu(graph, devices, options)?)
             }
             #[cfg(feature = "cuda")]
             BackendChoice::CudaEmu { devices } => {
                 check_cuda_placement(placement, Device::CudaEmu, "cuda-emu")?;
-                let options = cuda_options(bucket_bytes);
+                let options = cuda_options(bucket_bytes, precision);
                 Box::new(CudaSession::emulated(graph, devices, options)?)
             }
             #[cfg(not(feature = "cuda"))]
             BackendChoice::Cuda { .. } | BackendChoice::CudaEmu { .. } => {
-                let _ = (graph, placement, bucket_bytes);
+                let _ = (graph, placement, bucket_bytes, precision);
                 return Err(BackendError::Unavailable {
                     backend: self.to_string(),
                     reason: "this towerpack was built without its `cuda` feature (it is on by \
@@ -89,11 +105,12 @@ impl BackendChoice {
     }
 }
 
-/// The CUDA backend's options with the trainer's bucket size.
+/// The CUDA backend's options with the trainer's bucket size and precision.
 #[cfg(feature = "cuda")]
-fn cuda_options(bucket_bytes: Option<usize>) -> CudaOptions {
+fn cuda_options(bucket_bytes: Option<usize>, precision: Precision) -> CudaOptions {
     let mut options = CudaOptions::default();
     set_bucket_bytes(&mut options.lower, bucket_bytes);
+    options.lower.precision = precision;
     options
 }
 

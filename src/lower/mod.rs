@@ -32,6 +32,7 @@ pub mod layout;
 pub mod memplan;
 pub mod passes;
 pub mod pipeline;
+pub mod precision;
 pub mod program;
 pub mod verify;
 pub mod views;
@@ -44,6 +45,7 @@ pub use error::LowerError;
 pub use expr::{ExprId, ExprOp, FusedExpr};
 pub use layout::{StateLayout, StateSlot};
 pub use pipeline::{Dump, Lowered, Pass, PassContext, PassReport, Pipeline};
+pub use precision::{Precision, PrecisionParseError};
 pub use program::{
     Bucket, Buffer, BufferId, ConvGeom, Epilogue, Kernel, KernelKind, MatMulGeom, PoolGeom,
     Program, Region, Storage, View,
@@ -78,6 +80,10 @@ pub struct LowerOptions {
     /// means (no unwritten or overwritten bytes), ranges are whole, devices are ordered. On
     /// by default: about 2 ms for ResNet-50's step, 1.5% of its lowering.
     pub verify: bool,
+    /// How matrix products and convolutions multiply ([`Precision`]; default f32). Recorded on
+    /// the [`Program`] (`Program::precision`): the CUDA backend renders TF32 tensor-core GEMMs
+    /// for [`Precision::Tf32`]; the CPU backend, which has no TF32 units, computes in f32.
+    pub precision: Precision,
 }
 
 /// Default bucket size of fused updates: Horovod's tensor-fusion threshold.
@@ -93,6 +99,7 @@ impl Default for LowerOptions {
             epilogue_reductions: true,
             in_place_assigns: true,
             verify: true,
+            precision: Precision::Fp32,
         }
     }
 }

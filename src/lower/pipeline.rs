@@ -268,7 +268,10 @@ impl Pipeline {
             });
         }
         match ir {
-            Lowered::Program(p) => Ok((p, report)),
+            Lowered::Program(mut p) => {
+                p.precision = options.precision;
+                Ok((p, report))
+            }
             other => Err(LowerError::Pipeline(format!(
                 "the passes {:?} end with the {}, not a program",
                 self.names(),

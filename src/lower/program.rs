@@ -396,6 +396,9 @@ pub struct Program {
     pub waits: Vec<Vec<u32>>,
     /// The fused update kernels and their gradient arenas, in kernel order.
     pub buckets: Vec<Bucket>,
+    /// How its matrix products and convolutions multiply (from
+    /// [`LowerOptions::precision`](super::LowerOptions::precision)).
+    pub precision: super::Precision,
 }
 
 impl Program {
@@ -545,6 +548,10 @@ impl fmt::Display for Program {
             self.buffers.len(),
             self.peak_bytes()
         )?;
+        // FP32 programs print as before; another precision is named.
+        if self.precision != super::Precision::Fp32 {
+            writeln!(f, "precision: {}", self.precision)?;
+        }
         writeln!(f, "buffers:")?;
         for (i, b) in self.buffers.iter().enumerate() {
             let place = match b.storage {

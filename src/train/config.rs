@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 pub use crate::backend::BackendChoice;
 use crate::data::DataFlow;
+pub use crate::lower::Precision;
 
 use super::callback::Callback;
 use super::input::InputSource;
@@ -49,6 +50,10 @@ pub struct TrainConfig {
     /// Seeds graph randomness and variable initialization.
     pub seed: u64,
     pub backend: BackendChoice,
+    /// How the model's matrix products and convolutions multiply (default f32): TF32 runs them
+    /// on the tensor cores of the CUDA backend; the CPU backend has no TF32 units and computes
+    /// in f32 (as PyTorch's CPU does). Variables, checkpoints and every other op stay f32.
+    pub precision: Precision,
     /// Where files go (checkpoints, `stats.json`, events, and `log.log`, which the run appends
     /// its log lines to). Default: the logger dir set by `logdir::set_logger_dir`, if any.
     pub logdir: Option<PathBuf>,
@@ -73,6 +78,7 @@ impl Default for TrainConfig {
             max_epoch: 99_999,
             seed: 0,
             backend: BackendChoice::default(),
+            precision: Precision::default(),
             logdir: None,
             logdir_action: LogDirAction::Keep,
             resume: Resume::No,
@@ -152,6 +158,12 @@ impl TrainConfig {
     /// Sets the backend.
     pub fn backend(mut self, backend: BackendChoice) -> TrainConfig {
         self.backend = backend;
+        self
+    }
+
+    /// Sets the precision of matrix products and convolutions ([`Precision`]).
+    pub fn precision(mut self, precision: Precision) -> TrainConfig {
+        self.precision = precision;
         self
     }
 

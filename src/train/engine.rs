@@ -292,9 +292,10 @@ pub fn launch_train_with_config(
         crate::atomic_file::write_atomically(&path, crate::ir::text::print(&graph).as_bytes())
             .map_err(TrainError::io(&path))?;
     }
-    let mut session = config
-        .backend
-        .create_session_on(graph, &placement, bucket_bytes)?;
+    let mut session =
+        config
+            .backend
+            .create_session_with(graph, &placement, bucket_bytes, config.precision)?;
     session.initialize_variables(config.seed)?;
     let outcome = if is_chief {
         init.run_init(session.as_mut())?

@@ -315,6 +315,21 @@ impl Prepared {
             .map_or_else(Target::default, Target::with_multiprocessors);
         let plan =
             render::render_kernel_for(&self.program, i, &target).map_err(|e| kernel_error(k, e))?;
+        // TF32 GEMMs need the tensor cores of compute capability 8.0 (Ampere) or newer: say so
+        // rather than hand NVRTC an `mma` it rejects for the device.
+        let arch = driver.arch(device);
+        if let KernelPlan::Launch(r) = &plan
+            && arch.0 < 80
+            && r.generated.contains("#define TP_TF32 1")
+        {
+            let e = render::RenderError::Unsupported(format!(
+                "precision {} multiplies on tensor cores of compute capability 8.0 or newer; \
+                 device {device} is {}: use precision fp32 on it",
+                self.program.precision,
+                arch.sm()
+            ));
+            return Err(kernel_error(k, e));
+        }
         let action = match plan {
             KernelPlan::Empty => Action::Nothing,
             KernelPlan::AllReduce { op, len } => {

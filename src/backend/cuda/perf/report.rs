@@ -132,12 +132,16 @@ fn row(
     };
     let work = kernel_work(program, k);
     let shared_bytes = regs.map_or(m.static_shared, |r| r.shared_bytes) + m.dims.shared_bytes;
+    // TF32 programs multiply on the tensor cores in the GEMM family (the bodies rendered with
+    // TP_TF32).
+    let tensor = r.generated.contains("#define TP_TF32 1");
     let launch = Launch {
         grid: m.dims.grid,
         block: m.dims.block,
         shared_bytes,
         registers: regs.map(|r| r.registers),
-        flops: work.flops,
+        flops: if tensor { 0.0 } else { work.flops },
+        tensor_flops: if tensor { work.flops } else { 0.0 },
         dram_bytes: work.dram_bytes,
         block_counts: Some(m.counts),
     };

@@ -13,6 +13,8 @@ pub struct GpuSpec {
     pub clock_ghz: f64,
     /// Peak FP32 throughput (an FMA is two operations), TFLOP/s.
     pub fp32_tflops: f64,
+    /// Peak dense TF32 tensor-core throughput (an FMA is two operations), TFLOP/s.
+    pub tf32_tflops: f64,
     /// DRAM bandwidth, GB/s.
     pub dram_gbs: f64,
     /// Per SM: resident threads, resident blocks, 32-bit registers, shared memory bytes.
@@ -39,7 +41,8 @@ pub struct GpuSpec {
     pub launch_us: f64,
 }
 
-/// NVIDIA H100 SXM5 80 GB (HBM3): 132 SMs at 1.98 GHz boost, 67 TFLOP/s FP32, 3.35 TB/s.
+/// NVIDIA H100 SXM5 80 GB (HBM3): 132 SMs at 1.98 GHz boost, 67 TFLOP/s FP32, 495 TFLOP/s
+/// dense TF32 on the tensor cores, 3.35 TB/s.
 /// Latencies calibrated against Nsight Compute's times of towerpack's kernels on one
 /// (`../shared/reference/gpu-h100.md`; `tests/cuda_perf_model.rs` checks the fit).
 pub const H100_SXM: GpuSpec = GpuSpec {
@@ -48,6 +51,9 @@ pub const H100_SXM: GpuSpec = GpuSpec {
     sms: 132,
     clock_ghz: 1.98,
     fp32_tflops: 67.0,
+    // NVIDIA H100 SXM5 datasheet: TF32 Tensor Core 989 TFLOP/s with 2:4 sparsity, half of it
+    // dense (the figure issue 17 quotes: 495).
+    tf32_tflops: 494.7,
     dram_gbs: 3350.0,
     max_threads_per_sm: 2048,
     max_blocks_per_sm: 32,

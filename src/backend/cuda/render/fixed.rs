@@ -14,7 +14,7 @@ use super::{
 };
 use crate::backend::cuda::bodies::Body;
 use crate::ir::PoolKind;
-use crate::lower::{ConvGeom, Kernel, KernelKind, PoolGeom, Program, View};
+use crate::lower::{ConvGeom, Kernel, KernelKind, PoolGeom, Precision, Program, View};
 use std::fmt::Write as _;
 
 fn grid_dim(what: &str, blocks: usize, limit: usize) -> Result<u32, RenderError> {
@@ -37,6 +37,8 @@ struct Gemm {
     z: usize,
     vec_a: bool,
     vec_b: bool,
+    /// The program's precision: TF32 takes the tensor-core variant of the core.
+    precision: Precision,
 }
 
 /// Chooses the launch of `gm` for `target` (`red_outputs` per-channel epilogue reductions; no
@@ -58,7 +60,8 @@ fn tiled(
             });
         }
     }
-    let l = launch::gemm(
+    let l = launch::gemm_in(
+        gm.precision,
         gm.m,
         gm.n,
         gm.k,
@@ -84,11 +87,25 @@ fn tiled(
     }
     g.push_str(&constant("TP_VEC_A", "int", if gm.vec_a { 4 } else { 1 }));
     g.push_str(&constant("TP_VEC_B", "int", if gm.vec_b { 4 } else { 1 }));
-    g.push_str(&define("TP_MIN_BLOCKS", t.min_blocks()));
+    let tensor = gm.precision.tensor_cores() && t.tensor_warps().is_some();
+    g.push_str(&define(
+        "TP_MIN_BLOCKS",
+        if tensor {
+            t.tensor_min_blocks()
+        } else {
+            t.min_blocks()
+        },
+    ));
     g.push_str(&define("TP_SPLIT_K", l.split.parts));
     g.push_str(&constant("TP_K_CHUNK", "int", l.split.chunk.max(1)));
     g.push_str(&define("TP_GROUP", l.group));
     g.push_str(&define("TP_EPI_RED", red_outputs));
+    // The tensor-core variant of the core (FP32 programs' generated parts stay as they were).
+    if let (true, Some((wm, wn))) = (tensor, t.tensor_warps()) {
+        g.push_str(&define("TP_TF32", 1));
+        g.push_str(&define("TP_WARPS_M", wm));
+        g.push_str(&define("TP_WARPS_N", wn));
+    }
     // The combine's slots, members, group and partial length, when partials cross blocks.
     let combine = if l.split.parts > 1 {
         Some((gx * gy * gm.z, l.split.parts, l.group, t.bm * t.bn))
@@ -252,6 +269,7 @@ pub fn render(
                 int_const(&mut g, name, v)?;
             }
             let gm = Gemm {
+                precision: program.precision,
                 m: mg.m,
                 n: mg.n,
                 k: mg.k,
@@ -277,6 +295,7 @@ pub fn render(
             let groups = cg.groups.max(1);
             let (cgr, og) = (cg.c / groups, cg.o / groups);
             let gm = Gemm {
+                precision: program.precision,
                 m: cg.n * cg.oh * cg.ow,
                 n: og,
                 k: cg.kh * cg.kw * cgr,
@@ -305,6 +324,7 @@ pub fn render(
             let (cgr, og) = (cg.c / groups, cg.o / groups);
             let vec = og.is_multiple_of(4) && cg.o.is_multiple_of(4);
             let gm = Gemm {
+                precision: program.precision,
                 m: cg.n * cg.h * cg.w,
                 n: cgr,
                 k: cg.kh * cg.kw * og,
@@ -328,6 +348,7 @@ pub fn render(
             let groups = cg.groups.max(1);
             let (cgr, og) = (cg.c / groups, cg.o / groups);
             let gm = Gemm {
+                precision: program.precision,
                 m: cg.kh * cg.kw * cgr,
                 n: og,
                 k: cg.n * cg.oh * cg.ow,

@@ -8,6 +8,8 @@
 //! the device holds resident ([`Target::resident`]) whenever the work allows blocks of at least
 //! the minimum size. Blocks are [`BLOCK`](super::BLOCK) threads everywhere.
 
+use crate::lower::Precision;
+
 /// What the launch shapes are chosen for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Target {
@@ -163,12 +165,73 @@ impl Tile {
         }
     }
 
+    /// [`min_blocks`](Self::min_blocks) of the tensor-core variant: as the SIMT core's, but
+    /// small register blocks get 4 (≤ 64 registers) rather than ptxas's own choice, which
+    /// spilled 4 bytes at 32 registers for the split 32×32 tile on sm_80 (ptxas 12.9).
+    pub fn tensor_min_blocks(&self) -> usize {
+        match self.min_blocks() {
+            0 => 4,
+            n => n,
+        }
+    }
+
     /// Blocks resident per SM, as the registers allow (64 K per SM).
     pub fn blocks_per_sm(&self) -> usize {
         match self.min_blocks() {
             0 => 3,
             n => n,
         }
+    }
+
+    /// The warp layout of the tensor-core variant (`TP_WARPS_M × TP_WARPS_N` warps over the
+    /// tile, each warp a `bm/warps_m × bn/warps_n` tile of m16n8 fragments), or `None` when the
+    /// tile has fewer than 8 such fragments (32×16, 16×16: no TF32 variant). Of the layouts,
+    /// the one reading the fewest shared words per `mma` (`(4·mi + 2·ni) / (mi·ni)`).
+    pub fn tensor_warps(&self) -> Option<(usize, usize)> {
+        let warps = BLOCK_WARPS;
+        [1, 2, 4, 8]
+            .into_iter()
+            .filter_map(|wm| {
+                let (wtm, wtn) = (self.bm / wm, self.bn / (warps / wm));
+                let ok = self.bm.is_multiple_of(wm)
+                    && self.bn.is_multiple_of(warps / wm)
+                    && wtm.is_multiple_of(16)
+                    && wtn.is_multiple_of(8)
+                    && wtm > 0
+                    && wtn > 0;
+                ok.then(|| {
+                    let (mi, ni) = (wtm / 16, wtn / 8);
+                    let words = (4 * mi + 2 * ni) as f64 / (mi * ni) as f64;
+                    (words, (wm, warps / wm))
+                })
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, layout)| layout)
+    }
+
+    /// Like [`efficiency`](Self::efficiency) for the tensor-core variant, against the same FP32
+    /// peak (so it exceeds 1): an SM's tensor cores do [`TENSOR_FMA_RATIO`] times its FP32
+    /// FMAs, one m16n8k8 `mma` (1024 FMAs) per clock, but each `mma` of a warp tile of
+    /// `mi × ni` fragments waits for `(4·mi + 2·ni) / (mi·ni)` shared-memory wavefronts (one per
+    /// clock per SM) and issues about twice as many instructions (loads and `cvt`s; 4 per clock
+    /// per SM), so the slower of the three sets the pace.
+    pub fn tensor_efficiency(&self) -> f64 {
+        let Some((wm, wn)) = self.tensor_warps() else {
+            return self.efficiency();
+        };
+        let (mi, ni) = ((self.bm / wm / 16) as f64, (self.bn / wn / 8) as f64);
+        let words = (4.0 * mi + 2.0 * ni) / (mi * ni);
+        let issue = (2.0 * (4.0 * mi + 2.0 * ni) + mi * ni) / (mi * ni) / 4.0;
+        TENSOR_FMA_RATIO / words.max(issue).max(1.0)
+    }
+
+    /// Bytes of static shared memory of the tensor-core variant: the stages of
+    /// [`shared_bytes`](Self::shared_bytes) or, when larger, the accumulator tile they become
+    /// after the K loop (`bm × (bn + 8)` floats), the flag and the epilogue reductions' sums.
+    pub fn tensor_shared_bytes(&self, red_outputs: usize) -> usize {
+        let stages = 2 * GEMM_BK * (self.bm + 4 + self.bn + 4);
+        let c = self.bm * (self.bn + 8);
+        stages.max(c) * 4 + 16 + 8 * red_outputs * self.bn * 4
     }
 
     /// Bytes of static shared memory: two stages of `BK × (bm + 4)` and `BK × (bn + 4)` floats,
@@ -178,6 +241,16 @@ impl Tile {
         2 * GEMM_BK * (self.bm + 4 + self.bn + 4) * 4 + 16 + 8 * red_outputs * self.bn * 4
     }
 }
+
+/// Warps in a block of [`BLOCK`](super::BLOCK) threads.
+const BLOCK_WARPS: usize = super::BLOCK as usize / 32;
+
+/// Dense TF32 tensor-core FMAs per FP32 FMA of one H100 SM per clock: 1024 against 128 (NVIDIA
+/// H100 Tensor Core GPU Architecture whitepaper, table "H100 SXM5 … per SM": 1024 dense TF32
+/// FMA/clock/SM vs 128 FP32; the datasheet's 495 dense TF32 TFLOP/s against 67 FP32 TFLOP/s is
+/// 7.4×, its tensor figure being quoted at a lower clock). An A100 SM has the same 8:1 ratio at
+/// half of each (512 : 64).
+pub const TENSOR_FMA_RATIO: f64 = 8.0;
 
 /// Static shared memory a block may declare.
 pub const MAX_SHARED: usize = 48 << 10;
@@ -220,8 +293,11 @@ impl GemmLaunch {
 /// A float moved by a split's combining block costs about this many FMAs of block time.
 const COMBINE_WORD: f64 = 16.0;
 
-/// The estimated time (in FMA-slots of one SM) of `t` with `s` over the problem.
+/// The estimated time (in FMA-slots of one SM) of `t` with `s` over the problem (its
+/// tensor-core variant when `tensor`).
+#[allow(clippy::too_many_arguments)]
 fn gemm_cost(
+    tensor: bool,
     t: &Tile,
     s: &Split,
     group: usize,
@@ -236,7 +312,12 @@ fn gemm_cost(
     let waves = blocks.div_ceil(target.resident(occ)) as f64;
     let area = (t.bm * t.bn) as f64;
     // Main loop, then the epilogue's per-output work.
-    let block = area * s.chunk.next_multiple_of(GEMM_BK) as f64 / t.efficiency() + 4.0 * area;
+    let efficiency = if tensor {
+        t.tensor_efficiency()
+    } else {
+        t.efficiency()
+    };
+    let block = area * s.chunk.next_multiple_of(GEMM_BK) as f64 / efficiency + 4.0 * area;
     let combine = if s.parts > 1 {
         let groups = s.parts.div_ceil(group);
         (group + if groups > 1 { groups } else { 0 }) as f64 * area * COMBINE_WORD
@@ -270,8 +351,32 @@ pub fn gemm(
     red_outputs: usize,
     target: &Target,
 ) -> GemmLaunch {
+    gemm_in(Precision::Fp32, m, n, k, z, may_split, red_outputs, target)
+}
+
+/// [`gemm`] for a program of `precision`: with TF32, among the tiles that have a tensor-core
+/// variant ([`Tile::tensor_warps`]) and by its cost ([`Tile::tensor_efficiency`]); a forced
+/// tile without one falls back to the choice among those.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_in(
+    precision: Precision,
+    m: usize,
+    n: usize,
+    k: usize,
+    z: usize,
+    may_split: bool,
+    red_outputs: usize,
+    target: &Target,
+) -> GemmLaunch {
+    let tensor = precision.tensor_cores();
     let mut best: Option<((bool, f64), GemmLaunch)> = None;
-    let fits = |t: &Tile| t.shared_bytes(red_outputs) <= MAX_SHARED;
+    let fits = |t: &Tile| {
+        if tensor {
+            t.tensor_warps().is_some() && t.tensor_shared_bytes(red_outputs) <= MAX_SHARED
+        } else {
+            t.shared_bytes(red_outputs) <= MAX_SHARED
+        }
+    };
     let candidates: Vec<Tile> = match target.tile.filter(fits) {
         Some(t) => vec![t],
         None => TILES.into_iter().filter(fits).collect(),
@@ -303,7 +408,10 @@ pub fn gemm(
             };
             let group = combine_group(s.parts);
             let idle = tiles * s.parts < target.multiprocessors as usize;
-            let cost = (idle, gemm_cost(&t, &s, group, m, n, z.max(1), target));
+            let cost = (
+                idle,
+                gemm_cost(tensor, &t, &s, group, m, n, z.max(1), target),
+            );
             if best.as_ref().is_none_or(|(c, _)| cost < *c) {
                 best = Some((
                     cost,
@@ -323,7 +431,13 @@ pub fn gemm(
     }
     best.map_or(
         GemmLaunch {
-            tile: TILES[TILES.len() - 1],
+            // Every tile fits without epilogue reductions; 32×32 is the smallest with a
+            // tensor-core variant.
+            tile: if tensor {
+                TILES[10]
+            } else {
+                TILES[TILES.len() - 1]
+            },
             split: Split::whole(k),
             group: 1,
         },
@@ -399,6 +513,46 @@ mod tests {
         // Without the permission to split, the same problem runs on a handful of blocks.
         let unsplit = gemm(144, 16, 131_072, 1, false, 0, &h100);
         assert_eq!(unsplit.split.parts, 1);
+    }
+
+    #[test]
+    fn tensor_core_tiles_have_a_warp_layout_and_fit_with_epilogue_reductions() {
+        let with: Vec<Tile> = TILES
+            .into_iter()
+            .filter(|t| t.tensor_warps().is_some())
+            .collect();
+        assert_eq!(with.len(), 11, "all but 32×16 and 16×16");
+        for t in with {
+            let (wm, wn) = t.tensor_warps().unwrap();
+            assert_eq!(wm * wn, 8, "{t:?}");
+            assert_eq!((t.bm / wm) % 16 + (t.bn / wn) % 8, 0, "{t:?}");
+            // Without epilogue reductions every one fits; with 4 (batch norm's backward sums)
+            // 64×128 does not (its 64 × 136 accumulator tile and 16 KB of warp sums) and is
+            // left out by `gemm_in`.
+            assert!(t.tensor_shared_bytes(0) <= MAX_SHARED, "{t:?}");
+            assert_eq!(
+                t.tensor_shared_bytes(4) <= MAX_SHARED,
+                (t.bm, t.bn) != (64, 128),
+                "{t:?}"
+            );
+            assert!(t.tensor_efficiency() > t.efficiency(), "{t:?}");
+        }
+        assert_eq!(tile(256, 16, 4, 4).tensor_warps(), Some((8, 1)));
+        assert_eq!(tile(128, 64, 8, 4).tensor_warps(), Some((4, 2)));
+        // Every TF32 launch takes a tile with a tensor-core variant, even a tiny one.
+        let h100 = Target::default();
+        for (m, n, k) in [
+            (3, 5, 7),
+            (131_072, 16, 144),
+            (144, 16, 131_072),
+            (8192, 64, 576),
+        ] {
+            for red in [0, 4] {
+                let g = gemm_in(Precision::Tf32, m, n, k, 1, red == 0, red, &h100);
+                assert!(g.tile.tensor_warps().is_some(), "{g:?}");
+                assert!(g.tile.tensor_shared_bytes(red) <= MAX_SHARED, "{g:?}");
+            }
+        }
     }
 
     #[test]
