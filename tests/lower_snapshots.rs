@@ -1,36 +1,36 @@
 //! The printed `Program`s of the MLP (784-512-512-10) and CIFAR ResNet-20 training steps
 //! (forward, backward, Momentum update, BatchNorm moving averages, the step counter), built by
-//! `TrainingGraph` exactly as `MinimalTrainer` runs them, at batch 2 so the text stays small
-//! and stable. Fusion guards bound each program's kernels (a fusion regression adds kernels or
-//! kernel outputs) and its planned peak scratch memory.
+//! `build_training_graph` exactly as `SimpleTrainer` builds them, at batch 2 so the text stays
+//! small and stable. Fusion guards bound each program's kernels (a fusion regression adds
+//! kernels or kernel outputs) and its planned peak scratch memory.
 
 use towerpack::dsl::{InputSpec, Tensor};
 use towerpack::lower::{KernelKind, LowerOptions, Program, Storage, lower};
 use towerpack::models::{CifarResNet, Mlp};
 use towerpack::optim::Optimizer;
-use towerpack::train::minimal::{MinimalOptions, TrainingGraph};
+use towerpack::train::{ModelFn, build_training_graph};
 
 /// The batch of the snapshotted programs.
 const BATCH: usize = 2;
 
-fn program(signature: &[InputSpec], tower: impl Fn(&[Tensor]) -> Tensor, batch: usize) -> Program {
-    let options = MinimalOptions {
-        inference: false,
-        ..MinimalOptions::default()
-    };
-    let tg = TrainingGraph::build(signature, tower, &Optimizer::momentum(0.1, 0.9), &options)
-        .expect("training graph");
+fn program(
+    signature: Vec<InputSpec>,
+    tower: impl Fn(&[Tensor]) -> Tensor + Send + Sync + 'static,
+    batch: usize,
+) -> Program {
+    let model = ModelFn::new(signature, tower, Optimizer::momentum(0.1, 0.9));
+    let tg = build_training_graph(&model, 0).expect("training graph");
     lower(&tg.graph, &tg.step, batch, &LowerOptions::default()).expect("lower")
 }
 
 fn mlp_program(batch: usize) -> Program {
     let m = Mlp::default();
-    program(&m.inputs(), |x| m.build(x), batch)
+    program(m.inputs(), move |x| m.build(x), batch)
 }
 
 fn resnet20_program(batch: usize) -> Program {
     let m = CifarResNet::new(3);
-    program(&m.inputs(), |x| m.build(x), batch)
+    program(m.inputs(), move |x| m.build(x), batch)
 }
 
 fn snapshot(name: &str, p: &Program) {

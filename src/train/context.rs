@@ -250,17 +250,15 @@ impl TrainContext {
                  no model"
             ))
         })?;
-        let signature = model.inputs();
         let vs_name = self
             .info
             .towers
             .first()
             .map_or(String::new(), |t| t.vs_name.clone());
         let what = format!("building inference tower `{ns_name}`");
-        let built = self.with_builder(&what, |b| {
-            build_inference_tower(b, &signature, ns_name, &vs_name, &|x| model.build_graph(x))
-        })?;
-        Ok(built?)
+        let seed = self.seed;
+        let graph = self.graph_mut(&what)?;
+        inference_tower_on(graph, seed, model.as_ref(), ns_name, &vs_name)
     }
 
     /// A predictor on tower `tower-pred-0` (built on first use, setup_graph only), tensorpack's
@@ -397,6 +395,23 @@ pub(crate) fn with_builder_on<R>(
             Err(e.into())
         }
     }
+}
+
+/// Builds an inference tower `ns_name` of `model` on `graph`, sharing the variables of the
+/// training tower with variable scope `vs_name` (what [`TrainContext::build_inference_tower`]
+/// and [`TrainingGraph::add_inference_tower`](super::tower_trainer::TrainingGraph) build).
+pub(crate) fn inference_tower_on(
+    graph: &mut Graph,
+    seed: u64,
+    model: &dyn ModelDesc,
+    ns_name: &str,
+    vs_name: &str,
+) -> Result<TowerHandle, TrainError> {
+    let signature = model.inputs();
+    let built = with_builder_on(graph, seed, |b| {
+        build_inference_tower(b, &signature, ns_name, vs_name, &|x| model.build_graph(x))
+    })?;
+    Ok(built?)
 }
 
 /// Seconds since the Unix epoch.
