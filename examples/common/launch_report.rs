@@ -17,7 +17,7 @@ use towerpack::backend::cuda::nvrtc::{self, Compiler};
 use towerpack::backend::cuda::perf::{self, GpuSpec, LaunchRow};
 use towerpack::ir::Graph;
 use towerpack::lower::{Program, lower};
-use towerpack::optim::increment_global_step;
+use towerpack::optim::add_step_counter;
 use towerpack::train::{
     DummyConstantInput, GraphSetup, InputSource, ModelDesc, SimpleTrainer, Trainer,
 };
@@ -43,8 +43,7 @@ pub fn training_step(
         model: Some(model),
     })?;
     let train_op = trainer.train_op().ok_or("the trainer built no train op")?;
-    let name = graph.unique_name("global_step_incr");
-    let increment = increment_global_step(&mut graph, &name)?;
+    let increment = add_step_counter(&mut graph)?;
     Ok((graph, Step::new(Vec::new(), vec![train_op, increment])))
 }
 

@@ -14,7 +14,7 @@ use crate::tensor::HostTensor;
 
 use super::checkpoint::{CheckpointManager, RetentionPolicy};
 use super::counters::{LoopCounters, ResumePoint};
-use super::error::TrainError;
+use super::error::{ConfigError, SetupError, TrainError};
 use super::input::InputSource;
 use super::model::ModelDesc;
 use super::monitor::proto::Event;
@@ -245,10 +245,9 @@ impl TrainContext {
     /// tower 0 (setup_graph only). Errors when the run has no model.
     pub fn build_inference_tower(&mut self, ns_name: &str) -> Result<TowerHandle, TrainError> {
         let model = self.model.clone().ok_or_else(|| {
-            TrainError::Config(format!(
-                "inference tower `{ns_name}` needs the model's tower function, but the run has \
-                 no model"
-            ))
+            TrainError::from(SetupError::NoModel {
+                what: format!("inference tower `{ns_name}`"),
+            })
         })?;
         let vs_name = self
             .info
@@ -360,10 +359,10 @@ impl TrainContext {
     /// state of the loop; then it calls every callback's `on_checkpoint_saved`.
     pub fn request_checkpoint(&mut self, dir: &Path) -> Result<(), TrainError> {
         if !self.checkpoints.managers.contains_key(dir) {
-            return Err(TrainError::Config(format!(
-                "checkpoint requested in {}, which no saver opened",
-                dir.display()
-            )));
+            return Err(ConfigError::CheckpointDirNotOpen {
+                dir: dir.to_path_buf(),
+            }
+            .into());
         }
         if !self.checkpoints.pending.iter().any(|d| d == dir) {
             self.checkpoints.pending.push(dir.to_path_buf());

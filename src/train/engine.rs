@@ -18,7 +18,7 @@ use super::config::{Resume, TrainConfig};
 use super::context::{Phase, ResumeInfo, TrainContext};
 use super::counters::{LoopCounters, ResumePoint};
 use super::dispatch::CallbackList;
-use super::error::TrainError;
+use super::error::{ConfigError, TrainError};
 use super::interrupt::{self, InterruptGuard};
 use super::monitors::{MonitorSetup, Monitors, default_monitors};
 use super::resume::{FoundResume, ResumeState, find_auto_resume};
@@ -185,14 +185,10 @@ pub fn launch_train_with_config(
         (Some(flow), None) => trainer.default_input(flow),
         (None, Some(input)) => input,
         (Some(_), Some(_)) => {
-            return Err(TrainError::Config(
-                "give either dataflow or data (an input source), not both".into(),
-            ));
+            return Err(ConfigError::DataflowAndInput.into());
         }
         (None, None) => {
-            return Err(TrainError::Config(
-                "no training data: give a dataflow or data (an input source)".into(),
-            ));
+            return Err(ConfigError::NoData.into());
         }
     };
     let mut ctx = TrainContext::new(Graph::new(), config.seed, input, config.model.clone());
@@ -223,10 +219,9 @@ pub fn launch_train_with_config(
     let steps_per_epoch = match config.steps_per_epoch {
         Some(s) => s,
         None => ctx.input.size().map(|n| n as u64).ok_or_else(|| {
-            TrainError::Config(format!(
-                "steps_per_epoch is not set and the input ({}) has no known size",
-                ctx.input.name()
-            ))
+            TrainError::from(ConfigError::UnknownEpochSize {
+                input: ctx.input.name().to_string(),
+            })
         })?,
     };
     ctx.counters = LoopCounters::new(steps_per_epoch, config.starting_epoch, config.max_epoch);

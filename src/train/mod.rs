@@ -88,7 +88,7 @@ pub use distributed::{
     DistributedOptions, DistributedTrainer, GradientEngine, HorovodTrainer, RankLogging,
 };
 pub use engine::{TrainReport, launch_train_with_config};
-pub use error::TrainError;
+pub use error::{ConfigError, DistributedError, SetupError, TrainError};
 pub use input::{DummyConstantInput, FeedInput, InputSource, QueueInput};
 pub use model::{ModelDesc, ModelFn};
 pub use monitors::{JSONWriter, Monitors, ScalarPrinter, TFEventWriter, TrainingMonitor};

@@ -16,7 +16,7 @@ use crate::optim::{ProcessedGradients, TrainOp, add_step_counter, process_gradie
 use crate::tower::{REGULARIZATION_LOSSES, UPDATE_OPS};
 
 use super::context::{inference_tower_on, with_builder_on};
-use super::error::TrainError;
+use super::error::{SetupError, TrainError};
 use super::input::{FeedInput, InputSource, QueueInput};
 use super::model::ModelDesc;
 use super::trainer::{BuiltGraph, GraphSetup, StepRunner, Trainer};
@@ -80,10 +80,10 @@ impl<S: TowerStrategy> Trainer for TowerTrainer<S> {
 
     fn setup_graph(&mut self, setup: &mut GraphSetup<'_>) -> Result<BuiltGraph, TrainError> {
         if self.train_op.is_some() {
-            return Err(TrainError::Config(format!(
-                "{}: setup_graph was already called",
-                self.strategy.name()
-            )));
+            return Err(SetupError::AlreadyBuilt {
+                trainer: self.strategy.name(),
+            }
+            .into());
         }
         let built = self.strategy.build(setup)?;
         self.train_op = Some(built.train_op);
@@ -92,7 +92,9 @@ impl<S: TowerStrategy> Trainer for TowerTrainer<S> {
 
     fn run_step(&mut self, runner: &mut StepRunner<'_>) -> Result<(), TrainError> {
         let op = self.train_op.ok_or_else(|| {
-            TrainError::Config("run_step before setup_graph: the trainer has no train op".into())
+            TrainError::from(SetupError::NotBuilt {
+                trainer: self.strategy.name(),
+            })
         })?;
         runner.hooked_run(&[], &[op])?;
         Ok(())
@@ -152,12 +154,14 @@ fn single_tower_graph(
     model: &dyn ModelDesc,
 ) -> Result<TowerGraph, TrainError> {
     let towers = training_towers_on_graph(graph, seed, model, 1, Strategy::Single)?;
-    let tower = &towers[0];
+    let tower = towers.first().ok_or_else(|| SetupError::NoTrainingTower {
+        trainer: SingleTower.name(),
+    })?;
     let grads = tower_gradients(graph, tower, "gradients")?;
     let (train, processed) = apply_optimizer(graph, model, &grads, "train_op")?;
-    let cost = tower
-        .cost
-        .ok_or_else(|| TrainError::Config("the training tower has no cost".into()))?;
+    let cost = tower.cost.ok_or_else(|| SetupError::NoCost {
+        tower: tower.ns_name.clone(),
+    })?;
     Ok(TowerGraph {
         train_op: train.train_op,
         built: BuiltGraph {
@@ -196,10 +200,17 @@ pub fn build_training_graph(model: &dyn ModelDesc, seed: u64) -> Result<Training
     let mut graph = Graph::new();
     let built = single_tower_graph(&mut graph, seed, model)?;
     let counter = add_step_counter(&mut graph)?;
-    let tower = built.built.towers[0].clone();
-    let cost = tower
-        .cost
-        .ok_or_else(|| TrainError::Config("the training tower has no cost".into()))?;
+    let tower = built
+        .built
+        .towers
+        .first()
+        .cloned()
+        .ok_or_else(|| SetupError::NoTrainingTower {
+            trainer: SingleTower.name(),
+        })?;
+    let cost = tower.cost.ok_or_else(|| SetupError::NoCost {
+        tower: tower.ns_name.clone(),
+    })?;
     let mut targets = vec![built.train_op, counter];
     targets.extend(graph.collection(UPDATE_OPS).iter().map(|v| v.node));
     Ok(TrainingGraph {
@@ -267,7 +278,9 @@ pub fn tower_gradients(
     prefix: &str,
 ) -> Result<Vec<(VarId, Value)>, TrainError> {
     let cost = tower.cost.ok_or_else(|| {
-        TrainError::Config(format!("tower `{}` is not a training tower", tower.ns_name))
+        TrainError::from(SetupError::NoCost {
+            tower: tower.ns_name.clone(),
+        })
     })?;
     let vars = tower.gradient_variables(graph);
     let set = gradients(graph, cost, &vars, prefix)?;

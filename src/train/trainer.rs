@@ -18,7 +18,7 @@ use crate::tensor::HostTensor;
 use super::callback::Callback;
 use super::context::TrainContext;
 use super::dispatch::CallbackList;
-use super::error::TrainError;
+use super::error::{SetupError, TrainError};
 use super::input::{InputSource, QueueInput};
 use super::model::ModelDesc;
 use super::resume::FoundResume;
@@ -86,9 +86,12 @@ pub struct GraphSetup<'a> {
 impl GraphSetup<'_> {
     /// The model; errors when the configuration has none.
     pub fn model(&self) -> Result<Arc<dyn ModelDesc>, TrainError> {
-        self.model
-            .clone()
-            .ok_or_else(|| TrainError::Config("this trainer needs a model".into()))
+        self.model.clone().ok_or_else(|| {
+            SetupError::NoModel {
+                what: "this trainer".into(),
+            }
+            .into()
+        })
     }
 
     /// The model's input signature.
