@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::backend::{Feed, Session, Step};
+use crate::data::FlowState;
 use crate::dsl::{Builder, TowerHandle, build_inference_tower};
 use crate::ir::{Graph, Value, VarId};
 use crate::optim::NumericCheck;
@@ -15,7 +16,6 @@ use crate::tensor::HostTensor;
 use super::checkpoint::{CheckpointManager, RetentionPolicy};
 use super::counters::{LoopCounters, ResumePoint};
 use super::error::{ConfigError, SetupError, TrainError};
-use super::input::InputSource;
 use super::model::ModelDesc;
 use super::monitor::proto::Event;
 use super::monitors::Monitors;
@@ -69,7 +69,9 @@ pub struct TrainContext {
     pub(crate) monitors: Monitors,
     pub(crate) model: Option<Arc<dyn ModelDesc>>,
     pub(crate) info: TrainingGraphInfo,
-    pub(crate) input: Box<dyn InputSource>,
+    /// The input source's consumed position, as of its last operation (the engine owns the
+    /// source and records its position here after every call that can move it).
+    pub(crate) input_position: Option<FlowState>,
     pub(crate) logdir: Option<PathBuf>,
     pub(crate) is_chief: bool,
     pub(crate) resumed: Option<ResumeInfo>,
@@ -78,12 +80,7 @@ pub struct TrainContext {
 }
 
 impl TrainContext {
-    pub(crate) fn new(
-        graph: Graph,
-        seed: u64,
-        input: Box<dyn InputSource>,
-        model: Option<Arc<dyn ModelDesc>>,
-    ) -> TrainContext {
+    pub(crate) fn new(graph: Graph, seed: u64, model: Option<Arc<dyn ModelDesc>>) -> TrainContext {
         TrainContext {
             counters: LoopCounters::new(0, 1, 1),
             phase: Phase::Building(graph),
@@ -91,7 +88,7 @@ impl TrainContext {
             monitors: Monitors::default(),
             model,
             info: TrainingGraphInfo::default(),
-            input,
+            input_position: None,
             logdir: None,
             is_chief: true,
             resumed: None,
@@ -148,8 +145,8 @@ impl TrainContext {
     }
 
     /// The consumed position of the training input (what a checkpoint stores).
-    pub fn input_state(&self) -> Option<crate::data::FlowState> {
-        self.input.consumed_state()
+    pub fn input_state(&self) -> Option<FlowState> {
+        self.input_position.clone()
     }
 
     /// Where this run was resumed from (`None` for a fresh run).
