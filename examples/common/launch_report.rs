@@ -2,7 +2,7 @@
 //! callback adds to it (the examples' `--bench` step), lowered for the CUDA backend, and every
 //! launch's predicted time on a GPU — one JSON line per launch, then a summary on stdout. No GPU
 //! needed: block counts come from the emulated device, registers from ptxas when it is found.
-//! (Also included by `tests/cuda_perf_model.rs`, which checks it against Nsight Compute's
+//! (Also included by `tests/cuda/perf_model.rs`, which checks it against Nsight Compute's
 //! launch order.)
 
 #![allow(dead_code)]
