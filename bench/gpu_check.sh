@@ -146,21 +146,22 @@ done
 say "host: $(nproc) cores, $(uname -sr)"
 
 section "1. CUDA tests (TOWERPACK_TEST_CUDA=$test_device)"
-for t in cuda_emu_training cuda_emu_kernels cuda_emu_ops cuda_emu_tf32; do
-  filter=()
+# One test binary, `cuda`; each module of it that compares against the CPU backend is one run.
+for t in emu_training emu_kernels emu_ops emu_tf32; do
+  filter=("$t::")
   if [ "$dry" = 1 ]; then
     case $t in
-      cuda_emu_training) filter=(a_replayed_graph_sees_the_feeds_of_every_step) ;;
-      cuda_emu_kernels) filter=(mlp) ;;
-      cuda_emu_tf32) filter=(a_product_in_tf32) ;;
+      emu_training) filter=(emu_training::a_replayed_graph_sees_the_feeds_of_every_step) ;;
+      emu_kernels) filter=(emu_kernels::every_kernel_of_the_mlp_training_step_matches_the_cpu_backend) ;;
+      emu_tf32) filter=(emu_tf32::a_product_in_tf32) ;;
     esac
   fi
-  if [ ! -x "$bin/$t" ]; then
-    say "- \`$t\`: MISSING from $bin"
+  if [ ! -x "$bin/cuda" ]; then
+    say "- \`cuda\` ($t): MISSING from $bin"
     failures=$((failures + 1))
     continue
   fi
-  if ! TOWERPACK_TEST_CUDA=$test_device run "$t" "${limits[0]}" "$bin/$t" "${filter[@]}"; then
+  if ! TOWERPACK_TEST_CUDA=$test_device run "$t" "${limits[0]}" "$bin/cuda" "${filter[@]}"; then
     failures=$((failures + 1))
   fi
   say "  $(grep -E '^test result' "$work/$t.log" | tail -1)"

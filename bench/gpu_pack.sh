@@ -2,16 +2,15 @@
 # Builds, here, what bench/gpu_check.sh runs on a GPU machine that has no Rust toolchain, and
 # copies it into one folder (default gpu_bundle/, git-ignored), stripped, under 64 MiB:
 #   resnet, mnist                  the release examples (target/release/examples)
-#   cuda_emu_training, cuda_emu_kernels, cuda_emu_ops, cuda_emu_tf32
-#                                  the CUDA test binaries that compare against the CPU backend
-#                                  (cuda_emu_tf32: the tensor-core kernels, within its bounds)
-#                                  (target/release/deps/<name>-<hash>, found through cargo's
-#                                  own report of the executables it built)
+#   cuda                           the CUDA test binary (its modules emu_training, emu_kernels,
+#                                  emu_ops and emu_tf32 compare against the CPU backend;
+#                                  target/release/deps/cuda-<hash>, found through cargo's own
+#                                  report of the executables it built)
 #   gpu_check.sh, pytorch_train.py the check and PyTorch's side of it
 #   BUILD                          the commit and toolchain they were built from
-# Not packed: cuda_no_gpu (asserts that there is NO GPU), cuda_compile and cuda_perf_model
-# (they compare against snapshots of the source tree and need no GPU), cuda_emu_faults (faults
-# with PTX lines are an emulator feature).
+# Not run there (gpu_check.sh picks its modules): no_gpu (asserts that there is NO GPU), compile
+# and perf_model (they compare against snapshots of the source tree and need no GPU),
+# emu_faults (faults with PTX lines are an emulator feature).
 #
 #   bash bench/gpu_pack.sh [DIR]
 # then copy DIR to the GPU machine and run `bash DIR/gpu_check.sh` there.
@@ -19,7 +18,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$root/gpu_bundle}
-tests=(cuda_emu_training cuda_emu_kernels cuda_emu_ops cuda_emu_tf32)
+tests=(cuda)
 limit=$((64 * 1024 * 1024))
 
 cd "$root"

@@ -1,7 +1,8 @@
 //! Training-step throughput of whole models on the CPU backend, through the path a user's
-//! training loop takes (`MinimalTrainer::train_batch`: feeds copied in, the lowered step —
-//! forward, backward, Momentum update, BatchNorm moving averages, step counter — run on the
-//! `CpuSession`, the cost copied out), and the lowering time of a ResNet-50 training graph.
+//! training loop takes (`SimpleTrainer`'s graph from `build_training_graph`, one iteration's
+//! step run on the `CpuSession`: feeds copied in, the lowered step — forward, backward,
+//! Momentum update, BatchNorm moving averages, step counter — run, the cost copied out), and
+//! the lowering time of a ResNet-50 training graph.
 //!
 //! `cargo bench --bench train_step [-- SECTION...] [--threads N] [--rounds R] [--secs S]
 //! [--machine] [--profile] [--cpu-time]` with sections `resnet20` (batch 128, 32×32×3), `mlp`
@@ -26,7 +27,7 @@ use towerpack::lower::{LowerOptions, lower};
 use towerpack::models::{CifarResNet, ImagenetResNet, Mlp};
 use towerpack::optim::Optimizer;
 use towerpack::tensor::HostTensor;
-use towerpack::train::minimal::{Executor, MinimalOptions, MinimalTrainer, TrainingGraph};
+use towerpack::train::{ModelFn, TrainingGraph, build_training_graph};
 
 struct Args {
     sections: Vec<String>,
@@ -180,85 +181,61 @@ fn bench_training(
     name: &str,
     batch: usize,
     signature: Vec<InputSpec>,
-    tower: impl Fn(&[Tensor]) -> Tensor,
+    tower: impl Fn(&[Tensor]) -> Tensor + Send + Sync + 'static,
     input_scale: f32,
 ) {
     let data = batches(&signature, batch, input_scale, 10);
-    if args.profile {
-        profile(args, name, &signature, tower, &data);
-        return;
-    }
-    let mut trainer = MinimalTrainer::new(
-        &signature,
-        tower,
-        &Optimizer::momentum(0.01, 0.9),
-        options(args),
-    )
-    .expect("build the trainer");
-    let mut cost = 0.0;
-    let times = time_steps(args, |i| {
-        cost = trainer
-            .train_batch(&data[i % data.len()])
-            .expect("training step");
-    });
-    assert!(cost.is_finite(), "{name}: the cost diverged ({cost})");
-    report(args, name, batch, times);
-}
-
-/// The trainer's options: the CPU backend, no inference tower.
-fn options(args: &Args) -> MinimalOptions {
-    MinimalOptions {
-        executor: Executor::Cpu,
-        threads: args.threads,
-        seed: 1,
-        inference: false,
-    }
-}
-
-/// Runs the same step on a profiling `CpuSession` and prints where the time goes.
-fn profile(
-    args: &Args,
-    name: &str,
-    signature: &[InputSpec],
-    tower: impl Fn(&[Tensor]) -> Tensor,
-    data: &[Vec<HostTensor>],
-) {
-    let tg = TrainingGraph::build(
-        signature,
-        tower,
-        &Optimizer::momentum(0.01, 0.9),
-        &options(args),
-    )
-    .expect("build the training graph");
+    let tg = training_graph(signature, tower, 0.01);
     let mut session = CpuSession::new(
         tg.graph,
         CpuOptions {
             threads: args.threads,
-            profile: true,
+            profile: args.profile,
             ..CpuOptions::default()
         },
     )
     .expect("session");
     session.initialize_variables(1).expect("init");
     let feeds = |i: usize| -> Vec<towerpack::backend::Feed> {
-        tg.train
+        tg.tower
             .inputs
             .iter()
             .zip(&data[i % data.len()])
             .map(|((_, id), t)| (*id, t.clone()))
             .collect()
     };
-    let start = Instant::now();
-    let mut n = 0;
-    while n < 3 || start.elapsed().as_secs_f64() < args.secs {
-        session.run(&tg.step, &feeds(n)).expect("step");
-        n += 1;
+    if args.profile {
+        // The same step on a profiling session: where the time goes.
+        let start = Instant::now();
+        let mut n = 0;
+        while n < 3 || start.elapsed().as_secs_f64() < args.secs {
+            session.run(&tg.step, &feeds(n)).expect("step");
+            n += 1;
+        }
+        println!(
+            "{name}: {n} steps in {:.3} s",
+            start.elapsed().as_secs_f64()
+        );
+        println!("{}", session.profile_report());
+        return;
     }
-    println!(
-        "{name}: {n} steps in {:.3} s",
-        start.elapsed().as_secs_f64()
-    );
-    println!("{}", session.profile_report());
+    let mut cost = 0.0;
+    let times = time_steps(args, |i| {
+        let out = session.run(&tg.step, &feeds(i)).expect("training step");
+        cost = out[0].scalar_value().expect("scalar cost");
+    });
+    assert!(cost.is_finite(), "{name}: the cost diverged ({cost})");
+    report(args, name, batch, times);
+}
+
+/// `SimpleTrainer`'s training graph of `tower` over `signature` with Momentum (graph seed 1).
+fn training_graph(
+    signature: Vec<InputSpec>,
+    tower: impl Fn(&[Tensor]) -> Tensor + Send + Sync + 'static,
+    learning_rate: f64,
+) -> TrainingGraph {
+    let model = ModelFn::new(signature, tower, Optimizer::momentum(learning_rate, 0.9));
+    build_training_graph(&model, 1).expect("build the training graph")
 }
 
 /// `Linear(10, 10)` and the mean sparse softmax cross-entropy: nothing but framework overhead.
@@ -271,13 +248,7 @@ fn linear_tower(inputs: &[Tensor]) -> Tensor {
 /// Builds ResNet-50's training graph (untimed), then times `lower` of its step.
 fn bench_lowering(args: &Args) {
     let model = ImagenetResNet::resnet50();
-    let tg = TrainingGraph::build(
-        &model.inputs(),
-        |x| model.build(x),
-        &Optimizer::momentum(0.1, 0.9),
-        &options(args),
-    )
-    .expect("build the training graph");
+    let tg = training_graph(model.inputs(), move |x| model.build(x), 0.1);
     let (graph, step) = (&tg.graph, &tg.step);
     let batch = 32;
     let mut kernels = 0;
@@ -331,11 +302,18 @@ fn main() {
         match section.as_str() {
             "resnet20" => {
                 let m = CifarResNet::new(3);
-                bench_training(&args, "resnet20", 128, m.inputs(), |x| m.build(x), 128.0);
+                bench_training(
+                    &args,
+                    "resnet20",
+                    128,
+                    m.inputs(),
+                    move |x| m.build(x),
+                    128.0,
+                );
             }
             "mlp" => {
                 let m = Mlp::default();
-                bench_training(&args, "mlp", 256, m.inputs(), |x| m.build(x), 1.0);
+                bench_training(&args, "mlp", 256, m.inputs(), move |x| m.build(x), 1.0);
             }
             "linear" => {
                 let signature = vec![

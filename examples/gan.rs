@@ -26,8 +26,8 @@ use towerpack::tensor::HostTensor;
 use towerpack::tower::TowerContext;
 use towerpack::train::callbacks::{ModelSaver, NonFiniteGuard};
 use towerpack::train::{
-    BuiltGraph, Callback, GraphSetup, RunArgs, StepRunner, TrainConfig, TrainContext, TrainError,
-    Trainer, launch_train_with_config,
+    BuiltGraph, Callback, GraphSetup, RunArgs, SetupError, StepRunner, TrainConfig, TrainContext,
+    TrainError, Trainer, launch_train_with_config,
 };
 
 /// Command-line flags.
@@ -77,7 +77,10 @@ impl Trainer for GanTrainer {
         })??;
         setup.register_tower(&tower)?;
         let graph = &mut *setup.graph;
-        let missing = |what: &str| TrainError::Config(format!("the GAN tower has no `{what}`"));
+        let missing = |what: &str| TrainError::TensorNotFound {
+            name: what.to_string(),
+            hint: " (the GAN tower defines it)".to_string(),
+        };
         let d_loss = graph
             .find_value("d_loss")
             .ok_or_else(|| missing("d_loss"))?;
@@ -111,9 +114,9 @@ impl Trainer for GanTrainer {
     }
 
     fn run_step(&mut self, runner: &mut StepRunner<'_>) -> Result<(), TrainError> {
-        let (d_min, g_min) = self
-            .ops
-            .ok_or_else(|| TrainError::Config("run_step before setup_graph".into()))?;
+        let (d_min, g_min) = self.ops.ok_or_else(|| SetupError::NotBuilt {
+            trainer: "GanTrainer".into(),
+        })?;
         runner.hooked_run(&[], &[d_min])?;
         runner.hooked_run(&[], &[g_min])?;
         Ok(())
@@ -157,12 +160,13 @@ impl Callback for GanSamples {
             return Ok(());
         }
         let [samples, d_loss, g_loss] = values else {
-            return Err(TrainError::Config(
-                "GanSamples: expected three fetched values".into(),
+            return Err(TrainError::callback(
+                "GanSamples",
+                format!("expected three fetched values, got {}", values.len()),
             ));
         };
         let bad =
-            |e: towerpack::tensor::TensorError| TrainError::Config(format!("GanSamples: {e}"));
+            |e: towerpack::tensor::TensorError| TrainError::callback("GanSamples", e.to_string());
         let shown = samples.shape()[0].min(16);
         let pixels = samples.as_f32().map_err(bad)?;
         let first = HostTensor::from_f32(&[shown, 28, 28, 1], pixels[..shown * 28 * 28].to_vec())

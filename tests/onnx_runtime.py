@@ -1,5 +1,5 @@
 """Checks and runs an exported ONNX model with the `onnx` and `onnxruntime` packages, for
-tests/export_onnx.rs (which spawns it; `cargo xtask test` brings both packages).
+tests/examples/export_onnx.rs (which spawns it; `cargo xtask test` brings both packages).
 
 Usage: python3 tests/onnx_runtime.py REQUEST.json
 

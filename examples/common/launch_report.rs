@@ -2,7 +2,7 @@
 //! callback adds to it (the examples' `--bench` step), lowered for the CUDA backend, and every
 //! launch's predicted time on a GPU — one JSON line per launch, then a summary on stdout. No GPU
 //! needed: block counts come from the emulated device, registers from ptxas when it is found.
-//! (Also included by `tests/cuda_perf_model.rs`, which checks it against Nsight Compute's
+//! (Also included by `tests/cuda/perf_model.rs`, which checks it against Nsight Compute's
 //! launch order.)
 
 #![allow(dead_code)]
@@ -17,7 +17,7 @@ use towerpack::backend::cuda::nvrtc::{self, Compiler};
 use towerpack::backend::cuda::perf::{self, GpuSpec, LaunchRow};
 use towerpack::ir::Graph;
 use towerpack::lower::{LowerOptions, Precision, Program, lower};
-use towerpack::optim::increment_global_step;
+use towerpack::optim::add_step_counter;
 use towerpack::train::{
     DummyConstantInput, GraphSetup, InputSource, ModelDesc, SimpleTrainer, Trainer,
 };
@@ -43,8 +43,7 @@ pub fn training_step(
         model: Some(model),
     })?;
     let train_op = trainer.train_op().ok_or("the trainer built no train op")?;
-    let name = graph.unique_name("global_step_incr");
-    let increment = increment_global_step(&mut graph, &name)?;
+    let increment = add_step_counter(&mut graph)?;
     Ok((graph, Step::new(Vec::new(), vec![train_op, increment])))
 }
 

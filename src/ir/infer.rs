@@ -171,13 +171,61 @@ fn valid_shape(s: &Shape) -> Result<(), String> {
     }
 }
 
-/// Infers the output types of `op` applied to inputs of types `inputs`.
+/// Infers the output types of `op` applied to inputs of types `inputs`: dispatches to the
+/// op's family below.
 pub fn infer_types(
     op: &Op,
     inputs: &[&TensorType],
     variables: &[VariableDef],
 ) -> Result<Outputs, String> {
-    let one = |t: TensorType| -> Result<Outputs, String> { Ok(smallvec![t]) };
+    match op {
+        Op::Input { .. }
+        | Op::Constant { .. }
+        | Op::Variable { .. }
+        | Op::Assign { .. }
+        | Op::Group
+        | Op::Identity => infer_sources(op, inputs, variables),
+        Op::Unary(..) | Op::Binary(..) | Op::Select | Op::Cast { .. } => {
+            infer_elementwise(op, inputs)
+        }
+        Op::Reshape { .. }
+        | Op::Transpose { .. }
+        | Op::Broadcast { .. }
+        | Op::Slice { .. }
+        | Op::Concat { .. }
+        | Op::Pad { .. } => infer_layout(op, inputs),
+        Op::Reduce { .. } | Op::ArgMax { .. } | Op::Moments { .. } => infer_reductions(op, inputs),
+        Op::MatMul { .. } => infer_matmul(op, inputs),
+        Op::Conv2d(..) | Op::Conv2dBackpropInput { .. } | Op::Conv2dBackpropFilter { .. } => {
+            infer_convolutions(op, inputs)
+        }
+        Op::Pool(..) | Op::MaxPoolGrad(..) | Op::AvgPoolGrad { .. } => infer_pooling(op, inputs),
+        Op::Softmax { .. }
+        | Op::LogSoftmax { .. }
+        | Op::SparseSoftmaxCrossEntropy
+        | Op::OneHot { .. }
+        | Op::InTopK { .. } => infer_classification(op, inputs),
+        Op::AllReduce { .. } | Op::RandomUniform { .. } => infer_collectives_random(op, inputs),
+    }
+}
+
+/// The output of one value.
+fn one(t: TensorType) -> Result<Outputs, String> {
+    Ok(smallvec![t])
+}
+
+/// The error of a family function given an op of another family (never reached through
+/// [`infer_types`]).
+fn other_family(op: &Op, family: &str) -> String {
+    format!("internal error: {op:?} is not {family} op")
+}
+
+/// Sources, variables and structure: inputs, constants, variable reads and assigns, groups, identity.
+fn infer_sources(
+    op: &Op,
+    inputs: &[&TensorType],
+    variables: &[VariableDef],
+) -> Result<Outputs, String> {
     match op {
         Op::Input { ty, .. } => {
             arity(inputs, 0)?;
@@ -216,6 +264,13 @@ pub fn infer_types(
             arity(inputs, 1)?;
             one(inputs[0].clone())
         }
+        other => Err(other_family(other, "a source")),
+    }
+}
+
+/// Elementwise ops: unary, binary (with broadcasting), select and casts.
+fn infer_elementwise(op: &Op, inputs: &[&TensorType]) -> Result<Outputs, String> {
+    match op {
         Op::Unary(u) => {
             arity(inputs, 1)?;
             let t = inputs[0];
@@ -281,6 +336,13 @@ pub fn infer_types(
             arity(inputs, 1)?;
             one(TensorType::new(*to, inputs[0].shape.clone()))
         }
+        other => Err(other_family(other, "an elementwise")),
+    }
+}
+
+/// Layout ops: reshape, transpose, broadcast, slice, concat, pad.
+fn infer_layout(op: &Op, inputs: &[&TensorType]) -> Result<Outputs, String> {
+    match op {
         Op::Reshape { shape } => {
             arity(inputs, 1)?;
             valid_shape(shape)?;
@@ -374,6 +436,13 @@ pub fn infer_types(
             }
             one(TensorType::new(inputs[0].dtype, Shape(d)))
         }
+        other => Err(other_family(other, "a layout")),
+    }
+}
+
+/// Reductions: reduce, argmax, moments.
+fn infer_reductions(op: &Op, inputs: &[&TensorType]) -> Result<Outputs, String> {
+    match op {
         Op::Reduce {
             op,
             axes,
@@ -410,6 +479,13 @@ pub fn infer_types(
             let r = TensorType::new(t.dtype, reduced(&t.shape, axes, *keep_dims));
             Ok(smallvec![r.clone(), r])
         }
+        other => Err(other_family(other, "a reduction")),
+    }
+}
+
+/// Matrix products.
+fn infer_matmul(op: &Op, inputs: &[&TensorType]) -> Result<Outputs, String> {
+    match op {
         Op::MatMul {
             transpose_a,
             transpose_b,
@@ -455,6 +531,13 @@ pub fn infer_types(
             valid_shape(&out)?;
             one(TensorType::new(a.dtype, out))
         }
+        other => Err(other_family(other, "a matrix")),
+    }
+}
+
+/// Convolutions and their gradients (NHWC inputs, HWIO filters).
+fn infer_convolutions(op: &Op, inputs: &[&TensorType]) -> Result<Outputs, String> {
+    match op {
         Op::Conv2d(attrs) => {
             arity(inputs, 2)?;
             let (x, w) = (inputs[0], inputs[1]);
@@ -542,6 +625,13 @@ pub fn infer_types(
             }
             one(TensorType::new(x.dtype, Shape::fixed(&f)))
         }
+        other => Err(other_family(other, "a convolution")),
+    }
+}
+
+/// Pooling and its gradients.
+fn infer_pooling(op: &Op, inputs: &[&TensorType]) -> Result<Outputs, String> {
+    match op {
         Op::Pool(attrs) => {
             arity(inputs, 1)?;
             let x = inputs[0];
@@ -579,6 +669,13 @@ pub fn infer_types(
                 Shape::from_dims([n, input_hw[0].into(), input_hw[1].into(), c.into()]),
             ))
         }
+        other => Err(other_family(other, "a pooling")),
+    }
+}
+
+/// Softmax, losses and classification ops: softmax, log-softmax, sparse cross-entropy, one-hot, in-top-k.
+fn infer_classification(op: &Op, inputs: &[&TensorType]) -> Result<Outputs, String> {
+    match op {
         Op::Softmax { axis } | Op::LogSoftmax { axis } => {
             arity(inputs, 1)?;
             float(inputs[0], "input")?;
@@ -638,6 +735,13 @@ pub fn infer_types(
                 Shape::from_dims([p.shape.dim(0)]),
             ))
         }
+        other => Err(other_family(other, "a classification")),
+    }
+}
+
+/// Collectives and random ops.
+fn infer_collectives_random(op: &Op, inputs: &[&TensorType]) -> Result<Outputs, String> {
+    match op {
         Op::AllReduce { .. } => {
             arity(inputs, 1)?;
             float(inputs[0], "input")?;
@@ -651,6 +755,7 @@ pub fn infer_types(
             }
             one(TensorType::new(DType::F32, inputs[0].shape.clone()))
         }
+        other => Err(other_family(other, "a collective or random")),
     }
 }
 

@@ -26,8 +26,8 @@ pub use process::{
 };
 pub use rule::{UpdateRule, VariableUpdate};
 pub use state::{
-    GLOBAL_STEP, LEARNING_RATE, create_slot, get_or_create, global_step, increment_global_step,
-    learning_rate, read as read_variable,
+    GLOBAL_STEP, LEARNING_RATE, add_step_counter, create_slot, get_or_create, global_step,
+    increment_global_step, learning_rate, read as read_variable,
 };
 
 use crate::ir::IrError;

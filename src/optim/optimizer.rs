@@ -123,7 +123,7 @@ impl Optimizer {
         }
     }
 
-    /// A user-defined update rule, e.g. AdamW (`tests/optim_custom_rule.rs`).
+    /// A user-defined update rule, e.g. AdamW (`tests/optim/custom_rule.rs`).
     pub fn custom(rule: impl UpdateRule + 'static) -> Optimizer {
         Optimizer::Custom(CustomRule(Arc::new(rule)))
     }

@@ -82,6 +82,14 @@ pub fn increment_global_step(graph: &mut Graph, name: &str) -> Result<NodeId, Op
     Ok(graph.add_node(&name, Op::Assign { var: step }, &[next])?)
 }
 
+/// The trainer's step counter (tensorpack's `MaintainStepCounter`): creates `global_step` if
+/// needed and adds its increment, an `Assign` named `global_step_incr` (made unique).
+pub fn add_step_counter(graph: &mut Graph) -> Result<NodeId, OptimError> {
+    global_step(graph)?;
+    let name = graph.unique_name("global_step_incr");
+    increment_global_step(graph, &name)
+}
+
 /// Declares the slot variable `{var}/{suffix}`: zeros of `var`'s type, non-trainable, saved,
 /// LOCAL when `var` is local (a replica's slots are per-replica state, like the replica).
 pub fn create_slot(graph: &mut Graph, var: VarId, suffix: &str) -> Result<VarId, OptimError> {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::backend::{Feed, Session, Step};
+use crate::data::FlowState;
 use crate::dsl::{Builder, TowerHandle, build_inference_tower};
 use crate::ir::{Graph, Value, VarId};
 use crate::optim::NumericCheck;
@@ -14,8 +15,7 @@ use crate::tensor::HostTensor;
 
 use super::checkpoint::{CheckpointManager, RetentionPolicy};
 use super::counters::{LoopCounters, ResumePoint};
-use super::error::TrainError;
-use super::input::InputSource;
+use super::error::{ConfigError, SetupError, TrainError};
 use super::model::ModelDesc;
 use super::monitor::proto::Event;
 use super::monitors::Monitors;
@@ -69,7 +69,9 @@ pub struct TrainContext {
     pub(crate) monitors: Monitors,
     pub(crate) model: Option<Arc<dyn ModelDesc>>,
     pub(crate) info: TrainingGraphInfo,
-    pub(crate) input: Box<dyn InputSource>,
+    /// The input source's consumed position, as of its last operation (the engine owns the
+    /// source and records its position here after every call that can move it).
+    pub(crate) input_position: Option<FlowState>,
     pub(crate) logdir: Option<PathBuf>,
     pub(crate) is_chief: bool,
     pub(crate) resumed: Option<ResumeInfo>,
@@ -78,12 +80,7 @@ pub struct TrainContext {
 }
 
 impl TrainContext {
-    pub(crate) fn new(
-        graph: Graph,
-        seed: u64,
-        input: Box<dyn InputSource>,
-        model: Option<Arc<dyn ModelDesc>>,
-    ) -> TrainContext {
+    pub(crate) fn new(graph: Graph, seed: u64, model: Option<Arc<dyn ModelDesc>>) -> TrainContext {
         TrainContext {
             counters: LoopCounters::new(0, 1, 1),
             phase: Phase::Building(graph),
@@ -91,7 +88,7 @@ impl TrainContext {
             monitors: Monitors::default(),
             model,
             info: TrainingGraphInfo::default(),
-            input,
+            input_position: None,
             logdir: None,
             is_chief: true,
             resumed: None,
@@ -148,8 +145,8 @@ impl TrainContext {
     }
 
     /// The consumed position of the training input (what a checkpoint stores).
-    pub fn input_state(&self) -> Option<crate::data::FlowState> {
-        self.input.consumed_state()
+    pub fn input_state(&self) -> Option<FlowState> {
+        self.input_position.clone()
     }
 
     /// Where this run was resumed from (`None` for a fresh run).
@@ -245,22 +242,19 @@ impl TrainContext {
     /// tower 0 (setup_graph only). Errors when the run has no model.
     pub fn build_inference_tower(&mut self, ns_name: &str) -> Result<TowerHandle, TrainError> {
         let model = self.model.clone().ok_or_else(|| {
-            TrainError::Config(format!(
-                "inference tower `{ns_name}` needs the model's tower function, but the run has \
-                 no model"
-            ))
+            TrainError::from(SetupError::NoModel {
+                what: format!("inference tower `{ns_name}`"),
+            })
         })?;
-        let signature = model.inputs();
         let vs_name = self
             .info
             .towers
             .first()
             .map_or(String::new(), |t| t.vs_name.clone());
         let what = format!("building inference tower `{ns_name}`");
-        let built = self.with_builder(&what, |b| {
-            build_inference_tower(b, &signature, ns_name, &vs_name, &|x| model.build_graph(x))
-        })?;
-        Ok(built?)
+        let seed = self.seed;
+        let graph = self.graph_mut(&what)?;
+        inference_tower_on(graph, seed, model.as_ref(), ns_name, &vs_name)
     }
 
     /// A predictor on tower `tower-pred-0` (built on first use, setup_graph only), tensorpack's
@@ -362,10 +356,10 @@ impl TrainContext {
     /// state of the loop; then it calls every callback's `on_checkpoint_saved`.
     pub fn request_checkpoint(&mut self, dir: &Path) -> Result<(), TrainError> {
         if !self.checkpoints.managers.contains_key(dir) {
-            return Err(TrainError::Config(format!(
-                "checkpoint requested in {}, which no saver opened",
-                dir.display()
-            )));
+            return Err(ConfigError::CheckpointDirNotOpen {
+                dir: dir.to_path_buf(),
+            }
+            .into());
         }
         if !self.checkpoints.pending.iter().any(|d| d == dir) {
             self.checkpoints.pending.push(dir.to_path_buf());
@@ -397,6 +391,23 @@ pub(crate) fn with_builder_on<R>(
             Err(e.into())
         }
     }
+}
+
+/// Builds an inference tower `ns_name` of `model` on `graph`, sharing the variables of the
+/// training tower with variable scope `vs_name` (what [`TrainContext::build_inference_tower`]
+/// and [`TrainingGraph::add_inference_tower`](super::tower_trainer::TrainingGraph) build).
+pub(crate) fn inference_tower_on(
+    graph: &mut Graph,
+    seed: u64,
+    model: &dyn ModelDesc,
+    ns_name: &str,
+    vs_name: &str,
+) -> Result<TowerHandle, TrainError> {
+    let signature = model.inputs();
+    let built = with_builder_on(graph, seed, |b| {
+        build_inference_tower(b, &signature, ns_name, vs_name, &|x| model.build_graph(x))
+    })?;
+    Ok(built?)
 }
 
 /// Seconds since the Unix epoch.

@@ -330,7 +330,7 @@ impl CallbackList {
         state.local_step = c.local_step;
         state.global_step = c.global_step;
         state.steps_per_epoch = c.steps_per_epoch;
-        state.input = ctx.input.consumed_state();
+        state.input = ctx.input_state();
         state.callbacks = self.save_states();
         let metadata = state.to_metadata();
         let tensors = {

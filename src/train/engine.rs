@@ -3,8 +3,10 @@
 //! `for epoch in starting_epoch..=max_epoch { for local_step in 0..steps_per_epoch { run_step } }`
 //! with its lifecycle points, then `after_train` whatever happened.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::Instant;
 
 use crate::backend::Session;
@@ -18,7 +20,8 @@ use super::config::{Resume, TrainConfig};
 use super::context::{Phase, ResumeInfo, TrainContext};
 use super::counters::{LoopCounters, ResumePoint};
 use super::dispatch::CallbackList;
-use super::error::TrainError;
+use super::error::{ConfigError, TrainError};
+use super::input::InputSource;
 use super::interrupt::{self, InterruptGuard};
 use super::monitors::{MonitorSetup, Monitors, default_monitors};
 use super::resume::{FoundResume, ResumeState, find_auto_resume};
@@ -66,9 +69,32 @@ impl TrainReport {
     }
 }
 
+/// The run's input source. The engine owns it (it feeds the steps and restores a resumed
+/// position) and shares it with [`StartInput`]; the [`TrainContext`] does not own it, it sees
+/// the consumed position the engine records after every call that can move it.
+type SharedInput = Rc<RefCell<Box<dyn InputSource>>>;
+
+/// Records `input`'s consumed position in the context.
+fn record_position(ctx: &mut TrainContext, input: &dyn InputSource) {
+    ctx.input_position = input.consumed_state();
+}
+
 /// Starts the input source first in `before_train` and stops it first in `after_train`
 /// (tensorpack registers the input source's callbacks first).
-struct StartInput;
+struct StartInput {
+    input: SharedInput,
+}
+
+impl StartInput {
+    /// The input source, or an error naming it when it is in use (never: the engine borrows
+    /// it only inside steps and around the loop, never during `before_train`/`after_train`).
+    fn input(&self) -> Result<std::cell::RefMut<'_, Box<dyn InputSource>>, TrainError> {
+        self.input.try_borrow_mut().map_err(|_| TrainError::Input {
+            source_name: "InputSource".into(),
+            message: "the input source is in use elsewhere".into(),
+        })
+    }
+}
 
 impl Callback for StartInput {
     fn name(&self) -> String {
@@ -78,10 +104,15 @@ impl Callback for StartInput {
         false
     }
     fn before_train(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
-        ctx.input.start()
+        let mut input = self.input()?;
+        let started = input.start();
+        record_position(ctx, input.as_ref());
+        started
     }
     fn after_train(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
-        ctx.input.stop();
+        let mut input = self.input()?;
+        input.stop();
+        record_position(ctx, input.as_ref());
         Ok(())
     }
 }
@@ -205,19 +236,19 @@ pub fn launch_train_with_config(
         (Some(flow), None) => trainer.default_input(flow),
         (None, Some(input)) => input,
         (Some(_), Some(_)) => {
-            return Err(TrainError::Config(
-                "give either dataflow or data (an input source), not both".into(),
-            ));
+            return Err(ConfigError::DataflowAndInput.into());
         }
         (None, None) => {
-            return Err(TrainError::Config(
-                "no training data: give a dataflow or data (an input source)".into(),
-            ));
+            return Err(ConfigError::NoData.into());
         }
     };
-    let mut ctx = TrainContext::new(Graph::new(), config.seed, input, config.model.clone());
+    let mut input = input;
+    let mut ctx = TrainContext::new(Graph::new(), config.seed, config.model.clone());
+    record_position(&mut ctx, input.as_ref());
     if let Some(model) = &config.model {
-        ctx.input.setup(&model.inputs())?;
+        let set = input.setup(&model.inputs());
+        record_position(&mut ctx, input.as_ref());
+        set?;
     }
     let built = {
         let Phase::Building(graph) = &mut ctx.phase else {
@@ -228,10 +259,12 @@ pub fn launch_train_with_config(
         let mut setup = GraphSetup {
             graph,
             seed: config.seed,
-            input: ctx.input.as_mut(),
+            input: input.as_mut(),
             model: ctx.model.clone(),
         };
-        trainer.setup_graph(&mut setup)?
+        let built = trainer.setup_graph(&mut setup);
+        record_position(&mut ctx, input.as_ref());
+        built?
     };
     log::info!(target: "towerpack", "Built the training graph of {}", trainer.name());
     ctx.info.towers = built.towers;
@@ -242,11 +275,10 @@ pub fn launch_train_with_config(
 
     let steps_per_epoch = match config.steps_per_epoch {
         Some(s) => s,
-        None => ctx.input.size().map(|n| n as u64).ok_or_else(|| {
-            TrainError::Config(format!(
-                "steps_per_epoch is not set and the input ({}) has no known size",
-                ctx.input.name()
-            ))
+        None => input.size().map(|n| n as u64).ok_or_else(|| {
+            TrainError::from(ConfigError::UnknownEpochSize {
+                input: input.name().to_string(),
+            })
         })?,
     };
     ctx.counters = LoopCounters::new(steps_per_epoch, config.starting_epoch, config.max_epoch);
@@ -256,8 +288,16 @@ pub fn launch_train_with_config(
 
     let is_chief = ctx.is_chief;
     let mut callbacks = CallbackList::default();
-    callbacks.register(Box::new(StartInput), is_chief);
-    for cb in ctx.input.callbacks() {
+    let input_callbacks = input.callbacks();
+    record_position(&mut ctx, input.as_ref());
+    let input: SharedInput = Rc::new(RefCell::new(input));
+    callbacks.register(
+        Box::new(StartInput {
+            input: Rc::clone(&input),
+        }),
+        is_chief,
+    );
+    for cb in input_callbacks {
         callbacks.register(cb, is_chief);
     }
     for cb in built.callbacks {
@@ -308,13 +348,14 @@ pub fn launch_train_with_config(
 
     let mut start = ResumePoint::epoch_start(config.starting_epoch);
     if let Some(found) = found {
-        start = apply_resume(&mut ctx, &mut callbacks, found, &outcome)?;
+        start = apply_resume(&mut ctx, &input, &mut callbacks, found, &outcome)?;
         if let Some(message) = already_finished(start, &ctx.counters) {
             log::warn!(target: "towerpack", "{message}");
         }
     }
     let engine = Engine {
         ctx,
+        input,
         callbacks,
         reads_input: HashMap::new(),
     };
@@ -366,6 +407,7 @@ fn check_same_model(
 /// Restores the loop position, the input position and the callbacks' state of `found`.
 fn apply_resume(
     ctx: &mut TrainContext,
+    input: &SharedInput,
     callbacks: &mut CallbackList,
     found: FoundResume,
     outcome: &InitOutcome,
@@ -406,7 +448,12 @@ fn apply_resume(
             )));
         }
         match &state.input {
-            Some(flow) => ctx.input.restore(flow)?,
+            Some(flow) => {
+                let mut input = input.borrow_mut();
+                let restored = input.restore(flow);
+                record_position(ctx, input.as_ref());
+                restored?;
+            }
             None => log::warn!(target: "towerpack", "Resume: no data position was saved"),
         }
         callbacks.restore_states(&state.callbacks)?;
@@ -448,6 +495,7 @@ fn read_global_step(ctx: &mut TrainContext) -> Result<u64, TrainError> {
 
 struct Engine {
     ctx: TrainContext,
+    input: SharedInput,
     callbacks: CallbackList,
     reads_input: HashMap<crate::backend::Step, bool>,
 }
@@ -464,7 +512,11 @@ impl Engine {
         let result = self.main_loop(trainer, start);
         trainer.loop_ended(&result);
         let after = self.callbacks.after_train(&mut self.ctx);
-        self.ctx.input.stop();
+        {
+            let mut input = self.input.borrow_mut();
+            input.stop();
+            record_position(&mut self.ctx, input.as_ref());
+        }
         drop(interruptible);
         let stopped = match result {
             Ok(()) => None,
@@ -532,12 +584,17 @@ impl Engine {
             let began = Instant::now();
             for local_step in first..spe {
                 ctx.counters.local_step = local_step as i64;
-                let mut runner = StepRunner {
-                    ctx,
-                    callbacks: &mut self.callbacks,
-                    reads_input: &mut self.reads_input,
-                };
-                trainer.run_step(&mut runner)?;
+                {
+                    // Borrowed for the step only: `StartInput` uses it outside the loop.
+                    let mut input = self.input.borrow_mut();
+                    let mut runner = StepRunner {
+                        ctx,
+                        input: input.as_mut(),
+                        callbacks: &mut self.callbacks,
+                        reads_input: &mut self.reads_input,
+                    };
+                    trainer.run_step(&mut runner)?;
+                }
                 self.callbacks.trigger_step(ctx)?;
                 if let Some(signal) = interrupt::requested() {
                     let saved = self.callbacks.save_after_interrupt(ctx)?;

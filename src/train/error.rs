@@ -9,6 +9,7 @@ use crate::data::DataError;
 use crate::dsl::DslError;
 use crate::ir::IrError;
 use crate::optim::OptimError;
+use crate::tensor::{DType, TensorError};
 use crate::train::checkpoint::{CheckpointError, RestoreError};
 use crate::train::logdir::LogDirError;
 use crate::train::monitor::MonitorError;
@@ -20,9 +21,16 @@ pub enum TrainError {
     /// `launch_train_with_config` returns `Ok` with the reason in the report.
     #[error("training stopped: {reason}")]
     Stop { reason: String },
-    /// A configuration mistake, found before training starts.
+    /// A configuration mistake of the run, a callback or a predictor, found before training
+    /// starts (or when the misconfigured piece is first used).
     #[error("invalid training configuration: {0}")]
-    Config(String),
+    Config(Box<ConfigError>),
+    /// The trainer could not build its towers, gradients or train op as set up.
+    #[error("trainer setup: {0}")]
+    Setup(Box<SetupError>),
+    /// The ranks of a distributed run disagree, or the build cannot run distributed.
+    #[error("distributed training: {0}")]
+    Distributed(Box<DistributedError>),
     /// A callback failed; `message` says why.
     #[error("callback {callback}: {message}")]
     Callback { callback: String, message: String },
@@ -130,6 +138,205 @@ pub enum TrainError {
     LogDir(Box<LogDirError>),
 }
 
+/// How a run, a callback, a session init or a predictor is configured wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// `TrainConfig` has both a data flow and an input source.
+    #[error("give either dataflow or data (an input source), not both")]
+    DataflowAndInput,
+    /// `TrainConfig` has neither a data flow nor an input source.
+    #[error("no training data: give a dataflow or data (an input source)")]
+    NoData,
+    /// No `steps_per_epoch`, and the input cannot say how many batches an epoch has.
+    #[error("steps_per_epoch is not set and the input ({input}) has no known size")]
+    UnknownEpochSize { input: String },
+    /// A periodic callback with no trigger.
+    #[error("{callback}: give every_k_steps or every_k_epochs (at least 1), or before_train")]
+    NoTrigger { callback: String },
+    /// A hyper-parameter setter's variable is not a float scalar.
+    #[error("hyper-parameter `{name}` must be a float scalar variable, it is {found}")]
+    NotAHyperParam { name: String, found: String },
+    /// A saver-like callback has nowhere to write.
+    #[error("{callback} needs a logdir or an explicit checkpoint_dir")]
+    NoCheckpointDir { callback: String },
+    /// A checkpoint was requested in a directory no saver opened.
+    #[error("checkpoint requested in {}, which no saver opened", .dir.display())]
+    CheckpointDirNotOpen { dir: PathBuf },
+    /// A regular expression of a callback or monitor does not compile.
+    #[error("{who}: bad regex `{pattern}`: {source}")]
+    BadRegex {
+        who: String,
+        pattern: String,
+        #[source]
+        source: regex::Error,
+    },
+    /// A value given to a session init does not match its graph variable.
+    #[error(
+        "{init}: variable `{variable}` is {}{:?} in the graph, the value is {}{:?} (set \
+         ignore_mismatch to skip it)",
+        .in_graph.0, .in_graph.1, .value.0, .value.1
+    )]
+    InitMismatch {
+        init: String,
+        variable: String,
+        in_graph: (DType, Vec<usize>),
+        value: (DType, Vec<usize>),
+    },
+    /// A session init was given a file format it cannot read.
+    #[error("{init}: {path}: npz/npy files are not supported; convert them to safetensors")]
+    UnsupportedInitFormat { init: String, path: String },
+    /// A predictor with no outputs.
+    #[error("a predictor needs at least one output")]
+    PredictorWithoutOutputs,
+    /// A predictor input that is not an input of its tower.
+    #[error("predictor input `{input}` is not an input of tower `{tower}`")]
+    PredictorInputNotInTower { input: String, tower: String },
+    /// A predictor run with the wrong number of inputs.
+    #[error("the predictor takes {} inputs ({}), got {got}", .inputs.len(), .inputs.join(", "))]
+    PredictorArity { inputs: Vec<String>, got: usize },
+}
+
+/// How a trainer's graph setup failed: towers, their variables and gradients, the train op.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The trainer needs a model and the run has none.
+    #[error("{what} needs the model's tower function, but the run has no model")]
+    NoModel { what: String },
+    /// `setup_graph` ran twice.
+    #[error("{trainer}: setup_graph was already called")]
+    AlreadyBuilt { trainer: String },
+    /// `run_step` ran before `setup_graph`.
+    #[error("{trainer}: run_step before setup_graph: the trainer has no train op")]
+    NotBuilt { trainer: String },
+    /// A data-parallel trainer with zero towers.
+    #[error("{trainer} needs at least one tower")]
+    NoTowers { trainer: String },
+    /// A strategy built no training tower.
+    #[error("{trainer}: no training tower")]
+    NoTrainingTower { trainer: String },
+    /// A tower without a cost where a training tower is needed.
+    #[error("tower {} is not a training tower: it has no cost", tower_label(.tower))]
+    NoCost { tower: String },
+    /// Parameter-server variables placed on a tower that does not exist.
+    #[error("{trainer}: variables on tower {tower}, but there are {towers} towers")]
+    TowerOutOfRange {
+        trainer: String,
+        tower: usize,
+        towers: usize,
+    },
+    /// More logical devices than a graph can number.
+    #[error("{index} is too many devices for one graph")]
+    TooManyDevices { index: usize },
+    /// A tower trains a different number of variables than tower 0.
+    #[error("tower `{tower}` has gradients for {count} variables, tower 0 for {tower0}")]
+    GradientCount {
+        tower: String,
+        count: usize,
+        tower0: usize,
+    },
+    /// A tower trains a variable tower 0 does not.
+    #[error("tower `{tower}` trains `{variable}`, which tower 0 does not")]
+    ExtraVariable { tower: String, variable: String },
+    /// A tower has no gradient for a variable the others train.
+    #[error("tower {tower} has no gradient for `{variable}`")]
+    MissingGradient { tower: usize, variable: String },
+    /// A replica variable with no counterpart in tower 0.
+    #[error("replica variable `{variable}` of tower `{tower}` has no counterpart in tower 0")]
+    ReplicaWithoutCounterpart { variable: String, tower: String },
+    /// A trainable replica variable with no source in replica 0.
+    #[error("trainable replica variable `{replica}` has no source `{source_name}` in replica 0")]
+    ReplicaWithoutSource {
+        replica: String,
+        source_name: String,
+    },
+    /// A replica whose type differs from its source's.
+    #[error("replica `{replica}` is {replica_type}, its source `{source_name}` is {source_type}")]
+    ReplicaType {
+        replica: String,
+        replica_type: String,
+        source_name: String,
+        source_type: String,
+    },
+    /// Averaging over no towers.
+    #[error("{scope}: nothing to average")]
+    NothingToAverage { scope: String },
+    /// The towers' gradient processors kept different variables.
+    #[error("{trainer}: the towers' gradient processors kept different variables")]
+    ProcessorsDiffer { trainer: String },
+    /// A node a per-tower update would repeat has control inputs.
+    #[error("{trainer} cannot repeat `{node}`: it has control inputs")]
+    NotRepeatable { trainer: String, node: String },
+}
+
+/// How a distributed run cannot go on: the ranks disagree, or the build lacks a feature.
+#[derive(Debug, thiserror::Error)]
+pub enum DistributedError {
+    /// A variable has two gradients to all-reduce.
+    #[error("`{variable}` has two gradients to all-reduce")]
+    DuplicateGradient { variable: String },
+    /// A gradient without a static shape.
+    #[error(
+        "the gradient of `{variable}` has shape {shape}: a distributed all-reduce needs a \
+         static shape"
+    )]
+    DynamicGradient { variable: String, shape: String },
+    /// A gradient that is not f32.
+    #[error("the gradient of `{variable}` is {dtype}: distributed all-reduces carry f32")]
+    GradientDType { variable: String, dtype: DType },
+    /// A variable without a static shape cannot be broadcast.
+    #[error("variable `{variable}` has no static shape")]
+    DynamicVariable { variable: String },
+    /// The broadcast bytes of a variable do not make its tensor.
+    #[error("broadcast variable `{variable}`: {source}")]
+    Broadcast {
+        variable: String,
+        #[source]
+        source: TensorError,
+    },
+    /// The ranks reached different points of the loop.
+    #[error(
+        "the ranks are out of step: {}; give every rank the same steps_per_epoch and callbacks \
+         that run steps",
+        .ranks.join(", ")
+    )]
+    OutOfStep {
+        /// Where each rank is ("rank 0 at step 3").
+        ranks: Vec<String>,
+    },
+    /// This rank's graph differs from the chief's.
+    #[error("the ranks built different graphs: {difference}")]
+    GraphDiffers { difference: String },
+    /// Other ranks' graphs differ from the chief's.
+    #[error(
+        "the ranks built different graphs: ranks {ranks:?} differ from the chief (see their logs)"
+    )]
+    GraphsDiffer { ranks: Vec<usize> },
+    /// `towers_per_rank` is zero.
+    #[error("towers_per_rank must be at least 1")]
+    NoTowersPerRank,
+    /// Started by an MPI launcher without the `mpi` feature.
+    #[error(
+        "this process was started by an MPI launcher, but towerpack was built without the \
+         `mpi` feature (cargo build --features mpi)"
+    )]
+    NoMpiFeature,
+    /// NCCL asked for without the `nccl` feature.
+    #[error(
+        "DistributedOptions::gradient_engine is GradientEngine::Nccl, but towerpack was built \
+         without the `nccl` feature (cargo build --features mpi,nccl)"
+    )]
+    NoNcclFeature,
+}
+
+/// A tower's name for messages: `name`, or "(no name scope)" for `SimpleTrainer`'s tower.
+fn tower_label(tower: &str) -> String {
+    if tower.is_empty() {
+        "(no name scope)".to_string()
+    } else {
+        format!("`{tower}`")
+    }
+}
+
 /// What an interrupted run left: where its checkpoint is, or that there is none.
 fn interrupted_outcome(checkpoint: Option<&std::path::Path>) -> String {
     match checkpoint {
@@ -164,6 +371,9 @@ boxed_from!(
     Restore(RestoreError),
     Monitor(MonitorError),
     LogDir(LogDirError),
+    Config(ConfigError),
+    Setup(SetupError),
+    Distributed(DistributedError),
 );
 
 impl TrainError {

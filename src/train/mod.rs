@@ -15,7 +15,7 @@
 //! from its latest checkpoint reaches bit-identical weights on a deterministic backend.
 //!
 //! File formats live in [`checkpoint`], [`monitor`] and [`logdir`]; the monitor callbacks that
-//! drive them in [`monitors`]. [`minimal`] is a bare driver without callbacks.
+//! drive them in [`monitors`].
 //!
 //! ```
 //! use towerpack::data::{BatchData, mnist10k_split};
@@ -62,7 +62,6 @@ mod feed_check;
 pub mod input;
 pub mod interrupt;
 pub mod logdir;
-pub mod minimal;
 pub mod model;
 pub mod monitor;
 pub mod monitors;
@@ -89,7 +88,7 @@ pub use distributed::{
     DistributedOptions, DistributedTrainer, GradientEngine, HorovodTrainer, RankLogging,
 };
 pub use engine::{TrainReport, launch_train_with_config};
-pub use error::TrainError;
+pub use error::{ConfigError, DistributedError, SetupError, TrainError};
 pub use input::{DummyConstantInput, FeedInput, InputSource, QueueInput};
 pub use model::{ModelDesc, ModelFn};
 pub use monitors::{JSONWriter, Monitors, ScalarPrinter, TFEventWriter, TrainingMonitor};
@@ -99,6 +98,7 @@ pub use session_init::{
 };
 pub use tower_trainer::{
     NoOpTrainer, SimpleTrainer, SingleTower, TowerGraph, TowerStrategy, TowerTrainer,
-    apply_optimizer, build_training_towers_on, tower_gradients,
+    TrainingGraph, apply_optimizer, build_training_graph, build_training_towers_on,
+    tower_gradients,
 };
 pub use trainer::{BuiltGraph, GraphSetup, StepRunner, Trainer};

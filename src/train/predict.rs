@@ -11,7 +11,7 @@ use crate::ir::{Graph, NodeId, Op, TensorType};
 use crate::tensor::HostTensor;
 use crate::tower::TowerContext;
 
-use super::error::TrainError;
+use super::error::{ConfigError, TrainError};
 use super::feed_check::check_feed;
 use super::model::ModelDesc;
 use super::session_init::SessionInit;
@@ -37,9 +37,7 @@ impl OnlinePredictor {
         output_names: &[&str],
     ) -> Result<OnlinePredictor, TrainError> {
         if output_names.is_empty() {
-            return Err(TrainError::Config(
-                "a predictor needs at least one output".into(),
-            ));
+            return Err(ConfigError::PredictorWithoutOutputs.into());
         }
         let not_found = |name: &str| {
             let known = tower_tensor_names(graph, tower);
@@ -61,10 +59,11 @@ impl OnlinePredictor {
                 .or_else(|| graph.find(name))
                 .ok_or_else(|| not_found(name))?;
             let Op::Input { ty, .. } = &graph.node(node).op else {
-                return Err(TrainError::Config(format!(
-                    "predictor input `{name}` is not an input of tower `{}`",
-                    tower.ns_name
-                )));
+                return Err(ConfigError::PredictorInputNotInTower {
+                    input: name.to_string(),
+                    tower: tower.ns_name.clone(),
+                }
+                .into());
             };
             inputs.push((node, ty.clone()));
         }
@@ -98,12 +97,11 @@ impl OnlinePredictor {
         inputs: &[HostTensor],
     ) -> Result<Vec<HostTensor>, TrainError> {
         if inputs.len() != self.inputs.len() {
-            return Err(TrainError::Config(format!(
-                "the predictor takes {} inputs ({}), got {}",
-                self.inputs.len(),
-                self.input_names.join(", "),
-                inputs.len()
-            )));
+            return Err(ConfigError::PredictorArity {
+                inputs: self.input_names.clone(),
+                got: inputs.len(),
+            }
+            .into());
         }
         let feeds: Vec<Feed> = self
             .inputs

@@ -15,7 +15,7 @@ use crate::tower::VarCollection;
 use super::checkpoint::{
     RestoreOptions, RestorePlan, RestoreReport, VariableSpec, load_checkpoint, match_for_restore,
 };
-use super::error::TrainError;
+use super::error::{ConfigError, TrainError};
 
 /// What an initializer did.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -179,11 +179,13 @@ impl SessionInit for DictRestore {
         if !self.ignore_mismatch
             && let Some(a) = plan.report.incompatible.first()
         {
-            return Err(TrainError::Config(format!(
-                "DictRestore: variable `{}` is {}{:?} in the graph, the value is {}{:?} \
-                 (set ignore_mismatch to skip it)",
-                a.name, a.to.0, a.to.1, a.from.0, a.from.1
-            )));
+            return Err(ConfigError::InitMismatch {
+                init: "DictRestore".into(),
+                variable: a.name.clone(),
+                in_graph: a.to.clone(),
+                value: a.from.clone(),
+            }
+            .into());
         }
         apply_plan(session, plan, "a dict")
     }
@@ -282,10 +284,11 @@ impl SmartInit {
                     _ => PathBuf::from(path),
                 };
                 if path.ends_with(".npz") || path.ends_with(".npy") {
-                    return Err(TrainError::Config(format!(
-                        "SmartInit: {path}: npz/npy files are not supported; convert them to \
-                         safetensors"
-                    )));
+                    return Err(ConfigError::UnsupportedInitFormat {
+                        init: "SmartInit".into(),
+                        path: path.clone(),
+                    }
+                    .into());
                 }
                 crate::train::checkpoint::resolve_checkpoint_path(&expanded)?;
                 Ok(Box::new(if *ignore_mismatch {

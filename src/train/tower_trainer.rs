@@ -5,16 +5,18 @@
 //! Also [`NoOpTrainer`].
 //!
 //! The helpers [`build_training_towers_on`], [`tower_gradients`] and [`apply_optimizer`] are the
-//! pieces every strategy shares.
+//! pieces every strategy shares. [`build_training_graph`] is `SimpleTrainer`'s graph outside the
+//! loop (the one way tests and benchmarks build a training graph).
 
 use crate::autodiff::gradients;
 use crate::data::DataFlow;
 use crate::dsl::{Strategy, TowerHandle, build_training_towers};
-use crate::ir::{Graph, NodeId, Value, VarId};
-use crate::optim::{ProcessedGradients, TrainOp, process_gradients};
-use crate::tower::REGULARIZATION_LOSSES;
+use crate::ir::{Graph, NodeId, Step, Value, VarId};
+use crate::optim::{ProcessedGradients, TrainOp, add_step_counter, process_gradients};
+use crate::tower::{REGULARIZATION_LOSSES, UPDATE_OPS};
 
-use super::error::TrainError;
+use super::context::{inference_tower_on, with_builder_on};
+use super::error::{SetupError, TrainError};
 use super::input::{FeedInput, InputSource, QueueInput};
 use super::model::ModelDesc;
 use super::trainer::{BuiltGraph, GraphSetup, StepRunner, Trainer};
@@ -78,10 +80,10 @@ impl<S: TowerStrategy> Trainer for TowerTrainer<S> {
 
     fn setup_graph(&mut self, setup: &mut GraphSetup<'_>) -> Result<BuiltGraph, TrainError> {
         if self.train_op.is_some() {
-            return Err(TrainError::Config(format!(
-                "{}: setup_graph was already called",
-                self.strategy.name()
-            )));
+            return Err(SetupError::AlreadyBuilt {
+                trainer: self.strategy.name(),
+            }
+            .into());
         }
         let built = self.strategy.build(setup)?;
         self.train_op = Some(built.train_op);
@@ -90,7 +92,9 @@ impl<S: TowerStrategy> Trainer for TowerTrainer<S> {
 
     fn run_step(&mut self, runner: &mut StepRunner<'_>) -> Result<(), TrainError> {
         let op = self.train_op.ok_or_else(|| {
-            TrainError::Config("run_step before setup_graph: the trainer has no train op".into())
+            TrainError::from(SetupError::NotBuilt {
+                trainer: self.strategy.name(),
+            })
         })?;
         runner.hooked_run(&[], &[op])?;
         Ok(())
@@ -129,27 +133,106 @@ impl TowerStrategy for SingleTower {
 
     fn build(&self, setup: &mut GraphSetup<'_>) -> Result<TowerGraph, TrainError> {
         let model = setup.model()?;
-        let towers = build_training_towers_on(setup, 1, Strategy::Single)?;
-        let tower = &towers[0];
-        let grads = tower_gradients(setup.graph, tower, "gradients")?;
-        let (train, processed) = apply_optimizer(setup.graph, model.as_ref(), &grads, "train_op")?;
-        let cost = tower
-            .cost
-            .ok_or_else(|| TrainError::Config("the training tower has no cost".into()))?;
-        Ok(TowerGraph {
-            train_op: train.train_op,
-            built: BuiltGraph {
-                losses: vec![(setup.graph.value_name(cost), cost)],
-                gradients: processed.grads,
-                numeric_checks: processed.checks,
-                towers,
-                ..BuiltGraph::default()
-            },
-        })
+        let built = single_tower_graph(setup.graph, setup.seed, model.as_ref())?;
+        for t in &built.built.towers {
+            setup.register_tower(t)?;
+        }
+        Ok(built)
     }
 
     fn default_input(&self, flow: Box<dyn DataFlow>) -> Box<dyn InputSource> {
         Box::new(FeedInput::from_boxed(flow))
+    }
+}
+
+/// `SimpleTrainer`'s graph on `graph`: one training tower of `model` (no name scope), its
+/// gradients, the model's gradient processors and its optimizer's train op. The towers are not
+/// registered with any input source.
+fn single_tower_graph(
+    graph: &mut Graph,
+    seed: u64,
+    model: &dyn ModelDesc,
+) -> Result<TowerGraph, TrainError> {
+    let towers = training_towers_on_graph(graph, seed, model, 1, Strategy::Single)?;
+    let tower = towers.first().ok_or_else(|| SetupError::NoTrainingTower {
+        trainer: SingleTower.name(),
+    })?;
+    let grads = tower_gradients(graph, tower, "gradients")?;
+    let (train, processed) = apply_optimizer(graph, model, &grads, "train_op")?;
+    let cost = tower.cost.ok_or_else(|| SetupError::NoCost {
+        tower: tower.ns_name.clone(),
+    })?;
+    Ok(TowerGraph {
+        train_op: train.train_op,
+        built: BuiltGraph {
+            losses: vec![(graph.value_name(cost), cost)],
+            gradients: processed.grads,
+            numeric_checks: processed.checks,
+            towers,
+            ..BuiltGraph::default()
+        },
+    })
+}
+
+/// The graph a [`SimpleTrainer`] trains and the step one of its iterations runs, built by the
+/// trainer's own code outside the training loop: for benchmarks, snapshot tests and drivers
+/// that run steps on a [`Session`](crate::backend::Session) themselves.
+pub struct TrainingGraph {
+    pub graph: Graph,
+    /// The graph seed it was built with.
+    pub seed: u64,
+    /// The training tower (name scope `""`).
+    pub tower: TowerHandle,
+    /// The optimizer's train op.
+    pub train_op: NodeId,
+    /// One iteration as a `SimpleTrainer` with the default callbacks runs it: fetches the cost,
+    /// runs the train op, the step counter (`MaintainStepCounter`) and `UPDATE_OPS`
+    /// (`RunUpdateOps`, BatchNorm's moving averages).
+    pub step: Step,
+    /// What the trainer reports to callbacks (losses, processed gradients, checks).
+    pub built: BuiltGraph,
+}
+
+/// Builds [`TrainingGraph`]: `SimpleTrainer`'s graph of `model` (what [`SingleTower`] builds,
+/// gradient processors included), graph seed `seed`, plus the step counter
+/// `MaintainStepCounter` adds.
+pub fn build_training_graph(model: &dyn ModelDesc, seed: u64) -> Result<TrainingGraph, TrainError> {
+    let mut graph = Graph::new();
+    let built = single_tower_graph(&mut graph, seed, model)?;
+    let counter = add_step_counter(&mut graph)?;
+    let tower = built
+        .built
+        .towers
+        .first()
+        .cloned()
+        .ok_or_else(|| SetupError::NoTrainingTower {
+            trainer: SingleTower.name(),
+        })?;
+    let cost = tower.cost.ok_or_else(|| SetupError::NoCost {
+        tower: tower.ns_name.clone(),
+    })?;
+    let mut targets = vec![built.train_op, counter];
+    targets.extend(graph.collection(UPDATE_OPS).iter().map(|v| v.node));
+    Ok(TrainingGraph {
+        graph,
+        seed,
+        tower,
+        train_op: built.train_op,
+        step: Step::new(vec![cost], targets),
+        built: built.built,
+    })
+}
+
+impl TrainingGraph {
+    /// Adds an inference tower `ns_name` of `model` sharing the training tower's variables
+    /// (what `TrainContext::build_inference_tower` adds for a callback).
+    pub fn add_inference_tower(
+        &mut self,
+        model: &dyn ModelDesc,
+        ns_name: &str,
+    ) -> Result<TowerHandle, TrainError> {
+        let vs_name = self.tower.vs_name.clone();
+        inference_tower_on(&mut self.graph, self.seed, model, ns_name, &vs_name)
     }
 }
 
@@ -161,14 +244,28 @@ pub fn build_training_towers_on(
     strategy: Strategy,
 ) -> Result<Vec<TowerHandle>, TrainError> {
     let model = setup.model()?;
-    let signature = model.inputs();
-    let towers = setup.with_builder(|b| {
-        build_training_towers(b, &signature, count, strategy, &|x| model.build_graph(x))
-    })??;
+    let towers =
+        training_towers_on_graph(setup.graph, setup.seed, model.as_ref(), count, strategy)?;
     for t in &towers {
         setup.register_tower(t)?;
     }
-    warn_unused_regularization(setup.graph);
+    Ok(towers)
+}
+
+/// Builds `count` training towers of `model` with `strategy` on `graph` (DSL builder seeded
+/// with `seed`) and warns about unused regularization losses.
+fn training_towers_on_graph(
+    graph: &mut Graph,
+    seed: u64,
+    model: &dyn ModelDesc,
+    count: usize,
+    strategy: Strategy,
+) -> Result<Vec<TowerHandle>, TrainError> {
+    let signature = model.inputs();
+    let towers = with_builder_on(graph, seed, |b| {
+        build_training_towers(b, &signature, count, strategy, &|x| model.build_graph(x))
+    })??;
+    warn_unused_regularization(graph);
     Ok(towers)
 }
 
@@ -181,7 +278,9 @@ pub fn tower_gradients(
     prefix: &str,
 ) -> Result<Vec<(VarId, Value)>, TrainError> {
     let cost = tower.cost.ok_or_else(|| {
-        TrainError::Config(format!("tower `{}` is not a training tower", tower.ns_name))
+        TrainError::from(SetupError::NoCost {
+            tower: tower.ns_name.clone(),
+        })
     })?;
     let vars = tower.gradient_variables(graph);
     let set = gradients(graph, cost, &vars, prefix)?;

@@ -18,7 +18,7 @@ use crate::tensor::HostTensor;
 use super::callback::Callback;
 use super::context::TrainContext;
 use super::dispatch::CallbackList;
-use super::error::TrainError;
+use super::error::{SetupError, TrainError};
 use super::input::{InputSource, QueueInput};
 use super::model::ModelDesc;
 use super::resume::FoundResume;
@@ -86,9 +86,12 @@ pub struct GraphSetup<'a> {
 impl GraphSetup<'_> {
     /// The model; errors when the configuration has none.
     pub fn model(&self) -> Result<Arc<dyn ModelDesc>, TrainError> {
-        self.model
-            .clone()
-            .ok_or_else(|| TrainError::Config("this trainer needs a model".into()))
+        self.model.clone().ok_or_else(|| {
+            SetupError::NoModel {
+                what: "this trainer".into(),
+            }
+            .into()
+        })
     }
 
     /// The model's input signature.
@@ -131,6 +134,8 @@ pub struct BuiltGraph {
 /// Makes hooked runs for `run_step`.
 pub struct StepRunner<'a> {
     pub(crate) ctx: &'a mut TrainContext,
+    /// The run's input source (owned by the engine, not the context).
+    pub(crate) input: &'a mut dyn InputSource,
     pub(crate) callbacks: &'a mut CallbackList,
     pub(crate) reads_input: &'a mut HashMap<crate::backend::Step, bool>,
 }
@@ -157,7 +162,9 @@ impl StepRunner<'_> {
         let merged = self.callbacks.before_run(self.ctx, fetches, targets)?;
         let mut feeds = merged.feeds.clone();
         if self.step_reads_input(&merged.step) {
-            feeds.extend(self.ctx.input.next_feeds()?);
+            let next = self.input.next_feeds();
+            self.ctx.input_position = self.input.consumed_state();
+            feeds.extend(next?);
         }
         let values = self.ctx.session("hooked run")?.run(&merged.step, &feeds)?;
         self.callbacks.after_run(self.ctx, &values, &merged)?;
@@ -169,7 +176,7 @@ impl StepRunner<'_> {
         if let Some(&r) = self.reads_input.get(step) {
             return r;
         }
-        let inputs: HashSet<NodeId> = self.ctx.input.input_nodes().into_iter().collect();
+        let inputs: HashSet<NodeId> = self.input.input_nodes().into_iter().collect();
         let graph = self.ctx.graph();
         let mut seen: HashSet<NodeId> = HashSet::new();
         let mut stack = step.roots();

@@ -10,7 +10,7 @@ use crate::optim::LEARNING_RATE;
 use crate::tensor::HostTensor;
 use crate::train::callback::Callback;
 use crate::train::context::TrainContext;
-use crate::train::error::TrainError;
+use crate::train::error::{ConfigError, TrainError};
 
 /// Sets float scalar variable `name` to `value` for callback `setter`; returns whether it
 /// changed. A NaN or infinite value, or a negative learning rate, is an error naming both.
@@ -37,10 +37,11 @@ fn set_param(
     let id = ctx.find_variable(name)?;
     let def = ctx.graph().variable(id).clone();
     if !def.ty.dtype.is_float() || def.ty.rank() != 0 {
-        return Err(TrainError::Config(format!(
-            "hyper-parameter `{name}` must be a float scalar variable, it is {}",
-            def.ty
-        )));
+        return Err(ConfigError::NotAHyperParam {
+            name: name.into(),
+            found: def.ty.to_string(),
+        }
+        .into());
     }
     let session = ctx.session("setting a hyper-parameter")?;
     let old = session
@@ -71,9 +72,14 @@ fn set_param(
 
 /// The current value of float scalar variable `name`.
 fn get_param(ctx: &mut TrainContext, name: &str) -> Result<f64, TrainError> {
-    ctx.read_variable(name)?
-        .scalar_value()
-        .map_err(|_| TrainError::Config(format!("hyper-parameter `{name}` is not a scalar")))
+    let value = ctx.read_variable(name)?;
+    value.scalar_value().map_err(|_| {
+        ConfigError::NotAHyperParam {
+            name: name.into(),
+            found: format!("{}{:?}", value.dtype(), value.shape()),
+        }
+        .into()
+    })
 }
 
 /// How a schedule fills the points between its entries.

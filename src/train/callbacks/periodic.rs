@@ -7,7 +7,7 @@ use crate::train::callback::{
     Callback, RunArgs, forward_hooks, forward_run_hooks, forward_state_hooks,
 };
 use crate::train::context::TrainContext;
-use crate::train::error::TrainError;
+use crate::train::error::{ConfigError, TrainError};
 
 /// Calls `inner.trigger()` when `global_step % every_k_steps == 0` (checked after each step) or
 /// `epoch_num % every_k_epochs == 0` (checked after each epoch), and optionally in
@@ -67,10 +67,10 @@ impl Callback for PeriodicTrigger {
         let zero = self.every_k_steps == Some(0) || self.every_k_epochs == Some(0);
         let none = self.every_k_steps.is_none() && self.every_k_epochs.is_none();
         if zero || (none && !self.before_train) {
-            return Err(TrainError::Config(format!(
-                "{}: give every_k_steps or every_k_epochs (at least 1), or before_train",
-                self.name()
-            )));
+            return Err(ConfigError::NoTrigger {
+                callback: self.name(),
+            }
+            .into());
         }
         self.inner.setup_graph(ctx)
     }

@@ -12,7 +12,7 @@ use crate::train::checkpoint::{
     RetentionPolicy, latest_checkpoint, step_of_file_name, write_atomically,
 };
 use crate::train::context::TrainContext;
-use crate::train::error::TrainError;
+use crate::train::error::{ConfigError, TrainError};
 
 /// Saves a checkpoint of every global variable (weights, BatchNorm EMAs, optimizer slots,
 /// `global_step`, `learning_rate`) plus the exact-resume state, on each trigger (every epoch by
@@ -78,9 +78,9 @@ fn checkpoint_dir_of(
         .clone()
         .or_else(|| ctx.logdir().map(Path::to_path_buf))
         .ok_or_else(|| {
-            TrainError::Config(format!(
-                "{who} needs a logdir or an explicit checkpoint_dir"
-            ))
+            TrainError::from(ConfigError::NoCheckpointDir {
+                callback: who.to_string(),
+            })
         })
 }
 

@@ -4,7 +4,7 @@
 
 use crate::dsl::Tensor;
 use crate::ir::{NodeId, Value};
-use crate::optim::{global_step, increment_global_step};
+use crate::optim::add_step_counter;
 use crate::tensor::{DType, HostTensor};
 use crate::tower::{MOVING_SUMMARY, SUMMARIES, UPDATE_OPS, VarSpec};
 use crate::train::callback::{Callback, RunArgs};
@@ -33,9 +33,7 @@ impl Callback for MaintainStepCounter {
 
     fn setup_graph(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
         let graph = ctx.graph_mut("MaintainStepCounter")?;
-        global_step(graph)?;
-        let name = graph.unique_name("global_step_incr");
-        self.increment = Some(increment_global_step(graph, &name)?);
+        self.increment = Some(add_step_counter(graph)?);
         Ok(())
     }
 

@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 
 use crate::ir::{Graph, NodeId, Op, Value, VarId};
 use crate::optim::{Optimizer, VariableUpdate};
-use crate::train::error::TrainError;
+use crate::train::error::{SetupError, TrainError};
 use crate::train::tower_trainer::{TowerGraph, TowerStrategy, TowerTrainer};
 use crate::train::trainer::{BuiltGraph, GraphSetup};
 
@@ -107,7 +107,9 @@ impl TowerStrategy for AsyncTowers {
             per_tower.push(processed.grads.clone());
             main.get_or_insert(processed);
         }
-        let main = main.ok_or_else(|| TrainError::Config("no training tower".into()))?;
+        let main = main.ok_or_else(|| SetupError::NoTrainingTower {
+            trainer: "AsyncMultiGPUTrainer".into(),
+        })?;
         let optimizer = model.optimizer();
         let updates = chained_updates(setup.graph, &optimizer, &per_tower, ps)?;
         let mut assigns = Vec::with_capacity(updates.len());
@@ -180,11 +182,10 @@ fn chained_updates(
     for grads in &per_tower[1..] {
         let vars: Vec<VarId> = grads.iter().map(|(v, _)| *v).collect();
         if vars != gradient_vars {
-            return Err(TrainError::Config(
-                "AsyncMultiGPUTrainer: the towers' gradient processors kept different \
-                 variables"
-                    .into(),
-            ));
+            return Err(SetupError::ProcessorsDiffer {
+                trainer: "AsyncMultiGPUTrainer".into(),
+            }
+            .into());
         }
         let mut map: HashMap<Value, Value> = per_tower[0]
             .iter()
@@ -194,10 +195,11 @@ fn chained_updates(
         for &id in &created {
             let node = graph.node(id).clone();
             if !graph.control_inputs(id).is_empty() {
-                return Err(TrainError::Config(format!(
-                    "AsyncMultiGPUTrainer cannot repeat `{}`: it has control inputs",
-                    node.name
-                )));
+                return Err(SetupError::NotRepeatable {
+                    trainer: "AsyncMultiGPUTrainer".into(),
+                    node: node.name,
+                }
+                .into());
             }
             if let Op::Variable { var } = node.op
                 && let Some(&value) = current.get(&var)

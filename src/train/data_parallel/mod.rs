@@ -51,7 +51,7 @@ use crate::ir::{BinaryOp, Graph, Op, Value, VarId};
 use crate::optim::{ProcessedGradients, process_gradients};
 use crate::tensor::HostTensor;
 
-use super::error::TrainError;
+use super::error::{SetupError, TrainError};
 use super::model::ModelDesc;
 use super::tower_trainer::{
     TowerStrategy, TowerTrainer, build_training_towers_on, tower_gradients,
@@ -136,9 +136,10 @@ impl TowerDevices {
     /// Errors unless there is at least one tower.
     fn check(&self, trainer: &str) -> Result<usize, TrainError> {
         match self.count() {
-            0 => Err(TrainError::Config(format!(
-                "{trainer} needs at least one tower"
-            ))),
+            0 => Err(SetupError::NoTowers {
+                trainer: trainer.into(),
+            }
+            .into()),
             n => Ok(n),
         }
     }
@@ -170,9 +171,12 @@ impl ParameterDevice {
         let (index, extra) = match self {
             ParameterDevice::Tower(i) if i < towers => (i, None),
             ParameterDevice::Tower(i) => {
-                return Err(TrainError::Config(format!(
-                    "{trainer}: variables on tower {i}, but there are {towers} towers"
-                )));
+                return Err(SetupError::TowerOutOfRange {
+                    trainer: trainer.into(),
+                    tower: i,
+                    towers,
+                }
+                .into());
             }
             ParameterDevice::Host => (towers, Some(Device::Host)),
         };
@@ -183,8 +187,7 @@ impl ParameterDevice {
 
 /// Tower (or extra device) `index` as a logical device number.
 fn logical_device(index: usize) -> Result<u16, TrainError> {
-    u16::try_from(index)
-        .map_err(|_| TrainError::Config(format!("{index} is too many devices for one graph")))
+    u16::try_from(index).map_err(|_| SetupError::TooManyDevices { index }.into())
 }
 
 /// One trained variable: its copy in each tower (the same variable when towers share them,
@@ -215,21 +218,20 @@ fn tower_gradient_rows(
             continue;
         }
         if grads.len() != rows.len() {
-            return Err(TrainError::Config(format!(
-                "tower `{}` has gradients for {} variables, tower 0 for {}",
-                tower.ns_name,
-                grads.len(),
-                rows.len()
-            )));
+            return Err(SetupError::GradientCount {
+                tower: tower.ns_name.clone(),
+                count: grads.len(),
+                tower0: rows.len(),
+            }
+            .into());
         }
         for (var, g) in grads {
             let main = main_variable(graph, tower, var)?;
             let row = row_of.get(&main).copied().ok_or_else(|| {
-                TrainError::Config(format!(
-                    "tower `{}` trains `{}`, which tower 0 does not",
-                    tower.ns_name,
-                    graph.variable(var).name
-                ))
+                TrainError::from(SetupError::ExtraVariable {
+                    tower: tower.ns_name.clone(),
+                    variable: graph.variable(var).name.clone(),
+                })
             })?;
             rows[row].vars.push(var);
             rows[row].grads.push(g);
@@ -248,10 +250,10 @@ fn main_variable(graph: &Graph, tower: &TowerHandle, var: VarId) -> Result<VarId
     name.strip_prefix(&format!("{}/", tower.vs_name))
         .and_then(|main| graph.find_variable(main))
         .ok_or_else(|| {
-            TrainError::Config(format!(
-                "replica variable `{name}` of tower `{}` has no counterpart in tower 0",
-                tower.ns_name
-            ))
+            TrainError::from(SetupError::ReplicaWithoutCounterpart {
+                variable: name.clone(),
+                tower: tower.ns_name.clone(),
+            })
         })
 }
 
@@ -325,7 +327,9 @@ fn average(
 ) -> Result<Value, TrainError> {
     let (&first, rest) = grads
         .split_first()
-        .ok_or_else(|| TrainError::Config(format!("{scope}: nothing to average")))?;
+        .ok_or_else(|| SetupError::NothingToAverage {
+            scope: scope.into(),
+        })?;
     if rest.is_empty() {
         return Ok(first);
     }
@@ -361,6 +365,8 @@ fn main_loss(graph: &Graph, towers: &[TowerHandle]) -> Result<(String, Value), T
     let cost = towers
         .first()
         .and_then(|t| t.cost)
-        .ok_or_else(|| TrainError::Config("the main training tower has no cost".into()))?;
+        .ok_or_else(|| SetupError::NoCost {
+            tower: towers.first().map_or(String::new(), |t| t.ns_name.clone()),
+        })?;
     Ok((graph.value_name(cost), cost))
 }

@@ -9,7 +9,7 @@ use crate::dsl::{Strategy, TowerHandle};
 use crate::ir::{Graph, NodeId, Op, Value, VarId};
 use crate::train::callback::Callback;
 use crate::train::context::TrainContext;
-use crate::train::error::TrainError;
+use crate::train::error::{SetupError, TrainError};
 use crate::train::tower_trainer::{
     TowerGraph, TowerStrategy, TowerTrainer, build_training_towers_on,
 };
@@ -102,7 +102,9 @@ impl TowerStrategy for ReplicatedTowers {
             pairs.extend(processed.grads.iter().map(|(v, g)| (replica_of[v], *g)));
             main.get_or_insert(processed);
         }
-        let main = main.ok_or_else(|| TrainError::Config("no training tower".into()))?;
+        let main = main.ok_or_else(|| SetupError::NoTrainingTower {
+            trainer: "ReplicatedTrainer".into(),
+        })?;
         let train = model
             .optimizer()
             .apply_gradients(setup.graph, &pairs, "train_op")?;
@@ -147,10 +149,13 @@ fn build_broadcast(graph: &mut Graph, towers: &[TowerHandle]) -> Result<NodeId, 
         for (source, replica) in sources {
             let (from, to) = (graph.variable(source), graph.variable(replica));
             if from.ty != to.ty {
-                return Err(TrainError::Config(format!(
-                    "replica `{}` is {}, its source `{}` is {}",
-                    to.name, to.ty, from.name, from.ty
-                )));
+                return Err(SetupError::ReplicaType {
+                    replica: to.name.clone(),
+                    replica_type: to.ty.to_string(),
+                    source_name: from.name.clone(),
+                    source_type: from.ty.to_string(),
+                }
+                .into());
             }
             let scope = format!("sync_variables_from_device/{}", to.name);
             let name = graph.unique_name(&format!("{scope}/read"));
@@ -169,11 +174,11 @@ fn build_broadcast(graph: &mut Graph, towers: &[TowerHandle]) -> Result<NodeId, 
         for (id, def) in graph.variable_ids() {
             if def.name.starts_with(&prefix) && !synced.contains(&id) {
                 if def.flags.trainable {
-                    return Err(TrainError::Config(format!(
-                        "trainable replica variable `{}` has no source `{}` in replica 0",
-                        def.name,
-                        &def.name[prefix.len()..]
-                    )));
+                    return Err(SetupError::ReplicaWithoutSource {
+                        replica: def.name.clone(),
+                        source_name: def.name[prefix.len()..].to_string(),
+                    }
+                    .into());
                 }
                 log::warn!(
                     target: "towerpack",

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 
 use crate::ir::{Graph, Op, ReduceOp, Value, VarId};
 use crate::tensor::DType;
-use crate::train::error::TrainError;
+use crate::train::error::{DistributedError, TrainError};
 
 /// `(variable, all_reduce(gradient) {op=mean})` for every `(variable, gradient)` of one
 /// tower, in the same order; each node is named `<prefix>/<variable>` and sits on its
@@ -25,23 +25,25 @@ pub fn all_reduce_gradients(
     for &(var, g) in grads {
         let name = graph.variable(var).name.clone();
         if !seen.insert(var) {
-            return Err(TrainError::Config(format!(
-                "`{name}` has two gradients to all-reduce"
-            )));
+            return Err(DistributedError::DuplicateGradient {
+                variable: name.to_string(),
+            }
+            .into());
         }
         let ty = graph.value_type(g);
         if ty.shape.to_static().is_none() {
-            return Err(TrainError::Config(format!(
-                "the gradient of `{name}` has shape {}: a distributed all-reduce needs a static \
-                 shape",
-                ty.shape
-            )));
+            return Err(DistributedError::DynamicGradient {
+                variable: name.to_string(),
+                shape: ty.shape.to_string(),
+            }
+            .into());
         }
         if ty.dtype != DType::F32 {
-            return Err(TrainError::Config(format!(
-                "the gradient of `{name}` is {}: distributed all-reduces carry f32",
-                ty.dtype
-            )));
+            return Err(DistributedError::GradientDType {
+                variable: name.to_string(),
+                dtype: ty.dtype,
+            }
+            .into());
         }
         let device = graph.node(g.node).device;
         let node_name = graph.unique_name(&format!("{prefix}/{name}"));

@@ -34,7 +34,7 @@ pub use all_reduce::all_reduce_gradients;
 use self::sync::{Agreement, EpochBroadcast, Point};
 use super::config::{BackendChoice, Resume, TrainConfig};
 use super::engine::{TrainReport, launch_train_with_config};
-use super::error::TrainError;
+use super::error::{DistributedError, SetupError, TrainError};
 use super::input::InputSource;
 use super::resume::FoundResume;
 use super::tower_trainer::{
@@ -258,9 +258,9 @@ impl DistributedTrainer {
         let averaged = average_towers(setup.graph, &per_tower)?;
         let (train, processed) =
             apply_optimizer(setup.graph, model.as_ref(), &averaged, "train_op")?;
-        let cost = towers[0]
-            .cost
-            .ok_or_else(|| TrainError::Config("the training tower has no cost".into()))?;
+        let cost = towers[0].cost.ok_or_else(|| SetupError::NoCost {
+            tower: String::new(),
+        })?;
         let mut callbacks: Vec<Box<dyn super::Callback>> =
             vec![Box::new(sync::JobRecord { ranks: self.size() })];
         if self.options.broadcast_every_epoch {
@@ -296,11 +296,7 @@ fn job_engine() -> Result<Arc<dyn CollectiveEngine>, TrainError> {
         Ok(engine)
     }
     #[cfg(not(feature = "mpi"))]
-    Err(TrainError::Config(
-        "this process was started by an MPI launcher, but towerpack was built without the \
-         `mpi` feature (cargo build --features mpi)"
-            .into(),
-    ))
+    Err(DistributedError::NoMpiFeature.into())
 }
 
 /// NCCL on CUDA device 0 of this process, bootstrapped over `job`.
@@ -314,11 +310,7 @@ fn nccl_engine(job: Arc<dyn CollectiveEngine>) -> Result<Arc<dyn CollectiveEngin
     #[cfg(not(feature = "nccl"))]
     {
         drop(job);
-        Err(TrainError::Config(
-            "DistributedOptions::gradient_engine is GradientEngine::Nccl, but towerpack was \
-             built without the `nccl` feature (cargo build --features mpi,nccl)"
-                .into(),
-        ))
+        Err(DistributedError::NoNcclFeature.into())
     }
 }
 
@@ -348,11 +340,10 @@ fn average_towers(
                 .find(|(v, _)| *v == var)
                 .map(|(_, g)| *g)
                 .ok_or_else(|| {
-                    TrainError::Config(format!(
-                        "tower {} has no gradient for `{}`",
-                        t + 1,
-                        graph.variable(var).name
-                    ))
+                    TrainError::from(SetupError::MissingGradient {
+                        tower: t + 1,
+                        variable: graph.variable(var).name.clone(),
+                    })
                 })?;
             let name = graph.unique_name("tower_average/add");
             sum = Value::first(graph.add_node(&name, Op::Binary(BinaryOp::Add), &[sum, g])?);
@@ -375,14 +366,13 @@ impl Trainer for DistributedTrainer {
 
     fn setup_graph(&mut self, setup: &mut GraphSetup<'_>) -> Result<BuiltGraph, TrainError> {
         if self.train_op.is_some() {
-            return Err(TrainError::Config(
-                "DistributedTrainer: setup_graph was already called".into(),
-            ));
+            return Err(SetupError::AlreadyBuilt {
+                trainer: "DistributedTrainer".into(),
+            }
+            .into());
         }
         if self.options.towers_per_rank == 0 {
-            return Err(TrainError::Config(
-                "towers_per_rank must be at least 1".into(),
-            ));
+            return Err(DistributedError::NoTowersPerRank.into());
         }
         let built = self.build(setup)?;
         self.train_op = Some(built.train_op);
@@ -402,7 +392,9 @@ impl Trainer for DistributedTrainer {
 
     fn run_step(&mut self, runner: &mut StepRunner<'_>) -> Result<(), TrainError> {
         let op = self.train_op.ok_or_else(|| {
-            TrainError::Config("run_step before setup_graph: the trainer has no train op".into())
+            TrainError::from(SetupError::NotBuilt {
+                trainer: "DistributedTrainer".into(),
+            })
         })?;
         self.global_step = runner.global_step();
         self.agreement.round(Point::Step, self.global_step)?;

@@ -16,7 +16,7 @@ use crate::tensor::HostTensor;
 use crate::train::callback::Callback;
 use crate::train::context::TrainContext;
 use crate::train::counters::ResumePoint;
-use crate::train::error::TrainError;
+use crate::train::error::{DistributedError, TrainError};
 use crate::train::resume::{FoundResume, ResumeState};
 
 /// The chief: the rank whose variables, checkpoints and resume point the job follows.
@@ -113,11 +113,7 @@ impl Agreement {
                     format!("rank {r} {p}")
                 })
                 .collect();
-            return Err(TrainError::Config(format!(
-                "the ranks are out of step: {}; give every rank the same steps_per_epoch and \
-                 callbacks that run steps",
-                at.join(", ")
-            )));
+            return Err(DistributedError::OutOfStep { ranks: at }.into());
         }
         Ok(())
     }
@@ -197,16 +193,11 @@ pub(crate) fn check_same_variables(
         .all_reduce_as(&mut flags, ReduceOp::Sum, WireFormat::F32)
         .map_err(collective)?;
     if let Some(p) = local_problem {
-        return Err(TrainError::Config(format!(
-            "the ranks built different graphs: {p}"
-        )));
+        return Err(DistributedError::GraphDiffers { difference: p }.into());
     }
     let differing: Vec<usize> = (0..size).filter(|&r| flags[r] != 0.0).collect();
     if !differing.is_empty() {
-        return Err(TrainError::Config(format!(
-            "the ranks built different graphs: ranks {differing:?} differ from the chief (see \
-             their logs)"
-        )));
+        return Err(DistributedError::GraphsDiffer { ranks: differing }.into());
     }
     Ok(())
 }
@@ -226,10 +217,9 @@ pub(crate) fn broadcast_variables(
     let mut layout = Vec::with_capacity(vars.len());
     for (id, dtype, shape) in &vars {
         let shape = shape.clone().ok_or_else(|| {
-            TrainError::Config(format!(
-                "variable `{}` has no static shape",
-                session.graph().variable(*id).name
-            ))
+            TrainError::from(DistributedError::DynamicVariable {
+                variable: session.graph().variable(*id).name.clone(),
+            })
         })?;
         let bytes = dtype.size_bytes() * shape.iter().product::<usize>();
         if chief {
@@ -243,8 +233,12 @@ pub(crate) fn broadcast_variables(
     if !chief {
         let mut at = 0;
         for (id, dtype, shape, bytes) in layout {
-            let value = HostTensor::from_le_bytes(dtype, &shape, &blob[at..at + bytes])
-                .map_err(|e| TrainError::Config(format!("broadcast variable: {e}")))?;
+            let value = HostTensor::from_le_bytes(dtype, &shape, &blob[at..at + bytes]).map_err(
+                |source| DistributedError::Broadcast {
+                    variable: session.graph().variable(id).name.clone(),
+                    source,
+                },
+            )?;
             session.write_variable(id, &value)?;
             at += bytes;
         }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use regex::Regex;
 
-use crate::train::error::TrainError;
+use crate::train::error::{ConfigError, TrainError};
 
 use super::{MonitorSetup, StepStamp, TrainingMonitor};
 
@@ -115,8 +115,14 @@ fn compile(patterns: &[&str]) -> Result<Vec<Regex>, TrainError> {
     patterns
         .iter()
         .map(|p| {
-            Regex::new(p)
-                .map_err(|e| TrainError::Config(format!("ScalarPrinter: bad regex `{p}`: {e}")))
+            Regex::new(p).map_err(|source| {
+                ConfigError::BadRegex {
+                    who: "ScalarPrinter".into(),
+                    pattern: p.to_string(),
+                    source,
+                }
+                .into()
+            })
         })
         .collect()
 }

@@ -5,7 +5,7 @@
 //! size ([`measure`]: block 0 only) — as
 //! `max(flops / peak·active, bytes / bandwidth, block time × waves) + launch cost`
 //! ([`model`]), on a [`GpuSpec`] ([`spec`]: the H100 SXM first, its latencies calibrated against
-//! Nsight Compute's times of the old kernels, checked by `tests/cuda_perf_model.rs`).
+//! Nsight Compute's times of the old kernels, checked by `tests/cuda/perf_model.rs`).
 //! [`report`] writes one JSON line per launch and flags launches that leave the GPU mostly
 //! idle.
 

@@ -16,7 +16,7 @@
 //! per-block counts come from the emulator ([`super::measure`]); without them the serial term
 //! is left out.
 //!
-//! Known limits (calibration on the old kernels, `tests/cuda_perf_model.rs`): the launches that
+//! Known limits (calibration on the old kernels, `tests/cuda/perf_model.rs`): the launches that
 //! hold 95% of the time — one to nine blocks of long reductions and filter gradients — are
 //! within 0.78-1.27× of Nsight Compute; many-block GEMM-family launches are predicted up to 4.3×
 //! too fast (0.23× for the 2048-block stage-1 convolutions, 0.48× for their input gradients;

@@ -44,7 +44,7 @@ pub struct GpuSpec {
 /// NVIDIA H100 SXM5 80 GB (HBM3): 132 SMs at 1.98 GHz boost, 67 TFLOP/s FP32, 495 TFLOP/s
 /// dense TF32 on the tensor cores, 3.35 TB/s.
 /// Latencies calibrated against Nsight Compute's times of towerpack's kernels on one
-/// (`../shared/reference/gpu-h100.md`; `tests/cuda_perf_model.rs` checks the fit).
+/// (`../shared/reference/gpu-h100.md`; `tests/cuda/perf_model.rs` checks the fit).
 pub const H100_SXM: GpuSpec = GpuSpec {
     name: "H100 SXM",
     arch: 90,

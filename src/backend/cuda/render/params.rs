@@ -4,7 +4,7 @@
 //! A field's kind carries its value (or where the value comes from: a buffer, the status word),
 //! and the C type is derived from the kind, so the declaration and the packing cannot disagree;
 //! layout follows the C rules (each field at a multiple of its alignment, the struct padded to
-//! its largest alignment), which `tests/cuda_compile.rs` checks against the parameter sizes
+//! its largest alignment), which `tests/cuda/compile.rs` checks against the parameter sizes
 //! NVRTC's PTX declares.
 
 use super::RenderError;

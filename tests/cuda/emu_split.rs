@@ -1,0 +1,481 @@
+//! Launches whose long reductions are split across blocks, on the emulated device against the
+//! CPU backend, and bitwise reproducible run to run (CTAs run on several host threads, so the
+//! block that arrives last — and combines — changes between runs):
+//! - per-channel and full reductions split along the reduced axis (1 and 64 channels; lengths
+//!   not multiples of the split; sums, means, maxima, integer sums);
+//! - split-K filter gradients (3×3, 1×1, strided) and matrix products with a long K;
+//! - batch-norm-like statistics and gradient sums taken in convolution epilogues
+//!   (`LowerOptions::epilogue_reductions`), combined across the blocks of a channel tile.
+//!
+//! The emulated device reports a given multiprocessor count, so small problems take the launch
+//! shapes (tiles, splits) large batches take on a large GPU; every test checks that the launch
+//! it means to exercise really is split.
+
+use crate::cuda_common;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+use towerpack::backend::cpu::{CpuOptions, CpuSession};
+use towerpack::backend::cuda::driver::emulated::EmulatedDriver;
+use towerpack::backend::cuda::render::{self, KernelPlan, Target};
+use towerpack::backend::cuda::{CudaOptions, CudaSession};
+use towerpack::backend::{Feed, Session};
+use towerpack::ir::*;
+use towerpack::lower::{LowerOptions, Program};
+use towerpack::tensor::{DType, HostTensor};
+
+/// A graph under construction with random feeds.
+struct Case {
+    g: Graph,
+    feeds: Vec<Feed>,
+    fetches: Vec<Value>,
+    rng: ChaCha8Rng,
+    batch: usize,
+}
+
+impl Case {
+    fn new(seed: u64, batch: usize) -> Case {
+        Case {
+            g: Graph::new(),
+            feeds: Vec::new(),
+            fetches: Vec::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            batch,
+        }
+    }
+
+    fn add(&mut self, name: &str, op: Op, ins: &[Value]) -> Value {
+        let name = self.g.unique_name(name);
+        Value::first(self.g.add_node(&name, op, ins).expect(&name))
+    }
+
+    /// A batched input of `dims` with random contents (f32 in [-2, 2), i32 in [-50, 50)).
+    fn input(&mut self, dtype: DType, dims: &[usize]) -> Value {
+        let name = self.g.unique_name("in");
+        let ty = TensorType::new(dtype, Shape::batched(dims));
+        let id = self
+            .g
+            .add_node(
+                &name,
+                Op::Input {
+                    name: name.clone(),
+                    ty,
+                },
+                &[],
+            )
+            .expect("input");
+        let shape: Vec<usize> = std::iter::once(self.batch)
+            .chain(dims.iter().copied())
+            .collect();
+        let n: usize = shape.iter().product();
+        let values: Vec<f64> = (0..n)
+            .map(|_| match dtype {
+                DType::I32 => f64::from(self.rng.random_range(-50..50)),
+                _ => self.rng.random_range(-2.0..2.0),
+            })
+            .collect();
+        let t = HostTensor::from_f64_values(dtype, &shape, values).expect("sized");
+        self.feeds.push((id, t));
+        Value::first(id)
+    }
+
+    fn constant(&mut self, dims: &[usize]) -> Value {
+        let n: usize = dims.iter().product();
+        let data = (0..n).map(|_| self.rng.random_range(-1.0..1.0)).collect();
+        let value = HostTensor::from_f32(dims, data).expect("sized");
+        self.add("w", Op::Constant { value }, &[])
+    }
+
+    fn reduce(&mut self, op: ReduceOp, axes: Vec<usize>, x: Value) -> Value {
+        let r = Op::Reduce {
+            op,
+            axes,
+            keep_dims: false,
+        };
+        self.add("reduce", r, &[x])
+    }
+
+    fn binary(&mut self, op: BinaryOp, a: Value, b: Value) -> Value {
+        self.add("binary", Op::Binary(op), &[a, b])
+    }
+
+    fn fetch(&mut self, v: Value) {
+        self.fetches.push(v);
+    }
+
+    fn step(&self) -> Step {
+        Step::new(self.fetches.clone(), Vec::new())
+    }
+}
+
+fn lowering(epilogue_reductions: bool) -> LowerOptions {
+    LowerOptions {
+        epilogue_reductions,
+        ..LowerOptions::default()
+    }
+}
+
+/// An emulated session whose device reports `multiprocessors` SMs.
+fn emulated(c: &Case, multiprocessors: u32, lower: &LowerOptions) -> CudaSession {
+    cuda_common::require_nvrtc();
+    let driver = EmulatedDriver::new(1);
+    driver
+        .device(0)
+        .expect("device 0")
+        .set_multiprocessors(multiprocessors);
+    let options = CudaOptions {
+        cache_dir: None,
+        lower: *lower,
+        ..CudaOptions::default()
+    };
+    CudaSession::with_driver(c.g.clone(), Arc::new(driver), options).expect("emulated session")
+}
+
+/// Largest |got - want| relative to the largest |want| (floored at 1).
+fn normalized_error(got: &HostTensor, want: &HostTensor) -> f64 {
+    let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
+    assert_eq!(g.len(), w.len());
+    let scale = w.iter().fold(1.0f64, |m, x| m.max(x.abs()));
+    g.iter()
+        .zip(&w)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs() / scale))
+}
+
+/// The launches of `program` as rendered for `multiprocessors` SMs: (kernel kind, grid, the
+/// generated part).
+fn launches(program: &Program, multiprocessors: u32) -> Vec<(String, [u32; 3], String)> {
+    let target = Target::with_multiprocessors(multiprocessors);
+    (0..program.kernels.len())
+        .filter_map(|i| match render::render_kernel_for(program, i, &target) {
+            Ok(KernelPlan::Launch(r)) => Some((
+                program.kernels[i].kind.name().to_string(),
+                r.launch.grid,
+                r.generated,
+            )),
+            Ok(_) => None,
+            Err(e) => panic!("render k{i}: {e}"),
+        })
+        .collect()
+}
+
+/// Runs `c` on the CPU backend and twice on fresh emulated devices reporting `multiprocessors`
+/// SMs; checks the emulated results against the CPU's (relative error ≤ `tol`) and the two
+/// emulated runs against each other bit for bit. Returns the emulated program.
+fn check(c: &Case, multiprocessors: u32, lower: &LowerOptions, tol: f64) -> Program {
+    let step = c.step();
+    let mut cpu = CpuSession::new(
+        c.g.clone(),
+        CpuOptions {
+            threads: 2,
+            lower: *lower,
+            ..CpuOptions::default()
+        },
+    )
+    .expect("cpu session");
+    let want = cpu.run(&step, &c.feeds).expect("cpu step");
+    let mut first = emulated(c, multiprocessors, lower);
+    let got = first.run(&step, &c.feeds).expect("emulated step");
+    let program = first.program(&step, c.batch).expect("program").clone();
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let err = normalized_error(g, w);
+        assert!(
+            err <= tol,
+            "fetch {i}: error {err:.3e} > {tol:e}\n{program}"
+        );
+    }
+    for run in 0..2 {
+        let mut again = emulated(c, multiprocessors, lower);
+        let repeat = again.run(&step, &c.feeds).expect("emulated step");
+        for (i, (a, b)) in got.iter().zip(&repeat).enumerate() {
+            assert!(
+                a.to_le_bytes() == b.to_le_bytes(),
+                "fetch {i} differs between emulated runs (repeat {run})"
+            );
+        }
+    }
+    // The same session again (the workspace's counters were reset by the last run).
+    let repeat = first.run(&step, &c.feeds).expect("second step");
+    for (i, (a, b)) in got.iter().zip(&repeat).enumerate() {
+        assert!(
+            a.to_le_bytes() == b.to_le_bytes(),
+            "fetch {i} differs on the session's second run"
+        );
+    }
+    program
+}
+
+/// The `#define NAME value` of a generated part, if it has one.
+fn define(generated: &str, name: &str) -> Option<usize> {
+    let prefix = format!("#define {name} ");
+    generated
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// The `#define NAME value` of a generated part that must have it.
+fn defined(generated: &str, name: &str) -> usize {
+    define(generated, name).unwrap_or_else(|| panic!("{name} not defined in\n{generated}"))
+}
+
+#[test]
+fn split_reductions_over_one_and_64_channels_match_the_cpu_and_repeat_bitwise() {
+    let mut c = Case::new(1, 3);
+    // Per channel over [3, 3001, 1] and [3, 1001, 64]: 9003 and 3003 reduced points.
+    let one = c.input(DType::F32, &[3001, 1]);
+    let wide = c.input(DType::F32, &[1001, 64]);
+    for x in [one, wide] {
+        for op in [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max] {
+            let r = c.reduce(op, vec![0, 1], x);
+            c.fetch(r);
+        }
+        // With a prologue: the mean of squares.
+        let sq = c.add("square", Op::Unary(UnaryOp::Square), &[x]);
+        let r = c.reduce(ReduceOp::Mean, vec![0, 1], sq);
+        c.fetch(r);
+    }
+    // Everything into one value, and integer sums (64-bit accumulators through the workspace).
+    let flat = c.input(DType::F32, &[5000]);
+    let all = c.reduce(ReduceOp::Sum, vec![0, 1], flat);
+    c.fetch(all);
+    let ints = c.input(DType::I32, &[3001]);
+    let isum = c.reduce(ReduceOp::Sum, vec![0, 1], ints);
+    c.fetch(isum);
+    let program = check(&c, 132, &lowering(true), 1e-5);
+    let split: Vec<usize> = launches(&program, 132)
+        .iter()
+        .filter(|(kind, ..)| kind == "reduce")
+        .map(|(_, _, g)| defined(g, "TP_SPLIT"))
+        .collect();
+    assert!(
+        split.len() >= 4 && split.iter().all(|&s| s > 1),
+        "every reduction is split: {split:?}"
+    );
+}
+
+#[test]
+fn split_k_filter_gradients_and_matrix_products_match_the_cpu_and_repeat_bitwise() {
+    // K = 3·24·20 = 1440 output pixels at stride 1 (more than 8 splits: a two-level combine).
+    let mut c = Case::new(2, 3);
+    let x = c.input(DType::F32, &[24, 20, 8]);
+    for (k, stride, o) in [(3, 1, 12), (1, 2, 16), (3, 2, 5)] {
+        let attrs = Conv2dAttrs {
+            strides: [stride, stride],
+            padding: Padding::Same,
+            dilations: [1, 1],
+            groups: 1,
+        };
+        let oh = 24usize.div_ceil(stride);
+        let ow = 20usize.div_ceil(stride);
+        let dy = c.input(DType::F32, &[oh, ow, o]);
+        let dw = c.add(
+            "backprop_filter",
+            Op::Conv2dBackpropFilter {
+                attrs,
+                filter_hw: [k, k],
+            },
+            &[x, dy],
+        );
+        c.fetch(dw);
+    }
+    // aᵀ·b over the batch: K = 1500, 6×10 (scalar loads) and 8×12 (128-bit loads).
+    let mut m = Case::new(3, 1500);
+    for (rows, cols) in [(6, 10), (8, 12)] {
+        let a = m.input(DType::F32, &[rows]);
+        let b = m.input(DType::F32, &[cols]);
+        let p = m.add(
+            "matmul",
+            Op::MatMul {
+                transpose_a: true,
+                transpose_b: false,
+            },
+            &[a, b],
+        );
+        m.fetch(p);
+    }
+    for (case, kind) in [(&c, "conv2d_backprop_filter"), (&m, "matmul")] {
+        for sms in [132, 8] {
+            let program = check(case, sms, &lowering(true), 1e-5);
+            let shapes = launches(&program, sms);
+            let splits: Vec<usize> = shapes
+                .iter()
+                .filter(|(k, ..)| k == kind)
+                .map(|(_, _, g)| defined(g, "TP_SPLIT_K"))
+                .collect();
+            assert!(
+                !splits.is_empty() && splits.iter().all(|&s| s > 1),
+                "{kind} on {sms} SMs is split along K: {splits:?}"
+            );
+            if sms == 132 {
+                assert!(
+                    splits.iter().any(|&s| s > 8),
+                    "a two-level combine: {splits:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A convolution with batch-norm statistics of its output (mean, then the variance around it)
+/// and a backward-input convolution whose ReLU-masked output feeds four per-channel sums (batch
+/// norm's backward pass), as `tests/lower/channel_reductions.rs` builds them.
+fn epilogue_case(seed: u64) -> Case {
+    let mut c = Case::new(seed, 3);
+    let channels = [1, 3, 16, 17, 64][c.rng.random_range(0..5)];
+    let outs = [1, 5, 16, 32, 64][c.rng.random_range(0..5)];
+    let k = c.rng.random_range(1..4);
+    let s = c.rng.random_range(1..3);
+    let attrs = Conv2dAttrs {
+        strides: [s, s],
+        padding: if c.rng.random_bool(0.5) {
+            Padding::Same
+        } else {
+            Padding::Valid
+        },
+        dilations: [1, 1],
+        groups: 1,
+    };
+    let (h, w) = (24, 20);
+    let x = c.input(DType::F32, &[h, w, channels]);
+    let filter = c.constant(&[k, k, channels, outs]);
+    let y = c.add("conv", Op::Conv2d(attrs), &[x, filter]);
+    let mean = c.reduce(ReduceOp::Mean, vec![0, 1, 2], y);
+    let centred = c.binary(BinaryOp::Sub, y, mean);
+    let square = c.add("square", Op::Unary(UnaryOp::Square), &[centred]);
+    let variance = c.reduce(ReduceOp::Mean, vec![0, 1, 2], square);
+    c.fetches.extend([y, mean, variance]);
+
+    let y_dims = c.g.value_type(y).shape.resolve(c.batch);
+    let dy = c.input(DType::F32, &y_dims[1..]);
+    let backward = Op::Conv2dBackpropInput {
+        attrs,
+        input_hw: [h, w],
+    };
+    let dx = c.add("backprop_input", backward, &[dy, filter]);
+    let zero = c.add(
+        "zero",
+        Op::Constant {
+            value: HostTensor::scalar_f32(0.0),
+        },
+        &[],
+    );
+    let positive = c.binary(BinaryOp::Gt, x, zero);
+    let masked = c.add("select", Op::Select, &[positive, dx, zero]);
+    let x_mean = c.constant(&[channels]);
+    let gamma = c.constant(&[channels]);
+    let x_centred = c.binary(BinaryOp::Sub, x, x_mean);
+    let scaled = c.binary(BinaryOp::Mul, masked, gamma);
+    let products = [
+        c.binary(BinaryOp::Mul, masked, x_centred),
+        c.binary(BinaryOp::Mul, scaled, x_centred),
+        scaled,
+    ];
+    let mut sums = vec![c.reduce(ReduceOp::Sum, vec![0, 1, 2], masked)];
+    sums.extend(products.map(|p| c.reduce(ReduceOp::Sum, vec![0, 1, 2], p)));
+    c.fetches.push(masked);
+    c.fetches.extend(sums);
+    c
+}
+
+#[test]
+fn epilogue_reductions_of_convolutions_match_the_cpu_and_repeat_bitwise() {
+    // Blocks per channel tile of every convolution with epilogue reductions.
+    let mut members = Vec::new();
+    for seed in 0..6 {
+        let c = epilogue_case(seed);
+        // A large GPU's shapes (small tiles at this size: many blocks per channel tile, a
+        // two-level combine) and a small one's (tall tiles).
+        for sms in [132, 2] {
+            let program = check(&c, sms, &lowering(true), 1e-5);
+            let reductions: usize = program
+                .kernels
+                .iter()
+                .filter_map(|k| k.kind.epilogue())
+                .map(|e| e.reductions.len())
+                .sum();
+            assert_eq!(reductions, 5, "seed {seed}: in epilogues\n{program}");
+            let blocks: Vec<u32> = launches(&program, sms)
+                .iter()
+                .filter(|(_, _, g)| define(g, "TP_EPI_RED").is_some_and(|r| r > 0))
+                .map(|(_, grid, _)| grid[0])
+                .collect();
+            assert_eq!(blocks.len(), 2, "seed {seed}");
+            members.extend(blocks);
+        }
+    }
+    // Single blocks, one-level and two-level combines (groups of about √members) all ran.
+    assert!(
+        members.contains(&1) || members.iter().any(|&b| b <= 8),
+        "{members:?}"
+    );
+    assert!(members.iter().any(|&b| b > 8), "{members:?}");
+}
+
+/// Two ResNet-20 training steps (batch 2) as the CUDA trainer lowers them, on an emulated device
+/// reporting 4 SMs (tall tiles, split reductions, split-K with two-level combines, epilogue
+/// reductions combined across blocks): each step ends as the CPU backend's step from the same
+/// variables ends, and two sessions end bit for bit equal. (Steps are compared one at a time:
+/// batch norm over 2 images makes the step chaotic — variables 2e-6 apart before a step end
+/// 1e-2 apart after it, on the CPU alone.)
+#[test]
+fn resnet20_training_steps_match_the_cpu_and_repeat_bitwise() {
+    cuda_common::require_nvrtc();
+    let tg = cuda_common::resnet20();
+    let lower = lowering(true);
+    let batch = 2;
+    let session = || {
+        let driver = EmulatedDriver::new(1);
+        driver.device(0).expect("device 0").set_multiprocessors(4);
+        let options = CudaOptions {
+            cache_dir: None,
+            lower,
+            ..CudaOptions::default()
+        };
+        let mut s = CudaSession::with_driver(tg.graph.clone(), Arc::new(driver), options)
+            .expect("emulated session");
+        s.initialize_variables(3).expect("init");
+        s
+    };
+    let (mut a, mut b) = (session(), session());
+    let mut cpu = CpuSession::new(
+        tg.graph.clone(),
+        CpuOptions {
+            threads: 2,
+            lower,
+            ..CpuOptions::default()
+        },
+    )
+    .expect("cpu session");
+    for step in 0..2 {
+        for (id, _) in tg.graph.variable_ids() {
+            let v = a.read_variable(id).expect("read");
+            cpu.write_variable(id, &v).expect("write");
+        }
+        let feeds = cuda_common::feeds(&tg, batch, step);
+        cpu.run(&tg.step, &feeds).expect("cpu step");
+        a.run(&tg.step, &feeds).expect("emulated step");
+        b.run(&tg.step, &feeds).expect("emulated step");
+        let mut compared = 0;
+        for (id, def) in tg.graph.variable_ids() {
+            let (x, y, want) = (
+                a.read_variable(id).expect("read"),
+                b.read_variable(id).expect("read"),
+                cpu.read_variable(id).expect("read"),
+            );
+            assert!(
+                x.to_le_bytes() == y.to_le_bytes(),
+                "step {step}, {}: two emulated sessions differ",
+                def.name
+            );
+            let err = normalized_error(&x, &want);
+            assert!(
+                err <= 2e-5,
+                "step {step}, {}: error {err:.3e} against the CPU",
+                def.name
+            );
+            compared += 1;
+        }
+        assert!(compared > 60, "ResNet-20's variables: {compared}");
+    }
+}

@@ -1,0 +1,747 @@
+//! TF32 precision (`Precision::Tf32`): matrix products and the three implicit-GEMM convolutions
+//! on the tensor-core variant of the GEMM core (`kernels/gemm_core.cuh`, `TP_TF32`), on the
+//! emulated device (or the GPU: `TOWERPACK_TEST_CUDA=gpu`) against the CPU backend's f32.
+//!
+//! ## The bound
+//!
+//! An output is `c = Σₖ aₖ·bₖ` over K terms. TF32 keeps 10 explicit mantissa bits and
+//! `cvt.rna.tf32.f32` rounds to nearest, so an operand's relative error is at most
+//! `u = 2⁻¹¹`, and a product of two rounded operands is off by at most
+//! `(2u + u²)·|aₖbₖ| ≤ 1.0005·2⁻¹⁰·|aₖbₖ|`. Summed over K: `(2u + u²)·S` with
+//! `S = Σₖ |aₖ·bₖ|`. Then the accumulations: the tensor cores accumulate in f32 — the emulated
+//! device rounds once per `mma` (every 8 products, exactly rounded; `ptx/src/exec/tensor.rs`),
+//! a GPU at most `(K + 1)·2⁻²³·S` (a sequential f32 sum's bound) — split-K adds one rounding
+//! per partial combined (fewer than K/16 + 2√K), and the CPU's own f32 sum is off by at most
+//! `K·2⁻²⁴·S`. Every one of these is at most `4K·2⁻²⁴·S` together, so
+//!
+//! ```text
+//! |tf32 on the device − f32 on the CPU|  ≤  β(K)·S,   β(K) = 1.0005·2⁻¹⁰ + (4K + 8)·2⁻²⁴
+//! ```
+//!
+//! per output element. `S` is computed on the CPU as the same GEMM of `|a|` and `|b|` (in the
+//! same graph), and scaled by 1.001 for its own f32 rounding. The worst case is far above what
+//! random inputs give (errors of random sign cancel), so the tests print the measured
+//! `max |err| / S` next to `β`.
+//!
+//! ## That the kernels really run in TF32
+//!
+//! A product of positive operands whose low 13 bits are exactly half a TF32 ulp (so
+//! `cvt.rna` rounds every one of them up) must equal the f64 sum of the TF32-rounded products
+//! within the device's accumulation error alone (`(K/4 + 4)·2⁻²⁴·S`), and must differ from the
+//! exact f32 products' sum and from truncated (`rz`) operands' sum by more than that, in every
+//! element: an f32 kernel, or one rounding differently, fails.
+//!
+//! ## Training
+//!
+//! Three Momentum steps of the small convnet (two 3×3 convolutions with batch norm, max
+//! pooling, a dense layer) in TF32 on the emulated device against the same steps on the CPU
+//! (f32): after each step every variable is within `2·10⁻²` of the CPU's (relative to the
+//! variable's largest magnitude) and the losses within `10⁻²` relative. The bound is empirical
+//! and loose: batch norm over a batch of 4 amplifies per-product errors of ~2⁻¹¹ in ways the
+//! per-GEMM bound above does not follow through a step; the test guards against gross errors
+//! (a wrong fragment, a missing rounding on one side), the GEMM tests against subtle ones.
+//!
+//! Through the trainer: `TrainConfig::precision(Tf32)` with the CUDA backend trains an MLP to
+//! variables other than FP32's on the same device, and within `10⁻²` of the CPU's.
+//!
+//! Every emulated result is also compared bit for bit with a second run on a fresh device
+//! (CTAs run on several host threads, so the combining block of a split changes between runs).
+
+use crate::cuda_common;
+use crate::train_common;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::sync::Arc;
+use towerpack::backend::cpu::{CpuOptions, CpuSession};
+use towerpack::backend::cuda::driver::emulated::EmulatedDriver;
+use towerpack::backend::cuda::render::{self, KernelPlan, Target};
+use towerpack::backend::cuda::{CudaOptions, CudaSession};
+use towerpack::backend::{Feed, Session};
+use towerpack::ir::*;
+use towerpack::lower::{LowerOptions, Precision, Program};
+use towerpack::tensor::{DType, HostTensor};
+
+/// A graph under construction with random feeds.
+struct Case {
+    g: Graph,
+    feeds: Vec<Feed>,
+    rng: ChaCha8Rng,
+    batch: usize,
+    /// (result, S = the same product of absolute values, K) of every GEMM under test.
+    gemms: Vec<(Value, Value, usize, String)>,
+}
+
+impl Case {
+    fn new(seed: u64, batch: usize) -> Case {
+        Case {
+            g: Graph::new(),
+            feeds: Vec::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            batch,
+            gemms: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, name: &str, op: Op, ins: &[Value]) -> Value {
+        let name = self.g.unique_name(name);
+        Value::first(self.g.add_node(&name, op, ins).expect(&name))
+    }
+
+    /// A batched f32 input of `dims` with values from `value`.
+    fn input_with(
+        &mut self,
+        dims: &[usize],
+        mut value: impl FnMut(&mut ChaCha8Rng) -> f32,
+    ) -> Value {
+        let name = self.g.unique_name("in");
+        let ty = TensorType::new(DType::F32, Shape::batched(dims));
+        let op = Op::Input {
+            name: name.clone(),
+            ty,
+        };
+        let id = self.g.add_node(&name, op, &[]).expect("input");
+        let shape: Vec<usize> = std::iter::once(self.batch)
+            .chain(dims.iter().copied())
+            .collect();
+        let n: usize = shape.iter().product();
+        let data = (0..n).map(|_| value(&mut self.rng)).collect();
+        self.feeds
+            .push((id, HostTensor::from_f32(&shape, data).expect("sized")));
+        Value::first(id)
+    }
+
+    /// A batched input of `dims`, uniform in [-2, 2).
+    fn input(&mut self, dims: &[usize]) -> Value {
+        self.input_with(dims, |r| r.random_range(-2.0f32..2.0))
+    }
+
+    /// A constant of `dims`, uniform in [-1, 1).
+    fn constant(&mut self, dims: &[usize]) -> Value {
+        let n: usize = dims.iter().product();
+        let data = (0..n)
+            .map(|_| self.rng.random_range(-1.0f32..1.0))
+            .collect();
+        let value = HostTensor::from_f32(dims, data).expect("sized");
+        self.add("w", Op::Constant { value }, &[])
+    }
+
+    /// `op` over `ins` and over their absolute values (S), registered with its depth `k`.
+    fn gemm(&mut self, what: &str, op: Op, ins: &[Value], k: usize) {
+        let y = self.add(what, op.clone(), ins);
+        let abs: Vec<Value> = ins
+            .iter()
+            .map(|&v| self.add("abs", Op::Unary(UnaryOp::Abs), &[v]))
+            .collect();
+        let s = self.add(&format!("{what}_abs"), op, &abs);
+        self.gemms.push((y, s, k, what.to_string()));
+    }
+
+    fn step(&self) -> Step {
+        let fetches = self.gemms.iter().flat_map(|&(y, s, ..)| [y, s]).collect();
+        Step::new(fetches, Vec::new())
+    }
+}
+
+fn lowering(precision: Precision) -> LowerOptions {
+    LowerOptions {
+        precision,
+        ..LowerOptions::default()
+    }
+}
+
+/// A session on the test device (emulated: reporting `multiprocessors` SMs) in `precision`.
+fn device_session(g: &Graph, multiprocessors: u32, precision: Precision) -> CudaSession {
+    cuda_common::require_nvrtc();
+    let options = CudaOptions {
+        cache_dir: None,
+        lower: lowering(precision),
+        ..CudaOptions::default()
+    };
+    match cuda_common::test_device() {
+        cuda_common::TestDevice::Emulated => {
+            let driver = EmulatedDriver::new(1);
+            driver
+                .device(0)
+                .expect("device 0")
+                .set_multiprocessors(multiprocessors);
+            CudaSession::with_driver(g.clone(), Arc::new(driver), options)
+                .expect("emulated session")
+        }
+        cuda_common::TestDevice::Gpu => cuda_common::session(g.clone(), 1, options),
+    }
+}
+
+fn cpu_session(g: &Graph, precision: Precision) -> CpuSession {
+    CpuSession::new(
+        g.clone(),
+        CpuOptions {
+            threads: 2,
+            lower: lowering(precision),
+            ..CpuOptions::default()
+        },
+    )
+    .expect("cpu session")
+}
+
+/// 1.0005·2⁻¹⁰ + (4K + 8)·2⁻²⁴: see the module docs.
+fn beta(k: usize) -> f64 {
+    1.0005 * 2f64.powi(-10) + (4 * k + 8) as f64 * 2f64.powi(-24)
+}
+
+/// The GEMM launches of `program` as rendered for `multiprocessors` SMs: (kind, generated).
+fn gemm_launches(program: &Program, multiprocessors: u32) -> Vec<(String, String)> {
+    let target = Target::with_multiprocessors(multiprocessors);
+    (0..program.kernels.len())
+        .filter_map(|i| match render::render_kernel_for(program, i, &target) {
+            Ok(KernelPlan::Launch(r)) => Some((program.kernels[i].kind.name().to_string(), r)),
+            Ok(_) => None,
+            Err(e) => panic!("render k{i}: {e}"),
+        })
+        .filter(|(_, r)| r.generated.contains("#define TP_SPLIT_K"))
+        .map(|(k, r)| (k, r.generated))
+        .collect()
+}
+
+/// Runs `c` in TF32 on the device (twice, on fresh devices: bitwise equal) and in f32 on the
+/// CPU; checks every GEMM element against `β(K)·S` and returns the worst `|err| / S` over
+/// `β(K)` per GEMM. Also checks that every GEMM launch took the tensor-core core.
+fn check(c: &Case, multiprocessors: u32) -> Vec<(String, usize, f64, f64)> {
+    let step = c.step();
+    let want = cpu_session(&c.g, Precision::Fp32)
+        .run(&step, &c.feeds)
+        .expect("cpu step");
+    let mut dev = device_session(&c.g, multiprocessors, Precision::Tf32);
+    let got = dev.run(&step, &c.feeds).expect("device step");
+    let program = dev.program(&step, c.batch).expect("program").clone();
+    assert_eq!(program.precision, Precision::Tf32);
+    let launches = gemm_launches(&program, multiprocessors);
+    assert!(!launches.is_empty());
+    for (kind, generated) in &launches {
+        assert!(
+            generated.contains("#define TP_TF32 1"),
+            "{kind} without the tensor-core core:\n{generated}"
+        );
+    }
+    let again = device_session(&c.g, multiprocessors, Precision::Tf32)
+        .run(&step, &c.feeds)
+        .expect("device step");
+    for (i, (a, b)) in got.iter().zip(&again).enumerate() {
+        assert!(
+            a.to_le_bytes() == b.to_le_bytes(),
+            "fetch {i} differs between two runs"
+        );
+    }
+    let mut report = Vec::new();
+    for (j, (_, _, k, what)) in c.gemms.iter().enumerate() {
+        let (y, s, w) = (
+            got[2 * j].to_f64_vec(),
+            want[2 * j + 1].to_f64_vec(),
+            want[2 * j].to_f64_vec(),
+        );
+        let b = beta(*k);
+        let mut worst = 0.0f64;
+        for (i, ((g, w), s)) in y.iter().zip(&w).zip(&s).enumerate() {
+            let err = (g - w).abs();
+            let bound = b * s * 1.001;
+            assert!(
+                err <= bound,
+                "{what}[{i}]: tf32 {g} vs f32 {w}: error {err:e} > β(K={k})·S = {bound:e}"
+            );
+            if *s > 0.0 {
+                worst = worst.max(err / s);
+            }
+        }
+        eprintln!(
+            "{what}: K = {k}, max |err|/S = {worst:.3e}, β(K) = {b:.3e} ({:.1}% of the bound)",
+            100.0 * worst / b
+        );
+        report.push((what.clone(), *k, worst, b));
+    }
+    report
+}
+
+fn matmul(transpose_a: bool, transpose_b: bool) -> Op {
+    Op::MatMul {
+        transpose_a,
+        transpose_b,
+    }
+}
+
+#[test]
+fn matrix_products_in_tf32_match_the_cpu_within_the_derived_bound() {
+    // Per batch entry: op(A)·op(B) with m, n, k not multiples of any tile (37×29 over 45), all
+    // four transposes, batched on both sides and against one shared matrix; and a long K.
+    let mut c = Case::new(1, 3);
+    let (m, n, k) = (37, 29, 45);
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        let a = c.input(&if ta { [k, m] } else { [m, k] });
+        let b = c.input(&if tb { [n, k] } else { [k, n] });
+        c.gemm(
+            &format!("matmul_t{}{}", ta as u8, tb as u8),
+            matmul(ta, tb),
+            &[a, b],
+            k,
+        );
+    }
+    let a = c.input(&[m, k]);
+    let shared = c.constant(&[k, n]);
+    c.gemm("matmul_shared_b", matmul(false, false), &[a, shared], k);
+    // 128-bit loads (extents multiples of 4) and a K long enough to split on a large GPU.
+    let a = c.input(&[64, 1200]);
+    let b = c.input(&[1200, 48]);
+    c.gemm("matmul_long_k", matmul(false, false), &[a, b], 1200);
+    // Rank 2 (no batch axes): aᵀ·b over the batch, K = the batch.
+    let mut d = Case::new(2, 700);
+    let a = d.input(&[24]);
+    let b = d.input(&[20]);
+    d.gemm("matmul_over_batch", matmul(true, false), &[a, b], 700);
+    for sms in [132, 4] {
+        check(&c, sms);
+        check(&d, sms);
+    }
+}
+
+fn conv_attrs(stride: usize, padding: Padding) -> Conv2dAttrs {
+    Conv2dAttrs {
+        strides: [stride, stride],
+        padding,
+        dilations: [1, 1],
+        groups: 1,
+    }
+}
+
+#[test]
+fn the_three_convolutions_in_tf32_match_the_cpu_within_the_derived_bound() {
+    // 3×3 stride 1 and 2 (same padding), 1×1, explicit asymmetric padding; channel counts of 4k
+    // (128-bit loads) and not (3, 5).
+    let (batch, h, w) = (2, 11, 9);
+    let mut c = Case::new(3, batch);
+    for (kk, stride, padding, ci, co) in [
+        (3, 1, Padding::Same, 8, 16),
+        (3, 2, Padding::Same, 3, 8),
+        (1, 1, Padding::Valid, 16, 12),
+        (3, 1, Padding::Explicit([(2, 0), (1, 1)]), 5, 4),
+        (1, 2, Padding::Valid, 8, 5),
+    ] {
+        let attrs = conv_attrs(stride, padding);
+        let x = c.input(&[h, w, ci]);
+        let filter = c.constant(&[kk, kk, ci, co]);
+        let tag = format!("{kk}x{kk}s{stride}_{ci}to{co}");
+        c.gemm(
+            &format!("conv_{tag}"),
+            Op::Conv2d(attrs),
+            &[x, filter],
+            kk * kk * ci,
+        );
+        let y = c.add("shape_probe", Op::Conv2d(attrs), &[x, filter]);
+        let y_dims = c.g.value_type(y).shape.resolve(batch);
+        let dy = c.input(&y_dims[1..]);
+        let (oh, ow) = (y_dims[1], y_dims[2]);
+        c.gemm(
+            &format!("backprop_input_{tag}"),
+            Op::Conv2dBackpropInput {
+                attrs,
+                input_hw: [h, w],
+            },
+            &[dy, filter],
+            kk * kk * co,
+        );
+        c.gemm(
+            &format!("backprop_filter_{tag}"),
+            Op::Conv2dBackpropFilter {
+                attrs,
+                filter_hw: [kk, kk],
+            },
+            &[x, dy],
+            batch * oh * ow,
+        );
+    }
+    for sms in [132, 2] {
+        let report = check(&c, sms);
+        assert_eq!(report.len(), 15);
+    }
+}
+
+/// f32 values in [1, 2) whose low 13 bits are exactly half a TF32 ulp: `cvt.rna` rounds each up.
+fn halfway(r: &mut ChaCha8Rng) -> f32 {
+    f32::from_bits(0x3f80_0000 | (r.random_range(0u32..1024) << 13) | 0x1000)
+}
+
+fn tf32_rna(x: f32) -> f64 {
+    // Ties away from zero: add half an ulp, then truncate.
+    f64::from(f32::from_bits(
+        x.to_bits().wrapping_add(0x1000) & 0xffff_e000,
+    ))
+}
+
+fn tf32_rz(x: f32) -> f64 {
+    f64::from(f32::from_bits(x.to_bits() & 0xffff_e000))
+}
+
+#[test]
+fn a_product_in_tf32_equals_the_sum_of_tf32_rounded_products_and_not_the_f32_one() {
+    let (m, n, k) = (20, 24, 256);
+    let mut c = Case::new(4, 1);
+    let a = c.input_with(&[m, k], halfway);
+    let b = c.input_with(&[k, n], halfway);
+    c.gemm("matmul", matmul(false, false), &[a, b], k);
+    let step = c.step();
+    for sms in [132, 2] {
+        let mut dev = device_session(&c.g, sms, Precision::Tf32);
+        let got = dev.run(&step, &c.feeds).expect("device step")[0].to_f64_vec();
+        let (av, bv) = (c.feeds[0].1.to_f64_vec(), c.feeds[1].1.to_f64_vec());
+        let mut margin = f64::INFINITY;
+        for i in 0..m {
+            for j in 0..n {
+                let (mut exact, mut rna, mut rz) = (0.0f64, 0.0f64, 0.0f64);
+                for kk in 0..k {
+                    let (x, y) = (av[i * k + kk] as f32, bv[kk * n + j] as f32);
+                    exact += f64::from(x) * f64::from(y);
+                    rna += tf32_rna(x) * tf32_rna(y);
+                    rz += tf32_rz(x) * tf32_rz(y);
+                }
+                let g = got[i * n + j];
+                // The device's accumulation error alone (the f64 sums are exact: products of
+                // 11- and 24-bit significands summed over 256 terms of one binade).
+                let bound = (k as f64 / 4.0 + 4.0) * 2f64.powi(-24) * rna;
+                assert!(
+                    (g - rna).abs() <= bound,
+                    "[{i},{j}] on {sms} SMs: {g} vs Σ rna-rounded products {rna}: {:e} > {bound:e}",
+                    (g - rna).abs()
+                );
+                for (name, other) in [("exact f32", exact), ("truncated (rz)", rz)] {
+                    assert!(
+                        (g - other).abs() > 4.0 * bound,
+                        "[{i},{j}] on {sms} SMs: {g} is within 4× the accumulation bound of the \
+                         {name} sum {other}: the kernel did not round its operands with rna"
+                    );
+                }
+                margin = margin.min((g - exact).abs() / bound);
+            }
+        }
+        eprintln!("{sms} SMs: |tf32 − exact f32| ≥ {margin:.0}× the accumulation bound");
+    }
+}
+
+#[test]
+fn tf32_means_f32_arithmetic_on_the_cpu_backend() {
+    let mut c = Case::new(5, 2);
+    let x = c.input(&[7, 6, 8]);
+    let filter = c.constant(&[3, 3, 8, 4]);
+    c.gemm(
+        "conv",
+        Op::Conv2d(conv_attrs(1, Padding::Same)),
+        &[x, filter],
+        72,
+    );
+    let a = c.input(&[9, 13]);
+    let b = c.input(&[13, 5]);
+    c.gemm("matmul", matmul(false, false), &[a, b], 13);
+    let step = c.step();
+    let f32_run = cpu_session(&c.g, Precision::Fp32)
+        .run(&step, &c.feeds)
+        .expect("cpu");
+    let tf32_run = cpu_session(&c.g, Precision::Tf32)
+        .run(&step, &c.feeds)
+        .expect("cpu");
+    for (a, b) in f32_run.iter().zip(&tf32_run) {
+        assert!(a.to_le_bytes() == b.to_le_bytes());
+    }
+}
+
+#[test]
+fn fp32_programs_render_as_before_and_tf32_ones_only_change_the_gemms() {
+    let tg = cuda_common::convnet();
+    let lower = |p| towerpack::lower::lower(&tg.graph, &tg.step, 4, &lowering(p)).expect("lower");
+    let (fp32, tf32) = (lower(Precision::Fp32), lower(Precision::Tf32));
+    assert_eq!(fp32.kernels.len(), tf32.kernels.len());
+    assert!(!fp32.to_string().contains("precision"));
+    assert!(tf32.to_string().contains("precision: tf32"));
+    let mut gemms = 0;
+    for i in 0..fp32.kernels.len() {
+        let (a, b) = (
+            render::render_kernel(&fp32, i).expect("render"),
+            render::render_kernel(&tf32, i).expect("render"),
+        );
+        let (KernelPlan::Launch(a), KernelPlan::Launch(b)) = (a, b) else {
+            continue;
+        };
+        assert!(!a.generated.contains("TP_TF32"));
+        if a.generated.contains("#define TP_SPLIT_K") {
+            gemms += 1;
+            assert!(b.generated.contains("#define TP_TF32 1"), "{}", b.generated);
+        } else {
+            assert_eq!(a, b, "kernel {i} is no GEMM and renders the same");
+        }
+    }
+    assert!(gemms >= 6, "{gemms}");
+}
+
+#[test]
+fn a_small_convnet_with_batch_norm_trains_in_tf32_on_the_device_like_the_cpu() {
+    let tg = cuda_common::convnet();
+    let batch = 4;
+    let mut cpu = cpu_session(&tg.graph, Precision::Fp32);
+    let mut dev = device_session(&tg.graph, 4, Precision::Tf32);
+    cpu.initialize_variables(7).expect("init");
+    dev.initialize_variables(7).expect("init");
+    let vars: Vec<_> = tg
+        .graph
+        .variable_ids()
+        .map(|(id, d)| (id, d.name.clone()))
+        .collect();
+    let mut worst_var = 0.0f64;
+    let mut worst_loss = 0.0f64;
+    for step in 0..3 {
+        // Each step starts from the CPU's variables (batch norm over 4 images makes a step
+        // chaotic: compare one step at a time).
+        for (id, _) in &vars {
+            let v = cpu.read_variable(*id).expect("read");
+            dev.write_variable(*id, &v).expect("write");
+        }
+        let feeds = cuda_common::feeds(&tg, batch, 100 + step);
+        let want = cpu.run(&tg.step, &feeds).expect("cpu step");
+        let got = dev.run(&tg.step, &feeds).expect("device step");
+        let (lw, lg) = (want[0].to_f64_vec()[0], got[0].to_f64_vec()[0]);
+        let loss_err = (lw - lg).abs() / lw.abs().max(1e-3);
+        worst_loss = worst_loss.max(loss_err);
+        assert!(loss_err <= 1e-2, "step {step}: loss {lg} vs cpu {lw}");
+        for (id, name) in &vars {
+            let (x, y) = (
+                dev.read_variable(*id).expect("read").to_f64_vec(),
+                cpu.read_variable(*id).expect("read").to_f64_vec(),
+            );
+            let scale = y.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+            for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+                let e = (p - q).abs() / scale;
+                worst_var = worst_var.max(e);
+                assert!(e <= 2e-2, "step {step}: {name}[{i}]: tf32 {p} vs cpu {q}");
+            }
+        }
+    }
+    eprintln!("3 steps: worst variable error {worst_var:.3e}, worst loss error {worst_loss:.3e}");
+}
+
+/// ptxas's registers, shared bytes and spill/stack bytes of one kernel.
+fn ptxas_report(ptx: &str, arch: towerpack::backend::cuda::nvrtc::Arch) -> (u32, u32, u32, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("k.ptx");
+    std::fs::write(&file, ptx).expect("write ptx");
+    let out = std::process::Command::new(cuda_common::ptxas())
+        .arg(format!("-arch={}", arch.sm()))
+        .arg("-v")
+        .arg(&file)
+        .arg("-o")
+        .arg(dir.path().join("k.cubin"))
+        .output()
+        .expect("run ptxas");
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "ptxas {} rejected:\n{log}", arch.sm());
+    let before = |line: &str, unit: &str| -> u32 {
+        line.find(unit)
+            .and_then(|at| line[..at].split_whitespace().last()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let (mut regs, mut smem, mut spill) = (0, 0, 0);
+    for line in log.lines() {
+        if line.contains("bytes stack frame") {
+            spill = before(line, "bytes stack frame")
+                + before(line, "bytes spill stores")
+                + before(line, "bytes spill loads");
+        }
+        if line.contains("Used") && line.contains("registers") {
+            regs = before(line, "registers");
+            smem = before(line, "bytes smem");
+        }
+    }
+    (regs, smem, spill, log)
+}
+
+#[test]
+fn every_tensor_core_tile_assembles_without_spills_and_multiplies_within_the_bound() {
+    use towerpack::backend::Step;
+    use towerpack::backend::cuda::nvrtc::{Arch, Compiler};
+    use towerpack::backend::cuda::render::AddressOf;
+    use towerpack::backend::cuda::render::launch::TILES;
+    use towerpack::lower::BufferId;
+    use towerpack_ptx::{Device, DevicePtr, KernelArgs, LaunchConfig};
+
+    struct Addresses(std::collections::HashMap<BufferId, u64>, u64);
+    impl AddressOf for Addresses {
+        fn buffer(&self, b: BufferId) -> u64 {
+            self.0[&b]
+        }
+        fn status(&self) -> u64 {
+            0
+        }
+        fn workspace(&self) -> u64 {
+            self.1
+        }
+    }
+    cuda_common::require_nvrtc();
+    let compiler = Compiler::new(None).expect("NVRTC");
+    let dev = Device::new(0);
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    let mut failures = Vec::new();
+    let mut table = String::from(
+        "tile bm x bn (warps) | m x n x k | sm_80 regs, smem | sm_90 regs, smem | max|err|/S\n",
+    );
+    for (m, n, k) in [(100usize, 70usize, 40usize), (64, 36, 1000)] {
+        let mut g = Graph::new();
+        let input = |g: &mut Graph, name: &str, ty| {
+            let op = Op::Input {
+                name: name.into(),
+                ty,
+            };
+            Value::first(g.add_node(name, op, &[]).expect("input"))
+        };
+        let a = input(&mut g, "a", TensorType::f32(Shape::batched(&[k])));
+        let b = input(&mut g, "b", TensorType::f32(Shape::fixed(&[k, n])));
+        let c = Value::first(g.add_node("c", matmul(false, false), &[a, b]).expect("mm"));
+        let step = Step::new(vec![c], Vec::new());
+        let p = towerpack::lower::lower(&g, &step, m, &lowering(Precision::Tf32)).expect("lower");
+        let index = p
+            .kernels
+            .iter()
+            .position(|k| matches!(k.kind, towerpack::lower::KernelKind::MatMul(..)))
+            .expect("a matmul kernel");
+        let kernel = &p.kernels[index];
+        let av: Vec<f32> = (0..m * k).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let bv: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let (want, s): (Vec<f64>, Vec<f64>) = (0..m * n)
+            .map(|i| {
+                let (r, col) = (i / n, i % n);
+                (0..k)
+                    .map(|j| f64::from(av[r * k + j]) * f64::from(bv[j * n + col]))
+                    .fold((0.0, 0.0), |(w, s), x| (w + x, s + x.abs()))
+            })
+            .unzip();
+        for tile in TILES.into_iter().filter(|t| t.tensor_warps().is_some()) {
+            let target = Target {
+                tile: Some(tile),
+                ..Target::default()
+            };
+            let KernelPlan::Launch(r) =
+                render::render_kernel_for(&p, index, &target).expect("render")
+            else {
+                panic!("a launch")
+            };
+            assert!(r.generated.contains("#define TP_TF32 1"));
+            assert!(
+                r.generated
+                    .contains(&format!("#define TP_BM ((int){})", tile.bm))
+            );
+            let source = r.source();
+            let mut cells = Vec::new();
+            for arch in [Arch(80), Arch(90)] {
+                let ptx = compiler
+                    .compile("tile", &source, arch)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                assert!(ptx.contains("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"));
+                let (regs, smem, spill, log) = ptxas_report(&ptx, arch);
+                if spill > 0 {
+                    failures.push(format!(
+                        "{tile:?} on {}: {spill} B spilled\n{log}",
+                        arch.sm()
+                    ));
+                    if std::env::var_os("TOWERPACK_DUMP_PTX").is_some() {
+                        std::fs::write("/tmp/spilled.ptx", ptx.as_bytes()).expect("dump");
+                    }
+                }
+                cells.push(format!("{regs}, {smem} B"));
+            }
+            let ptx = compiler
+                .compile("tile", &source, Arch::EMULATED)
+                .unwrap_or_else(|e| panic!("{e}"));
+            let module = dev.load_module(&ptx).expect("load");
+            let mut at = std::collections::HashMap::new();
+            let upload = |values: &[f32]| {
+                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let ptr = dev.alloc(bytes.len().max(4)).expect("alloc");
+                dev.copy_htod(ptr, &bytes).expect("upload");
+                ptr.0
+            };
+            at.insert(kernel.inputs[0].buffer, upload(&av));
+            at.insert(kernel.inputs[1].buffer, upload(&bv));
+            at.insert(kernel.outputs[0], upload(&vec![f32::NAN; m * n]));
+            let ws = dev.alloc(r.workspace_bytes.max(4)).expect("workspace").0;
+            let packed = r.params.pack(&Addresses(at.clone(), ws));
+            let cfg = LaunchConfig {
+                grid: r.launch.grid,
+                block: r.launch.block,
+                shared_bytes: 0,
+            };
+            let mut results = Vec::new();
+            for _ in 0..2 {
+                dev.launch(&module, "tp_matmul", cfg, KernelArgs::Packed(&packed))
+                    .expect("launch");
+                let mut bytes = vec![0u8; m * n * 4];
+                dev.copy_dtoh(&mut bytes, DevicePtr(at[&kernel.outputs[0]]))
+                    .expect("read back");
+                results.push(bytes);
+            }
+            assert_eq!(results[0], results[1], "{tile:?}: bitwise repeatable");
+            let mut worst = 0.0f64;
+            for (i, ch) in results[0].chunks_exact(4).enumerate() {
+                let got = f64::from(f32::from_le_bytes([ch[0], ch[1], ch[2], ch[3]]));
+                let err = (got - want[i]).abs();
+                if err.is_nan() || err > beta(k) * s[i] {
+                    failures.push(format!("{tile:?} {m}x{n}x{k} [{i}]: {got} vs {}", want[i]));
+                    break;
+                }
+                worst = worst.max(err / s[i]);
+            }
+            let (wm, wn) = tile.tensor_warps().expect("a tensor-core tile");
+            table.push_str(&format!(
+                "{}x{} ({wm}x{wn}) | {m}x{n}x{k} | {} | {worst:.2e} (β {:.2e})\n",
+                tile.bm,
+                tile.bn,
+                cells.join(" | "),
+                beta(k)
+            ));
+        }
+    }
+    eprintln!("{table}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn train_config_precision_reaches_the_device_through_the_trainer() {
+    use towerpack::train::{BackendChoice, SimpleTrainer, TrainConfig, launch_train_with_config};
+    cuda_common::require_nvrtc();
+    let run = |backend: BackendChoice, precision: Precision| {
+        let c: TrainConfig = train_common::bare(train_common::config(
+            train_common::mlp_model(0.1),
+            train_common::train_flow(96, 32, 3),
+            None,
+        ))
+        .backend(backend)
+        .precision(precision)
+        .max_epoch(1);
+        launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train")
+    };
+    let tf32 = run(cuda_common::backend(1), Precision::Tf32);
+    let fp32 = run(cuda_common::backend(1), Precision::Fp32);
+    let cpu = run(BackendChoice::Cpu { threads: 2 }, Precision::Tf32);
+    let mut differs = false;
+    for (id, def) in cpu.session.graph().variable_ids() {
+        let read = |r: &towerpack::train::TrainReport| {
+            r.session.read_variable(id).expect("read").to_f64_vec()
+        };
+        let (t, f, c) = (read(&tf32), read(&fp32), read(&cpu));
+        differs |= t != f;
+        let scale = c.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+        for (i, (x, y)) in t.iter().zip(&c).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-2 * scale,
+                "{}[{i}]: tf32 on the device {x} vs cpu {y}",
+                def.name
+            );
+        }
+    }
+    assert!(
+        differs,
+        "TrainConfig::precision(Tf32) changed nothing on the device"
+    );
+}

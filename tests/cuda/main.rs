@@ -1,0 +1,20 @@
+//! The CUDA backend: code generation and NVRTC, the emulated device (kernels, ops, faults, split
+//! launches, TF32 tensor-core kernels, training), no-GPU behaviour and the performance model.
+//!
+//! One test binary per stage (linking the crate once per binary dominates the build); each
+//! module is one former `tests/<stage>_<topic>.rs` file.
+
+#[path = "../cuda_common/mod.rs"]
+mod cuda_common;
+#[path = "../train_common/mod.rs"]
+mod train_common;
+
+mod compile;
+mod emu_faults;
+mod emu_kernels;
+mod emu_ops;
+mod emu_split;
+mod emu_tf32;
+mod emu_training;
+mod no_gpu;
+mod perf_model;

@@ -1,0 +1,74 @@
+//! On a machine without a GPU (every machine of this project), selecting the CUDA backend is
+//! one clear error and a non-zero exit — never a panic — and the error points at `cuda-emu`.
+
+use crate::cuda_common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use towerpack::backend::BackendError;
+use towerpack::backend::cuda::{CudaOptions, CudaSession};
+use towerpack::train::BackendChoice;
+
+#[test]
+fn device_names_parse_with_optional_counts() {
+    assert_eq!("cuda".parse(), Ok(BackendChoice::Cuda { devices: 0 }));
+    assert_eq!(
+        "cuda-emu:2".parse(),
+        Ok(BackendChoice::CudaEmu { devices: 2 })
+    );
+    assert_eq!("cpu:4".parse(), Ok(BackendChoice::Cpu { threads: 4 }));
+    assert_eq!("reference".parse(), Ok(BackendChoice::Reference));
+    let err = "tpu".parse::<BackendChoice>().expect_err("unknown");
+    assert!(err.contains("unknown device `tpu`"), "{err}");
+    assert!("cuda:x".parse::<BackendChoice>().is_err());
+}
+
+#[test]
+fn a_cuda_session_without_a_gpu_is_a_typed_error() {
+    let tg = cuda_common::mlp();
+    match CudaSession::gpu(tg.graph, 0, CudaOptions::default()) {
+        Err(BackendError::Unavailable { backend, reason }) => {
+            assert_eq!(backend, "cuda");
+            assert!(reason.contains("cuda-emu"), "{reason}");
+        }
+        Err(other) => panic!("expected an unavailable backend, got {other}"),
+        Ok(_) => panic!("this machine has no GPU, yet a CUDA session opened"),
+    }
+}
+
+/// The example binary, built by `cargo test` next to the test binaries.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let path = dir.join("examples").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: `cargo test` (without --test) builds the examples, or run \
+         `cargo build --release --example {name}`",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn the_example_with_device_cuda_prints_one_error_and_exits_non_zero() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(example("mnist"))
+        .args(["--device", "cuda", "--max-epoch", "1", "--logdir"])
+        .arg(dir.path().join("log"))
+        .output()
+        .expect("run the example");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    // Log lines (`[date @towerpack] ...`) may precede it; exactly one line is the error.
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "one error line: {stderr}");
+    assert!(
+        errors[0].contains("backend `cuda` is unavailable") && errors[0].contains("cuda-emu"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -1,0 +1,191 @@
+//! The printed `Program`s of the MLP (784-512-512-10) and CIFAR ResNet-20 training steps
+//! (forward, backward, Momentum update, BatchNorm moving averages, the step counter), built by
+//! `build_training_graph` exactly as `SimpleTrainer` builds them, at batch 2 so the text stays
+//! small and stable. Fusion guards bound each program's kernels (a fusion regression adds
+//! kernels or kernel outputs) and its planned peak scratch memory.
+
+use towerpack::dsl::{InputSpec, Tensor};
+use towerpack::lower::{KernelKind, LowerOptions, Program, Storage, lower};
+use towerpack::models::{CifarResNet, Mlp};
+use towerpack::optim::Optimizer;
+use towerpack::train::{ModelFn, build_training_graph};
+
+/// The batch of the snapshotted programs.
+const BATCH: usize = 2;
+
+fn program(
+    signature: Vec<InputSpec>,
+    tower: impl Fn(&[Tensor]) -> Tensor + Send + Sync + 'static,
+    batch: usize,
+) -> Program {
+    let model = ModelFn::new(signature, tower, Optimizer::momentum(0.1, 0.9));
+    let tg = build_training_graph(&model, 0).expect("training graph");
+    lower(&tg.graph, &tg.step, batch, &LowerOptions::default()).expect("lower")
+}
+
+fn mlp_program(batch: usize) -> Program {
+    let m = Mlp::default();
+    program(m.inputs(), move |x| m.build(x), batch)
+}
+
+fn resnet20_program(batch: usize) -> Program {
+    let m = CifarResNet::new(3);
+    program(m.inputs(), move |x| m.build(x), batch)
+}
+
+fn snapshot(name: &str, p: &Program) {
+    let text = format!("{p}\nkernels by kind: {:?}", p.kernel_histogram());
+    insta::with_settings!({snapshot_path => "../../snapshots", prepend_module_to_snapshot => false}, {
+        insta::assert_snapshot!(name, text);
+    });
+}
+
+fn count(p: &Program, kind: &str) -> usize {
+    p.kernels.iter().filter(|k| k.kind.name() == kind).count()
+}
+
+/// Kernels writing variables' persistent storage, other than the step counter.
+fn update_kernels(p: &Program) -> usize {
+    p.kernels
+        .iter()
+        .filter(|k| {
+            !k.name.starts_with("global_step")
+                && k.outputs
+                    .iter()
+                    .any(|b| matches!(p.buffer(*b).storage, Storage::State { .. }))
+        })
+        .count()
+}
+
+/// Full-size elementwise kernels whose expression is a single op of a single load: fusion left
+/// an operation on its own (a ReLU, a bias add) where it should have joined a neighbour.
+/// Copies that make a strided slice contiguous for a fixed-function kernel (`.../copy`, e.g.
+/// the channel slice of the zero-padded shortcut's gradient before average pooling's
+/// gradient) are not counted.
+fn lone_elementwise(p: &Program) -> Vec<String> {
+    p.kernels
+        .iter()
+        .filter(|k| match &k.kind {
+            KernelKind::Elementwise { shape, expr } => {
+                shape.iter().product::<usize>() > 1024
+                    && expr.ops.len() <= 2
+                    && !k.name.ends_with("/copy")
+            }
+            _ => false,
+        })
+        .map(|k| k.name.clone())
+        .collect()
+}
+
+#[test]
+fn mlp_training_program() {
+    snapshot("lower_mlp_training_program", &mlp_program(BATCH));
+}
+
+#[test]
+fn resnet20_training_program() {
+    snapshot("lower_resnet20_training_program", &resnet20_program(BATCH));
+}
+
+/// MLP at batch 256: 3 forward products with bias(+ReLU) epilogues, 5 backward products (the
+/// ReLU mask and the weight decay in their epilogues), one merged bias-gradient reduction per
+/// layer pair, one update kernel over every variable.
+#[test]
+fn mlp_fusion_guards() {
+    let p = mlp_program(256);
+    assert!(p.kernels.len() <= 20, "{} kernels:\n{p}", p.kernels.len());
+    assert_eq!(count(&p, "matmul"), 8, "{p}");
+    assert!(count(&p, "elementwise") <= 4, "{p}");
+    assert!(count(&p, "reduce") <= 6, "{p}");
+    assert_eq!(update_kernels(&p), 1, "one fused Momentum update:\n{p}");
+    assert_eq!(lone_elementwise(&p), Vec::<String>::new(), "{p}");
+    // Every forward matmul applies its bias (and ReLU) in its epilogue.
+    let forward = p
+        .kernels
+        .iter()
+        .filter(|k| matches!(&k.kind, KernelKind::MatMul(g, Some(_)) if !g.transpose_a && !g.transpose_b))
+        .count();
+    assert_eq!(forward, 3, "{p}");
+}
+
+/// The MLP's planned scratch at batch 256: the fed images (256×784), the activations kept for
+/// the backward pass (2 × 256×512 ReLU outputs, 256×10 logits), the gradient arena of all
+/// 669,706 parameters and two 256×512 backward temporaries, with buffers reused — 5.34 MiB
+/// (5,601,408 bytes), bounded at 5.5 MiB.
+#[test]
+fn mlp_peak_memory() {
+    let p = mlp_program(256);
+    let arena = 669_706 * 4;
+    assert!(p.peak_bytes() >= arena, "{} bytes", p.peak_bytes());
+    assert!(p.peak_bytes() <= 11 << 19, "{} bytes:\n{p}", p.peak_bytes());
+}
+
+/// ResNet-20 at batch 128: per convolution, one forward kernel (residual adds in epilogues,
+/// and the mean of the batch norm that follows), one backward-filter and one backward-input
+/// kernel (the ReLU mask and the shortcut gradient in its epilogue, at most two stored
+/// outputs: batch norm's backward recomputes its products of the gradient instead of storing
+/// them, and takes its four per-channel sums in the same epilogue); per batch norm, its
+/// apply+ReLU in one elementwise kernel.
+#[test]
+fn resnet20_fusion_guards() {
+    let p = resnet20_program(128);
+    assert!(p.kernels.len() <= 220, "{} kernels", p.kernels.len());
+    assert_eq!(count(&p, "conv2d"), 19);
+    assert_eq!(count(&p, "conv2d_backprop_filter"), 19);
+    assert_eq!(count(&p, "conv2d_backprop_input"), 18);
+    assert!(count(&p, "reduce") <= 30, "{:?}", p.kernel_histogram());
+    let reductions = |kind: &str| -> Vec<usize> {
+        p.kernels
+            .iter()
+            .filter(|k| k.kind.name() == kind)
+            .map(|k| k.kind.epilogue().map_or(0, |e| e.reductions.len()))
+            .collect()
+    };
+    assert_eq!(reductions("conv2d"), vec![1; 19], "every batch-norm mean");
+    assert_eq!(
+        reductions("conv2d_backprop_input"),
+        vec![4; 18],
+        "batch norm's backward sums"
+    );
+    assert!(
+        count(&p, "elementwise") <= 123,
+        "{:?}",
+        p.kernel_histogram()
+    );
+    assert_eq!(
+        update_kernels(&p),
+        2,
+        "one variable update, one moving-average update"
+    );
+    assert_eq!(lone_elementwise(&p), Vec::<String>::new());
+    for k in &p.kernels {
+        if let KernelKind::Conv2dBackpropInput(_, e) = &k.kind {
+            assert!(e.as_ref().is_some_and(|e| e.stored_outputs() <= 2), "{k}");
+        }
+    }
+    // Every full-size elementwise kernel of the forward pass is a batch norm apply + ReLU.
+    let relus = p
+        .kernels
+        .iter()
+        .filter(|k| k.name.ends_with("/Relu") && matches!(k.kind, KernelKind::Elementwise { .. }))
+        .count();
+    assert_eq!(
+        relus, 18,
+        "conv0 and the 17 pre-activations apply their BN and ReLU in one kernel"
+    );
+}
+
+/// ResNet-20's planned scratch at batch 128: the activations kept for the backward pass
+/// dominate (per stage n·32²·16 floats per tensor at stage 1), with buffers reused — about
+/// 265 MiB here, bounded at 280 MiB.
+#[test]
+fn resnet20_peak_memory() {
+    let p = resnet20_program(128);
+    let one_activation = 128 * 32 * 32 * 16 * 4;
+    assert!(
+        p.peak_bytes() >= 10 * one_activation,
+        "{} bytes",
+        p.peak_bytes()
+    );
+    assert!(p.peak_bytes() <= 280 << 20, "{} bytes", p.peak_bytes());
+}
