@@ -17,9 +17,9 @@ use super::checkpoint::{CheckpointManager, RetentionPolicy};
 use super::counters::{LoopCounters, ResumePoint};
 use super::error::{ConfigError, SetupError, TrainError};
 use super::model::ModelDesc;
-use super::monitor::proto::Event;
 use super::monitors::Monitors;
 use super::predict::OnlinePredictor;
+use super::summary::proto::Event;
 
 /// The tower name of predictors made by [`TrainContext::get_predictor`].
 pub const PREDICT_TOWER: &str = "tower-pred-0";

@@ -12,7 +12,7 @@ use crate::optim::OptimError;
 use crate::tensor::{DType, TensorError};
 use crate::train::checkpoint::{CheckpointError, RestoreError};
 use crate::train::logdir::LogDirError;
-use crate::train::monitor::MonitorError;
+use crate::train::summary::MonitorError;
 
 /// Errors of the trainer system. Each names the callback, tensor, variable or file at fault.
 #[derive(Debug, thiserror::Error)]

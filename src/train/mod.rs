@@ -14,7 +14,7 @@
 //! data position and the callbacks' state ([`resume`]), so a run killed at any point and resumed
 //! from its latest checkpoint reaches bit-identical weights on a deterministic backend.
 //!
-//! File formats live in [`checkpoint`], [`monitor`] and [`logdir`]; the monitor callbacks that
+//! File formats live in [`checkpoint`], [`summary`] and [`logdir`]; the monitor callbacks that
 //! drive them in [`monitors`].
 //!
 //! ```
@@ -63,12 +63,12 @@ pub mod input;
 pub mod interrupt;
 pub mod logdir;
 pub mod model;
-pub mod monitor;
 pub mod monitors;
 pub mod predict;
 pub mod resume;
 pub mod session_init;
 mod suggest;
+pub mod summary;
 pub mod tower_trainer;
 pub mod trainer;
 

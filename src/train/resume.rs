@@ -17,7 +17,7 @@ use crate::data::FlowState;
 use super::checkpoint::{latest_checkpoint, load_checkpoint};
 use super::counters::ResumePoint;
 use super::error::TrainError;
-use super::monitor::load_existing_epoch_number;
+use super::summary::load_existing_epoch_number;
 
 /// The metadata key of [`ResumeState`].
 pub const RESUME_KEY: &str = "towerpack.resume";
@@ -122,7 +122,7 @@ pub fn find_auto_resume(logdir: &Path) -> Result<Option<FoundResume>, TrainError
         (None, Some(epoch)) => Err(TrainError::Resume(format!(
             "{} records epoch {epoch}, but {} holds no checkpoint; delete or back up the logdir \
              to start over",
-            logdir.join(super::monitor::STATS_FILE_NAME).display(),
+            logdir.join(super::summary::STATS_FILE_NAME).display(),
             logdir.display()
         ))),
         (Some(path), last_epoch) => {

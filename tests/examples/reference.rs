@@ -28,7 +28,7 @@ use std::process::Command;
 
 use towerpack::tensor::HostTensor;
 use towerpack::train::checkpoint::load_checkpoint;
-use towerpack::train::monitor::load_existing_json;
+use towerpack::train::summary::load_existing_json;
 
 /// `target/<profile>/examples/<name>`: this test binary lives in `target/<profile>/deps/`.
 fn example(name: &str) -> PathBuf {

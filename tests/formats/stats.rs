@@ -6,7 +6,7 @@ use std::path::Path;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
-use towerpack::train::monitor::{
+use towerpack::train::summary::{
     STATS_FILE_NAME, StartOutcome, StatsJsonWriter, load_existing_epoch_number, load_existing_json,
 };
 

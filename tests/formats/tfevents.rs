@@ -8,8 +8,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 use towerpack::tensor::{HostTensor, Storage};
-use towerpack::train::monitor::record::{frame_record, parse_records};
-use towerpack::train::monitor::{
+use towerpack::train::summary::record::{frame_record, parse_records};
+use towerpack::train::summary::{
     EventFileWriter, PixelRange, crc32c, histogram_of, mask_crc, masked_crc32c, read_records,
 };
 

@@ -14,7 +14,7 @@ use towerpack::train::callbacks::{
 };
 use towerpack::train::checkpoint::latest_checkpoint;
 use towerpack::train::logdir::{LogDirAction, set_logger_dir};
-use towerpack::train::monitor::load_existing_json;
+use towerpack::train::summary::load_existing_json;
 use towerpack::train::*;
 use train_common::*;
 

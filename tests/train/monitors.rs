@@ -8,8 +8,8 @@ use std::process::Command;
 
 use towerpack::tensor::HostTensor;
 use towerpack::train::callbacks::*;
-use towerpack::train::monitor::load_existing_json;
-use towerpack::train::monitor::proto::{Event, EventContent, SummaryPayload, SummaryValue};
+use towerpack::train::summary::load_existing_json;
+use towerpack::train::summary::proto::{Event, EventContent, SummaryPayload, SummaryValue};
 use towerpack::train::*;
 use train_common::*;
 

@@ -313,7 +313,7 @@ impl Callback for Abort {
 
 /// `stats.json` records without the statistics that depend on timing.
 pub fn deterministic_stats(dir: &std::path::Path) -> Vec<String> {
-    towerpack::train::monitor::load_existing_json(dir)
+    towerpack::train::summary::load_existing_json(dir)
         .expect("stats")
         .expect("exists")
         .into_iter()

@@ -1,9 +1,9 @@
 //! `JSONWriter`: the monitor that keeps `<logdir>/stats.json` (see
-//! [`StatsJsonWriter`](crate::train::monitor::StatsJsonWriter) for the format and the
+//! [`StatsJsonWriter`](crate::train::summary::StatsJsonWriter) for the format and the
 //! append-or-back-up rule; a resumed run drops the records of the redone steps and appends).
 
 use crate::train::error::TrainError;
-use crate::train::monitor::{StartOutcome, StatsJsonWriter, StatsRecord};
+use crate::train::summary::{StartOutcome, StatsJsonWriter, StatsRecord};
 
 use super::{MonitorSetup, StepStamp, TrainingMonitor};
 

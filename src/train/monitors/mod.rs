@@ -22,7 +22,7 @@ use crate::tensor::HostTensor;
 use super::any::AsAny;
 use super::counters::LoopCounters;
 use super::error::TrainError;
-use super::monitor::proto::Event;
+use super::summary::proto::Event;
 
 /// When a value was put: the loop counters at that moment.
 pub type StepStamp = LoopCounters;
@@ -173,7 +173,7 @@ impl Monitors {
     pub fn put_event(&mut self, mut event: Event, at: &StepStamp) -> Result<(), TrainError> {
         event.step = i64::try_from(at.global_step).unwrap_or(i64::MAX);
         if event.wall_time == 0.0 {
-            event.wall_time = super::monitor::tfevents::wall_time_now();
+            event.wall_time = super::summary::tfevents::wall_time_now();
         }
         self.backends
             .iter_mut()

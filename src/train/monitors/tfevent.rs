@@ -5,8 +5,8 @@ use std::path::Path;
 
 use crate::tensor::HostTensor;
 use crate::train::error::TrainError;
-use crate::train::monitor::proto::Event;
-use crate::train::monitor::{EventFileWriter, PixelRange};
+use crate::train::summary::proto::Event;
+use crate::train::summary::{EventFileWriter, PixelRange};
 
 use super::{MonitorSetup, StepStamp, TrainingMonitor};
 

@@ -1,6 +1,7 @@
-//! Monitor back ends: the files a training run writes for humans and tools — TensorBoard event
-//! files ([`EventFileWriter`]) and `stats.json` ([`StatsJsonWriter`]). These are plain writers;
-//! the monitor callbacks of the training loop own them and decide when to call them.
+//! Summaries (TensorFlow's word for them): the files a training run writes for humans and tools —
+//! TensorBoard event files ([`EventFileWriter`]) with scalars, histograms and images, and
+//! `stats.json` ([`StatsJsonWriter`]). These are plain file formats and writers; the monitor
+//! callbacks of the training loop (`train::monitors`) own them and decide when to call them.
 
 pub mod histogram;
 pub mod image;
