@@ -346,14 +346,21 @@ pub fn attach_log_file(dir: &Path) -> Result<(), LogDirError> {
         state.file = Some(file);
         state.dir = Some(dir.to_path_buf());
     }
-    if !installed {
+    announce_log_file(installed, &path);
+    Ok(())
+}
+
+/// Says where the log lines go now: a log line when the logger is ours, else on stderr that
+/// the application's own logger keeps them from `path`.
+fn announce_log_file(installed: bool, path: &Path) {
+    if installed {
+        log::info!(target: "towerpack", "Logging to {}", path.display());
+    } else {
         eprintln!(
             "another `log` logger is installed; log lines will not reach {}",
             path.display()
         );
     }
-    log::info!(target: "towerpack", "Logging to {}", path.display());
-    Ok(())
 }
 
 /// While alive, the log lines of the process are also appended to a run's `log.log`; dropping it
@@ -400,14 +407,7 @@ pub fn attach_run_log(dir: &Path) -> Result<RunLog, LogDirError> {
         state.runs.push((id, dir.to_path_buf(), file));
         id
     };
-    if installed {
-        log::info!(target: "towerpack", "Logging to {}", path.display());
-    } else {
-        eprintln!(
-            "another `log` logger is installed; log lines will not reach {}",
-            path.display()
-        );
-    }
+    announce_log_file(installed, &path);
     Ok(RunLog { id: Some(id) })
 }
 

@@ -8,7 +8,7 @@
 //! the emulated device. Needs NVRTC and ptxas (CI installs both); a
 //! missing one fails these tests with a message saying so.
 
-use crate::cuda_common;
+use crate::cuda_common::{self, assemble};
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -104,54 +104,6 @@ fn generated_kernel_text_of_the_example_programs() {
             insta::assert_snapshot!(format!("cuda_generated_{name}"), text);
         });
     }
-}
-
-/// ptxas's report of one kernel.
-#[derive(Debug, Default)]
-struct Report {
-    registers: u32,
-    shared: u32,
-    stack: u32,
-    spill_stores: u32,
-    spill_loads: u32,
-}
-
-fn number_before(line: &str, unit: &str) -> Option<u32> {
-    let at = line.find(unit)?;
-    line[..at].split_whitespace().last()?.parse().ok()
-}
-
-fn assemble(ptx: &str, arch: Arch) -> Report {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("k.ptx");
-    std::fs::write(&file, ptx).expect("write ptx");
-    let out = std::process::Command::new(cuda_common::ptxas())
-        .arg(format!("-arch={}", arch.sm()))
-        .arg("-v")
-        .arg(&file)
-        .arg("-o")
-        .arg(dir.path().join("k.cubin"))
-        .output()
-        .expect("run ptxas");
-    let log = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        out.status.success(),
-        "ptxas {} rejected:\n{log}\n{ptx}",
-        arch.sm()
-    );
-    let mut r = Report::default();
-    for line in log.lines() {
-        if line.contains("bytes stack frame") {
-            r.stack = number_before(line, "bytes stack frame").unwrap_or(0);
-            r.spill_stores = number_before(line, "bytes spill stores").unwrap_or(0);
-            r.spill_loads = number_before(line, "bytes spill loads").unwrap_or(0);
-        }
-        if line.contains("Used") && line.contains("registers") {
-            r.registers = number_before(line, "registers").unwrap_or(0);
-            r.shared = number_before(line, "bytes smem").unwrap_or(0);
-        }
-    }
-    r
 }
 
 #[test]

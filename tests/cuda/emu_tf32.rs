@@ -523,41 +523,6 @@ fn a_small_convnet_with_batch_norm_trains_in_tf32_on_the_device_like_the_cpu() {
     eprintln!("3 steps: worst variable error {worst_var:.3e}, worst loss error {worst_loss:.3e}");
 }
 
-/// ptxas's registers, shared bytes and spill/stack bytes of one kernel.
-fn ptxas_report(ptx: &str, arch: towerpack::backend::cuda::nvrtc::Arch) -> (u32, u32, u32, String) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let file = dir.path().join("k.ptx");
-    std::fs::write(&file, ptx).expect("write ptx");
-    let out = std::process::Command::new(cuda_common::ptxas())
-        .arg(format!("-arch={}", arch.sm()))
-        .arg("-v")
-        .arg(&file)
-        .arg("-o")
-        .arg(dir.path().join("k.cubin"))
-        .output()
-        .expect("run ptxas");
-    let log = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "ptxas {} rejected:\n{log}", arch.sm());
-    let before = |line: &str, unit: &str| -> u32 {
-        line.find(unit)
-            .and_then(|at| line[..at].split_whitespace().last()?.parse().ok())
-            .unwrap_or(0)
-    };
-    let (mut regs, mut smem, mut spill) = (0, 0, 0);
-    for line in log.lines() {
-        if line.contains("bytes stack frame") {
-            spill = before(line, "bytes stack frame")
-                + before(line, "bytes spill stores")
-                + before(line, "bytes spill loads");
-        }
-        if line.contains("Used") && line.contains("registers") {
-            regs = before(line, "registers");
-            smem = before(line, "bytes smem");
-        }
-    }
-    (regs, smem, spill, log)
-}
-
 #[test]
 fn every_tensor_core_tile_assembles_without_spills_and_multiplies_within_the_bound() {
     use towerpack::backend::Step;
@@ -639,17 +604,19 @@ fn every_tensor_core_tile_assembles_without_spills_and_multiplies_within_the_bou
                     .compile("tile", &source, arch)
                     .unwrap_or_else(|e| panic!("{e}"));
                 assert!(ptx.contains("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"));
-                let (regs, smem, spill, log) = ptxas_report(&ptx, arch);
-                if spill > 0 {
+                let rep = cuda_common::assemble(&ptx, arch);
+                if rep.spilled() > 0 {
                     failures.push(format!(
-                        "{tile:?} on {}: {spill} B spilled\n{log}",
-                        arch.sm()
+                        "{tile:?} on {}: {} B spilled\n{}",
+                        arch.sm(),
+                        rep.spilled(),
+                        rep.log
                     ));
                     if std::env::var_os("TOWERPACK_DUMP_PTX").is_some() {
                         std::fs::write("/tmp/spilled.ptx", ptx.as_bytes()).expect("dump");
                     }
                 }
-                cells.push(format!("{regs}, {smem} B"));
+                cells.push(format!("{}, {} B", rep.registers, rep.shared));
             }
             let ptx = compiler
                 .compile("tile", &source, Arch::EMULATED)

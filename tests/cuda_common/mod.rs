@@ -11,6 +11,7 @@ mod model_steps;
 pub use model_steps::*;
 
 use towerpack::backend::Step;
+use towerpack::backend::cuda::nvrtc::Arch;
 use towerpack::backend::cuda::{CudaOptions, CudaSession};
 use towerpack::ir::Graph;
 use towerpack::lower::{LowerOptions, Program, lower};
@@ -136,4 +137,65 @@ pub fn ptxas() -> std::path::PathBuf {
              pip install nvidia-cuda-nvcc-cu12==12.9.86 (CI installs it)"
         ),
     }
+}
+
+/// ptxas's report of one kernel (`ptxas -v`).
+#[derive(Debug, Default)]
+pub struct Report {
+    pub registers: u32,
+    pub shared: u32,
+    pub stack: u32,
+    pub spill_stores: u32,
+    pub spill_loads: u32,
+    /// ptxas's whole `-v` output.
+    pub log: String,
+}
+
+impl Report {
+    /// Bytes of local memory the kernel uses: stack frame and spills.
+    pub fn spilled(&self) -> u32 {
+        self.stack + self.spill_stores + self.spill_loads
+    }
+}
+
+fn number_before(line: &str, unit: &str) -> Option<u32> {
+    let at = line.find(unit)?;
+    line[..at].split_whitespace().last()?.parse().ok()
+}
+
+/// Assembles `ptx` for `arch` with `ptxas -v` (which must accept it) and reads its report.
+pub fn assemble(ptx: &str, arch: Arch) -> Report {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("k.ptx");
+    std::fs::write(&file, ptx).expect("write ptx");
+    let out = std::process::Command::new(ptxas())
+        .arg(format!("-arch={}", arch.sm()))
+        .arg("-v")
+        .arg(&file)
+        .arg("-o")
+        .arg(dir.path().join("k.cubin"))
+        .output()
+        .expect("run ptxas");
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "ptxas {} rejected:\n{log}\n{ptx}",
+        arch.sm()
+    );
+    let mut r = Report {
+        log: log.clone(),
+        ..Report::default()
+    };
+    for line in log.lines() {
+        if line.contains("bytes stack frame") {
+            r.stack = number_before(line, "bytes stack frame").unwrap_or(0);
+            r.spill_stores = number_before(line, "bytes spill stores").unwrap_or(0);
+            r.spill_loads = number_before(line, "bytes spill loads").unwrap_or(0);
+        }
+        if line.contains("Used") && line.contains("registers") {
+            r.registers = number_before(line, "registers").unwrap_or(0);
+            r.shared = number_before(line, "bytes smem").unwrap_or(0);
+        }
+    }
+    r
 }

@@ -431,13 +431,13 @@ pub fn gemm_in(
     }
     best.map_or(
         GemmLaunch {
-            // Every tile fits without epilogue reductions; 32×32 is the smallest with a
-            // tensor-core variant.
-            tile: if tensor {
-                TILES[10]
-            } else {
-                TILES[TILES.len() - 1]
-            },
+            // Every tile fits without epilogue reductions: the smallest (with a tensor-core
+            // variant for TF32).
+            tile: TILES
+                .into_iter()
+                .rev()
+                .find(|t| !tensor || t.tensor_warps().is_some())
+                .unwrap_or(TILES[TILES.len() - 1]),
             split: Split::whole(k),
             group: 1,
         },
