@@ -57,7 +57,8 @@ impl BackendChoice {
     /// [`create_session_on`](Self::create_session_on) with the matrix products and convolutions
     /// in `precision` ([`LowerOptions::precision`]): TF32 tensor-core kernels on the CUDA
     /// backends; f32 arithmetic on the CPU backend (a CPU has no TF32 units, as in PyTorch) and
-    /// the reference executor.
+    /// the reference executor. Under bf16/fp16 every backend rounds GEMM operands to 16 bits
+    /// ([`crate::lower::autocast`]).
     pub fn create_session_with(
         self,
         graph: Graph,
@@ -77,8 +78,15 @@ impl BackendChoice {
                 session.place(placement)?;
                 Box::new(session)
             }
-            // The reference executor computes in f32 whatever the precision.
-            BackendChoice::Reference => Box::new(ReferenceSession::new(graph)?),
+            // The reference executor computes in f32; under bf16/fp16 it runs the graph with
+            // the autocast pass's casts, which define what those precisions compute.
+            BackendChoice::Reference => {
+                let mut graph = graph;
+                if let Some(format) = precision.half_operands() {
+                    crate::lower::autocast::insert_casts(&mut graph, format)?;
+                }
+                Box::new(ReferenceSession::new(graph)?)
+            }
             #[cfg(feature = "cuda")]
             BackendChoice::Cuda { devices } => {
                 check_cuda_placement(placement, Device::Cuda, "cuda")?;

@@ -498,6 +498,47 @@ impl Graph {
         Ok(())
     }
 
+    /// Points data input `slot` of `node` at `new` instead of what it reads now. Errors when
+    /// the node has no such input or `new` has another type.
+    pub fn replace_input(&mut self, node: NodeId, slot: u16, new: Value) -> Result<(), IrError> {
+        let edge = self
+            .graph
+            .edges_directed(node, Direction::Incoming)
+            .find_map(|e| match *e.weight() {
+                Edge::Data { port, slot: s } if s == slot => {
+                    Some((e.id(), Value::new(e.source(), port)))
+                }
+                _ => None,
+            });
+        let Some((eid, old)) = edge else {
+            return Err(IrError::UnknownNode(format!(
+                "input {slot} of #{}",
+                node.index()
+            )));
+        };
+        let (Some(to), Some(tn)) = (self.try_value_type(old), self.try_value_type(new)) else {
+            return Err(IrError::UnknownNode(format!("#{}", new.node.index())));
+        };
+        if to != tn {
+            return Err(IrError::ReplaceTypeMismatch {
+                old: self.value_name(old),
+                new: self.value_name(new),
+                old_ty: to.to_string(),
+                new_ty: tn.to_string(),
+            });
+        }
+        self.graph.remove_edge(eid);
+        self.graph.add_edge(
+            new.node,
+            node,
+            Edge::Data {
+                port: new.port,
+                slot,
+            },
+        );
+        Ok(())
+    }
+
     /// Removes node `id` with its edges and collection entries.
     pub fn remove_node(&mut self, id: NodeId) -> Option<Node> {
         let node = self.graph.remove_node(id)?;

@@ -9,7 +9,8 @@ use super::LowerError;
 use super::expr::{ExprOp, FusedExpr};
 use super::groups::{self, Grouping, is_fusable, is_view};
 use super::passes::StepGraph;
-use super::program::{KernelKind, MatMulGeom};
+use super::precision::HalfFormat;
+use super::program::{ConvGeom, KernelKind, MatMulGeom};
 use super::views::ViewMap;
 use crate::ir::{Graph, NodeId, Op, Value, VarId};
 use std::collections::{HashMap, HashSet};
@@ -58,6 +59,8 @@ pub struct Kernelized {
 
 struct Former<'a> {
     graph: &'a Graph,
+    /// GEMMs that round their operands ([`StepGraph::round_operands`]).
+    round_operands: &'a HashMap<NodeId, HalfFormat>,
     batch: usize,
     pos: HashMap<NodeId, usize>,
     grouping: Grouping,
@@ -227,6 +230,11 @@ impl Former<'_> {
         let out = Value::first(id);
         let oshape = self.shape(out);
         let ishape = |i: usize| self.shape(ins[i]);
+        let round_operands = self.round_operands.get(&id).copied();
+        let conv = |g: ConvGeom| ConvGeom {
+            round_operands,
+            ..g
+        };
         let kind = match &node.op {
             Op::MatMul {
                 transpose_a,
@@ -249,20 +257,22 @@ impl Former<'_> {
                         transpose_a: *transpose_a,
                         transpose_b: *transpose_b,
                         rhs_batched: rb > 2,
+                        round_operands,
                     },
                     None,
                 )
             }
-            Op::Conv2d(attrs) => {
-                KernelKind::Conv2d(conv_geom(attrs, &ishape(0), &ishape(1), &oshape), None)
-            }
-            Op::Conv2dBackpropInput { attrs, .. } => KernelKind::Conv2dBackpropInput(
-                conv_geom(attrs, &oshape, &ishape(1), &ishape(0)),
+            Op::Conv2d(attrs) => KernelKind::Conv2d(
+                conv(conv_geom(attrs, &ishape(0), &ishape(1), &oshape)),
                 None,
             ),
-            Op::Conv2dBackpropFilter { attrs, .. } => {
-                KernelKind::Conv2dBackpropFilter(conv_geom(attrs, &ishape(0), &oshape, &ishape(1)))
-            }
+            Op::Conv2dBackpropInput { attrs, .. } => KernelKind::Conv2dBackpropInput(
+                conv(conv_geom(attrs, &oshape, &ishape(1), &ishape(0))),
+                None,
+            ),
+            Op::Conv2dBackpropFilter { attrs, .. } => KernelKind::Conv2dBackpropFilter(conv(
+                conv_geom(attrs, &ishape(0), &oshape, &ishape(1)),
+            )),
             Op::Pool(a) => KernelKind::Pool(pool_geom(a, &ishape(0), &oshape)),
             Op::MaxPoolGrad(a) => KernelKind::MaxPoolGrad(pool_geom(a, &ishape(0), &ishape(1))),
             Op::AvgPoolGrad { attrs, .. } => {
@@ -394,6 +404,7 @@ pub fn kernelize(
     );
     let mut f = Former {
         graph,
+        round_operands: &sg.round_operands,
         batch,
         pos,
         grouping,

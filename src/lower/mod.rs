@@ -2,8 +2,10 @@
 //!
 //! Lowering is a list of named passes run by a [`Pipeline`] ([`pipeline`] lists them and
 //! says how to print the IR after any pass, time them and verify after each):
-//! 1. [`passes`]: extract the step's subgraph, expand composite ops, fold constants and simplify,
-//!    eliminate common subexpressions and dead code — all graph-to-graph rewrites;
+//! 1. [`passes`]: extract the step's subgraph, expand composite ops, round the operands of
+//!    GEMMs to 16 bits under bf16/fp16 ([`autocast`]), fold constants and simplify, eliminate
+//!    common subexpressions and dead code, let GEMM kernels absorb their operand casts — all
+//!    graph-to-graph rewrites;
 //! 2. [`groups`] and [`kernelize`]: elementwise fusion (chains and trees, broadcast operands,
 //!    layout ops as strided [`views`]), reductions absorbing their producers, epilogues of
 //!    convolutions and matrix products;
@@ -22,6 +24,7 @@
 //! it. Lowering never imports a backend.
 
 pub mod arena;
+pub mod autocast;
 pub mod collectives;
 mod emit;
 mod error;
@@ -39,13 +42,13 @@ pub mod views;
 mod waits;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use error::LowerError;
 pub use expr::{ExprId, ExprOp, FusedExpr};
 pub use layout::{StateLayout, StateSlot};
 pub use pipeline::{Dump, Lowered, Pass, PassContext, PassReport, Pipeline};
-pub use precision::{Precision, PrecisionParseError};
+pub use precision::{HalfFormat, Precision, PrecisionParseError};
 pub use program::{
     Bucket, Buffer, BufferId, ConvGeom, Epilogue, Kernel, KernelKind, MatMulGeom, PoolGeom,
     Program, Region, Storage, View,

@@ -11,9 +11,11 @@
 //! |---|---|---|
 //! | `extract` | → graph | the subgraph the step needs ([`passes::extract`]) |
 //! | `expand` | graph | composite ops into primitives |
+//! | `autocast` | graph | GEMM operands read through casts to bf16/fp16 and back (with a 16-bit `precision`, [`autocast`]) |
 //! | `fold` | graph | constant folding and algebraic simplification (with `simplify`) |
 //! | `cse` | graph | common subexpressions (with `simplify`) |
 //! | `dce` | graph | dead code |
+//! | `absorb-casts` | graph | GEMMs round their operands themselves, their casts go (with a 16-bit `precision` and `fuse`) |
 //! | `kernelize` | graph → kernels | fusion groups, reductions absorbing producers, epilogues |
 //! | `fuse-updates` | kernels | identical variable updates into one kernel per bucket (with `arena_fusion`) |
 //! | `fuse-all-reduces` | kernels | a distributed step's all-reduces into one per bucket (with `arena_fusion`) |
@@ -25,6 +27,7 @@
 //! time; `TOWERPACK_VERIFY_EACH=1` checks the IR after every pass (on in debug builds).
 
 use super::arena::{self, ArenaKernel, ArenaOperand};
+use super::autocast;
 use super::collectives::{self, CollectiveBucket, CollectivePlan};
 use super::kernelize::{self, Kernelized};
 use super::layout::StateLayout;
@@ -79,7 +82,22 @@ impl Lowered {
     pub fn print(&self) -> String {
         match self {
             Lowered::Start => String::new(),
-            Lowered::Graph(sg) => crate::ir::text::print(&sg.graph),
+            Lowered::Graph(sg) => {
+                let mut text = crate::ir::text::print(&sg.graph);
+                let mut rounded: Vec<String> = sg
+                    .round_operands
+                    .iter()
+                    .map(|(&id, f)| {
+                        format!(
+                            "# `{}` rounds its operands to {f}\n",
+                            sg.graph.node(id).name
+                        )
+                    })
+                    .collect();
+                rounded.sort();
+                text.extend(rounded);
+                text
+            }
             Lowered::Kernels(k) => print_kernels(k),
             Lowered::Program(p) => p.to_string(),
         }
@@ -215,10 +233,18 @@ impl Pipeline {
     pub fn standard(options: &LowerOptions) -> Pipeline {
         let mut p = Pipeline::new();
         p.push(Extract).push(Expand);
+        let half = options.precision.half_operands().is_some();
+        if half {
+            p.push(Autocast);
+        }
         if options.simplify {
             p.push(Fold).push(Cse);
         }
-        p.push(Dce).push(Kernelize);
+        p.push(Dce);
+        if half && options.fuse {
+            p.push(AbsorbCasts);
+        }
+        p.push(Kernelize);
         if options.fuse && options.arena_fusion {
             p.push(FuseUpdates).push(FuseAllReduces);
         }
@@ -348,6 +374,18 @@ macro_rules! graph_pass {
 graph_pass!(
     /// `expand`: composite ops into primitives.
     Expand, "expand", |sg, _cx| passes::expand(&mut sg)
+);
+graph_pass!(
+    /// `autocast`: both operands of every GEMM read through a round trip to the precision's
+    /// 16-bit format (bf16/fp16 only).
+    Autocast, "autocast", |sg, cx| match cx.options.precision.half_operands() {
+        Some(format) => autocast::insert_casts(&mut sg.graph, format),
+        None => Ok(0),
+    }
+);
+graph_pass!(
+    /// `absorb-casts`: GEMM kernels round their operands themselves; the casts go.
+    AbsorbCasts, "absorb-casts", |sg, _cx| autocast::absorb_casts(&mut sg)
 );
 graph_pass!(
     /// `fold`: constant folding and algebraic simplification.

@@ -123,6 +123,9 @@ pub struct MatMulGeom {
     pub transpose_b: bool,
     /// False when the right operand is one `[k, n]` matrix shared by every batch entry.
     pub rhs_batched: bool,
+    /// Both operands are rounded to this 16-bit format before they are multiplied (the casts
+    /// the `autocast` pass put on them, absorbed by the kernel); products accumulate in f32.
+    pub round_operands: Option<super::HalfFormat>,
 }
 
 /// Geometry of a 2-D convolution over NHWC input and HWIO filter (`i = c / groups`).
@@ -142,6 +145,9 @@ pub struct ConvGeom {
     /// Padding `[top, bottom, left, right]`.
     pub pad: [usize; 4],
     pub groups: usize,
+    /// Both operands are rounded to this 16-bit format before they are multiplied (as
+    /// [`MatMulGeom::round_operands`]).
+    pub round_operands: Option<super::HalfFormat>,
 }
 
 /// Geometry of a 2-D pooling window over NHWC.
@@ -474,7 +480,13 @@ impl fmt::Display for Kernel {
                 )
             }
             KernelKind::MatMul(g, e) => {
-                write!(f, "\n      {g:?}")?;
+                write!(
+                    f,
+                    "\n      MatMulGeom {{ batch: {}, m: {}, n: {}, k: {}, transpose_a: {}, \
+                     transpose_b: {}, rhs_batched: {} }}",
+                    g.batch, g.m, g.n, g.k, g.transpose_a, g.transpose_b, g.rhs_batched
+                )?;
+                write_rounding(f, g.round_operands)?;
                 write_epilogue(f, e.as_ref())
             }
             KernelKind::Conv2d(g, e) | KernelKind::Conv2dBackpropInput(g, e) => {
@@ -520,7 +532,16 @@ fn write_conv(f: &mut fmt::Formatter<'_>, g: &ConvGeom) -> fmt::Result {
         g.dilation,
         g.pad,
         g.groups
-    )
+    )?;
+    write_rounding(f, g.round_operands)
+}
+
+/// The operand rounding of a GEMM kernel, when it has one.
+fn write_rounding(f: &mut fmt::Formatter<'_>, r: Option<super::HalfFormat>) -> fmt::Result {
+    match r {
+        Some(h) => write!(f, "\n      operands rounded to {h}"),
+        None => Ok(()),
+    }
 }
 
 fn write_epilogue(f: &mut fmt::Formatter<'_>, e: Option<&Epilogue>) -> fmt::Result {

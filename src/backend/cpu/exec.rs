@@ -14,7 +14,7 @@ use super::kernels::{self, Conv2dGeometry, Epilogue, KernelError, MatRef, Paddin
 use super::memory::{Arena, RawBuf};
 use crate::backend::{BackendError, Collective};
 use crate::ir::{PoolKind, ReduceOp};
-use crate::lower::{ConvGeom, Kernel, KernelKind, PoolGeom, Program, Storage, View};
+use crate::lower::{ConvGeom, HalfFormat, Kernel, KernelKind, PoolGeom, Program, Storage, View};
 use crate::tensor::DType;
 use rayon::prelude::*;
 use std::sync::Mutex;
@@ -618,6 +618,20 @@ fn epilogue<'a>(
     }
 }
 
+/// A copy of a GEMM operand rounded to `format` ([`HalfFormat::round`]), made in parallel
+/// chunks when it is large: the kernel then multiplies exactly the 16-bit values.
+fn rounded(x: &[f32], format: HalfFormat, threads: usize) -> Vec<f32> {
+    const CHUNK_LEN: usize = 1 << 16;
+    let mut out = x.to_vec();
+    if out.len() > CHUNK_LEN && threads > 1 {
+        out.par_chunks_mut(CHUNK_LEN)
+            .for_each(|c| format.round_slice(c));
+    } else {
+        format.round_slice(&mut out);
+    }
+    out
+}
+
 fn run_kernel(
     k: &Kernel,
     step: &Step,
@@ -675,6 +689,14 @@ fn run_kernel(
                 if g.rhs_batched { g.batch } else { 1 } * b_len,
                 "matmul",
             )?;
+            let (a_round, b_round);
+            let (a_all, b_all) = match g.round_operands {
+                Some(f) => {
+                    (a_round, b_round) = (rounded(a_all, f, threads), rounded(b_all, f, threads));
+                    (&a_round[..], &b_round[..])
+                }
+                None => (a_all, b_all),
+            };
             let c_all = slice_mut(&outs[0], "matmul")?;
             for i in 0..g.batch {
                 let a = &a_all[i * a_len..(i + 1) * a_len];
@@ -705,6 +727,14 @@ fn run_kernel(
             let cg = conv_geometry(g);
             let x = slice(&ins[0], &k.inputs[0], cg.input_len(), "conv2d")?;
             let w = slice(&ins[1], &k.inputs[1], cg.filter_len(), "conv2d")?;
+            let (x_round, w_round);
+            let (x, w) = match g.round_operands {
+                Some(f) => {
+                    (x_round, w_round) = (rounded(x, f, threads), rounded(w, f, threads));
+                    (&x_round[..], &w_round[..])
+                }
+                None => (x, w),
+            };
             let y = slice_mut(&outs[0], "conv2d")?;
             match epilogue(step, k, ins, outs, 0) {
                 Some(e) => {
@@ -729,6 +759,14 @@ fn run_kernel(
                 cg.filter_len(),
                 "conv2d_backprop_input",
             )?;
+            let (dy_round, w_round);
+            let (dy, w) = match g.round_operands {
+                Some(f) => {
+                    (dy_round, w_round) = (rounded(dy, f, threads), rounded(w, f, threads));
+                    (&dy_round[..], &w_round[..])
+                }
+                None => (dy, w),
+            };
             let dx = slice_mut(&outs[0], "conv2d_backprop_input")?;
             match epilogue(step, k, ins, outs, 0) {
                 Some(e) => {
@@ -753,6 +791,14 @@ fn run_kernel(
                 cg.output_len(),
                 "conv2d_backprop_filter",
             )?;
+            let (x_round, dy_round);
+            let (x, dy) = match g.round_operands {
+                Some(f) => {
+                    (x_round, dy_round) = (rounded(x, f, threads), rounded(dy, f, threads));
+                    (&x_round[..], &dy_round[..])
+                }
+                None => (x, dy),
+            };
             kernels::conv2d_backward_filter(
                 &cg,
                 x,

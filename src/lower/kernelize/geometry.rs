@@ -33,6 +33,7 @@ pub(super) fn conv_geom(a: &Conv2dAttrs, x: &[usize], w: &[usize], y: &[usize]) 
         dilation: a.dilations,
         pad: [pt, pb, pl, pr],
         groups: a.groups,
+        round_operands: None,
     }
 }
 

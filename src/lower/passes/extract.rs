@@ -2,6 +2,7 @@
 
 use crate::ir::{Graph, NodeId, Op, Step, Value};
 use crate::lower::LowerError;
+use crate::lower::precision::HalfFormat;
 use std::collections::{HashMap, HashSet};
 
 /// The graph of one step, owned by lowering and rewritten by its passes.
@@ -12,6 +13,9 @@ pub struct StepGraph {
     pub fetches: Vec<Value>,
     /// The `Assign` nodes the step applies, sorted by id.
     pub assigns: Vec<NodeId>,
+    /// GEMM nodes whose operands their kernel rounds to a 16-bit format (set by
+    /// [`absorb_casts`](crate::lower::autocast::absorb_casts)).
+    pub round_operands: HashMap<NodeId, HalfFormat>,
 }
 
 impl StepGraph {
@@ -104,5 +108,6 @@ pub fn extract(graph: &Graph, step: &Step) -> Result<StepGraph, LowerError> {
         graph: sub,
         fetches: step.fetches.clone(),
         assigns,
+        round_operands: HashMap::new(),
     })
 }

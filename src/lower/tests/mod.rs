@@ -2,4 +2,4 @@
 //! in-place assigns and memory plans. (Numeric differential tests against the reference
 //! executor live with the CPU backend, which runs programs.)
 
-mod structure;
+pub(crate) mod structure;

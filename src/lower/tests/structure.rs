@@ -2,7 +2,7 @@ use crate::ir::*;
 use crate::lower::*;
 use crate::tensor::{DType, HostTensor};
 
-pub(super) fn var(g: &mut Graph, name: &str, shape: &[usize]) -> (VarId, Value) {
+pub(crate) fn var(g: &mut Graph, name: &str, shape: &[usize]) -> (VarId, Value) {
     let id = g
         .declare_variable(VariableDef {
             name: name.into(),
@@ -20,7 +20,7 @@ pub(super) fn var(g: &mut Graph, name: &str, shape: &[usize]) -> (VarId, Value) 
     (id, Value::first(r))
 }
 
-pub(super) fn node(g: &mut Graph, name: &str, op: Op, ins: &[Value]) -> Value {
+pub(crate) fn node(g: &mut Graph, name: &str, op: Op, ins: &[Value]) -> Value {
     Value::first(g.add_node(name, op, ins).expect(name))
 }
 
