@@ -91,6 +91,7 @@ fn training_program(strategy: &dyn TowerStrategy, optimizer: Optimizer) -> Progr
         seed: 1,
         input: &mut input,
         model: Some(Arc::new(model)),
+        loss_scale: None,
     };
     let built = strategy.build(&mut setup).expect("build");
     let step = Step::new(Vec::new(), vec![built.train_op]);

@@ -17,7 +17,7 @@ use towerpack::backend::cuda::nvrtc::{self, Compiler};
 use towerpack::backend::cuda::perf::{self, GpuSpec, LaunchRow};
 use towerpack::ir::Graph;
 use towerpack::lower::{LowerOptions, Precision, Program, lower};
-use towerpack::optim::add_step_counter;
+use towerpack::optim::{DynamicLossScale, add_step_counter};
 use towerpack::train::{
     DummyConstantInput, GraphSetup, InputSource, ModelDesc, SimpleTrainer, Trainer,
 };
@@ -30,6 +30,16 @@ pub fn training_step(
     batch: usize,
     seed: u64,
 ) -> Result<(Graph, Step), Box<dyn Error>> {
+    training_step_in(model, batch, seed, Precision::Fp32)
+}
+
+/// [`training_step`] as a run in `precision` builds it (fp16 with its default loss scale).
+pub fn training_step_in(
+    model: Arc<dyn ModelDesc>,
+    batch: usize,
+    seed: u64,
+    precision: Precision,
+) -> Result<(Graph, Step), Box<dyn Error>> {
     let signature = model.inputs();
     let shapes = signature.iter().map(|s| s.shape.resolve(batch)).collect();
     let mut input = DummyConstantInput::new(shapes);
@@ -41,6 +51,7 @@ pub fn training_step(
         seed,
         input: &mut input,
         model: Some(model),
+        loss_scale: precision.loss_scaling().then(DynamicLossScale::default),
     })?;
     let train_op = trainer.train_op().ok_or("the trainer built no train op")?;
     let increment = add_step_counter(&mut graph)?;
@@ -63,7 +74,7 @@ pub fn training_program_in(
     seed: u64,
     precision: Precision,
 ) -> Result<Program, Box<dyn Error>> {
-    let (graph, step) = training_step(model, batch, seed)?;
+    let (graph, step) = training_step_in(model, batch, seed, precision)?;
     let options = LowerOptions {
         precision,
         ..CudaOptions::default().lower

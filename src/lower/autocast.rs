@@ -176,7 +176,7 @@ mod tests {
         );
         let (_, wr) = var(&mut g, "W", &[3, 3, 3, 8]);
         let attrs = Conv2dAttrs::default();
-        let y = node(&mut g, "conv", Op::Conv2d(attrs.clone()), &[x, wr]);
+        let y = node(&mut g, "conv", Op::Conv2d(attrs), &[x, wr]);
         let y2 = node(&mut g, "conv2", Op::Conv2d(attrs), &[x, wr]);
         let s = node(&mut g, "sum", Op::Binary(BinaryOp::Add), &[y, y2]);
         (g, s)

@@ -1,4 +1,5 @@
-//! Optimizers (SGD, Momentum, Adam, gradient accumulation, user-defined [`UpdateRule`]s) and
+//! Optimizers (SGD, Momentum, Adam, gradient accumulation, user-defined [`UpdateRule`]s,
+//! FP16's dynamic loss scale) and
 //! gradient processors, built as
 //! graph ops on `(variable, gradient)` pairs: slot variables (`conv0/W/Momentum`, ...), the
 //! `learning_rate` and `global_step` variables, and `Assign` nodes grouped into a `train_op`.
@@ -13,12 +14,17 @@
 mod accum;
 mod adam;
 mod builder;
+mod loss_scale;
 mod optimizer;
 mod process;
 mod rule;
 mod state;
 
 pub use accum::ACCUM_COUNTER;
+pub use loss_scale::{
+    DynamicLossScale, LOSS_SCALE, LOSS_SCALE_COLLECTION, LOSS_SCALE_GOOD_STEPS,
+    gate as gate_on_finite, scale_loss, unscale,
+};
 pub use optimizer::{CustomRule, Optimizer, TrainOp};
 pub use process::{
     GradientFn, GradientProcessor, NumericCheck, ProcessedGradients, check_numerics,
@@ -73,6 +79,9 @@ pub enum OptimError {
         what: String,
         value: String,
     },
+    /// Loss scaling multiplies an `f32` scalar cost.
+    #[error("loss scaling needs an f32 scalar cost, but `{cost}` is {ty}")]
+    LossScaleCost { cost: String, ty: String },
     /// A `CheckGradient` check failed.
     #[error("the gradient of `{variable}` is not finite (NaN or infinity)")]
     NonFiniteGradient { variable: String },

@@ -183,7 +183,23 @@ impl Optimizer {
         grads: &[(VarId, Value)],
         train_op_name: &str,
     ) -> Result<TrainOp, OptimError> {
-        let updates = self.updates(graph, grads)?;
+        self.apply_gradients_scaled(graph, grads, train_op_name, None)
+    }
+
+    /// [`apply_gradients`](Self::apply_gradients) under a dynamic loss scale (FP16): `grads`
+    /// are already unscaled ([`super::unscale`]); every update happens only when they are all
+    /// finite, and the scale moves ([`super::gate_on_finite`]).
+    pub fn apply_gradients_scaled(
+        &self,
+        graph: &mut Graph,
+        grads: &[(VarId, Value)],
+        train_op_name: &str,
+        loss_scale: Option<&super::DynamicLossScale>,
+    ) -> Result<TrainOp, OptimError> {
+        let mut updates = self.updates(graph, grads)?;
+        if let Some(config) = loss_scale {
+            updates = super::gate_on_finite(graph, config, grads, updates)?;
+        }
         let mut written = HashSet::new();
         for u in &updates {
             if !written.insert(u.var) {

@@ -239,7 +239,7 @@ pub fn check_numerics(checks: &[NumericCheck], fetched: &[HostTensor]) -> Result
     Ok(())
 }
 
-fn device(graph: &Graph, v: Value) -> Option<u16> {
+pub(crate) fn device(graph: &Graph, v: Value) -> Option<u16> {
     graph.node(v.node).device
 }
 
@@ -369,7 +369,7 @@ fn clip_by_global_norm(
 }
 
 /// `sum(!(|g| < inf)) == 0`: NaN and ±inf both fail `|g| < inf`.
-fn all_finite(graph: &mut Graph, scope: &str, g: Value) -> Result<Value, OptimError> {
+pub(crate) fn all_finite(graph: &mut Graph, scope: &str, g: Value) -> Result<Value, OptimError> {
     let (dtype, dev) = (graph.value_type(g).dtype, device(graph, g));
     let node = |graph: &mut Graph, part: &str, op: Op, ins: &[Value]| {
         state::node(graph, &format!("{scope}/{part}"), op, ins, dev)

@@ -8,6 +8,7 @@ use std::sync::Arc;
 pub use crate::backend::BackendChoice;
 use crate::data::DataFlow;
 pub use crate::lower::Precision;
+pub use crate::optim::DynamicLossScale;
 
 use super::callback::Callback;
 use super::input::InputSource;
@@ -54,6 +55,10 @@ pub struct TrainConfig {
     /// on the tensor cores of the CUDA backend; the CPU backend has no TF32 units and computes
     /// in f32 (as PyTorch's CPU does). Variables, checkpoints and every other op stay f32.
     pub precision: Precision,
+    /// The dynamic loss scale of FP16 training (set by [`TrainConfig::precision`]: the
+    /// default [`DynamicLossScale`] for fp16, none otherwise; [`TrainConfig::loss_scale`]
+    /// overrides it).
+    pub loss_scale: Option<DynamicLossScale>,
     /// Where files go (checkpoints, `stats.json`, events, and `log.log`, which the run appends
     /// its log lines to). Default: the logger dir set by `logdir::set_logger_dir`, if any.
     pub logdir: Option<PathBuf>,
@@ -79,6 +84,7 @@ impl Default for TrainConfig {
             seed: 0,
             backend: BackendChoice::default(),
             precision: Precision::default(),
+            loss_scale: None,
             logdir: None,
             logdir_action: LogDirAction::Keep,
             resume: Resume::No,
@@ -161,9 +167,22 @@ impl TrainConfig {
         self
     }
 
-    /// Sets the precision of matrix products and convolutions ([`Precision`]).
+    /// Sets the precision of matrix products and convolutions ([`Precision`]), with the loss
+    /// scale it needs: PyTorch `GradScaler`'s defaults for fp16 ([`DynamicLossScale`]), none
+    /// otherwise (call [`TrainConfig::loss_scale`] after this to change it).
     pub fn precision(mut self, precision: Precision) -> TrainConfig {
         self.precision = precision;
+        self.loss_scale = precision.loss_scaling().then(DynamicLossScale::default);
+        self
+    }
+
+    /// Trains under this dynamic loss scale (`None`: without one): the cost is multiplied by
+    /// the scale before differentiation, gradients are divided by it before the gradient
+    /// processors, a step whose gradients are not all finite is skipped and halves the scale,
+    /// and the scale doubles after `growth_interval` good steps. The scale is the
+    /// `LossScale/scale` variable (checkpointed) and the `loss_scale` monitor scalar.
+    pub fn loss_scale(mut self, loss_scale: Option<DynamicLossScale>) -> TrainConfig {
+        self.loss_scale = loss_scale;
         self
     }
 

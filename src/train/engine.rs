@@ -14,7 +14,7 @@ use crate::ir::Graph;
 use crate::optim::GLOBAL_STEP;
 
 use super::callback::Callback;
-use super::callbacks::{MaintainStepCounter, default_callbacks};
+use super::callbacks::{LossScaleMonitor, MaintainStepCounter, default_callbacks};
 use super::checkpoint::{load_checkpoint, resolve_checkpoint_path};
 use super::config::{Resume, TrainConfig};
 use super::context::{Phase, ResumeInfo, TrainContext};
@@ -261,6 +261,7 @@ pub fn launch_train_with_config(
             seed: config.seed,
             input: input.as_mut(),
             model: ctx.model.clone(),
+            loss_scale: config.loss_scale,
         };
         let built = trainer.setup_graph(&mut setup);
         record_position(&mut ctx, input.as_ref());
@@ -304,6 +305,7 @@ pub fn launch_train_with_config(
         callbacks.register(cb, is_chief);
     }
     callbacks.register(Box::new(MaintainStepCounter::new()), is_chief);
+    callbacks.register(Box::new(LossScaleMonitor::new()), is_chief);
     for cb in std::mem::take(&mut config.callbacks) {
         callbacks.register(cb, is_chief);
     }

@@ -208,6 +208,12 @@ pub enum SetupError {
     /// `run_step` ran before `setup_graph`.
     #[error("{trainer}: run_step before setup_graph: the trainer has no train op")]
     NotBuilt { trainer: String },
+    /// A trainer that cannot train under a dynamic loss scale was given one.
+    #[error(
+        "{trainer} applies each tower's gradients separately and cannot skip a step for \
+         non-finite gradients: train fp16 with another trainer, or bf16 (no loss scale needed)"
+    )]
+    LossScaleUnsupported { trainer: String },
     /// A data-parallel trainer with zero towers.
     #[error("{trainer} needs at least one tower")]
     NoTowers { trainer: String },

@@ -12,7 +12,10 @@ use crate::autodiff::gradients;
 use crate::data::DataFlow;
 use crate::dsl::{Strategy, TowerHandle, build_training_towers};
 use crate::ir::{Graph, NodeId, Step, Value, VarId};
-use crate::optim::{ProcessedGradients, TrainOp, add_step_counter, process_gradients};
+use crate::optim::{
+    DynamicLossScale, ProcessedGradients, TrainOp, add_step_counter, process_gradients, scale_loss,
+    unscale,
+};
 use crate::tower::{REGULARIZATION_LOSSES, UPDATE_OPS};
 
 use super::context::{inference_tower_on, with_builder_on};
@@ -133,7 +136,12 @@ impl TowerStrategy for SingleTower {
 
     fn build(&self, setup: &mut GraphSetup<'_>) -> Result<TowerGraph, TrainError> {
         let model = setup.model()?;
-        let built = single_tower_graph(setup.graph, setup.seed, model.as_ref())?;
+        let built = single_tower_graph(
+            setup.graph,
+            setup.seed,
+            model.as_ref(),
+            setup.loss_scale.as_ref(),
+        )?;
         for t in &built.built.towers {
             setup.register_tower(t)?;
         }
@@ -152,13 +160,14 @@ fn single_tower_graph(
     graph: &mut Graph,
     seed: u64,
     model: &dyn ModelDesc,
+    loss_scale: Option<&DynamicLossScale>,
 ) -> Result<TowerGraph, TrainError> {
     let towers = training_towers_on_graph(graph, seed, model, 1, Strategy::Single)?;
     let tower = towers.first().ok_or_else(|| SetupError::NoTrainingTower {
         trainer: SingleTower.name(),
     })?;
-    let grads = tower_gradients(graph, tower, "gradients")?;
-    let (train, processed) = apply_optimizer(graph, model, &grads, "train_op")?;
+    let grads = tower_gradients(graph, tower, "gradients", loss_scale)?;
+    let (train, processed) = apply_optimizer(graph, model, &grads, "train_op", loss_scale)?;
     let cost = tower.cost.ok_or_else(|| SetupError::NoCost {
         tower: tower.ns_name.clone(),
     })?;
@@ -198,7 +207,7 @@ pub struct TrainingGraph {
 /// `MaintainStepCounter` adds.
 pub fn build_training_graph(model: &dyn ModelDesc, seed: u64) -> Result<TrainingGraph, TrainError> {
     let mut graph = Graph::new();
-    let built = single_tower_graph(&mut graph, seed, model)?;
+    let built = single_tower_graph(&mut graph, seed, model, None)?;
     let counter = add_step_counter(&mut graph)?;
     let tower = built
         .built
@@ -271,11 +280,13 @@ fn training_towers_on_graph(
 
 /// The gradients of `tower`'s cost with respect to its gradient variables (its own trainables,
 /// or all trainables when it shares them), named under `prefix`. Variables the cost does not
-/// reach are dropped with tensorpack's warning.
+/// reach are dropped with tensorpack's warning. Under a `loss_scale`, the scaled cost is
+/// differentiated and the gradients returned are unscaled again ([`crate::optim::unscale`]).
 pub fn tower_gradients(
     graph: &mut Graph,
     tower: &TowerHandle,
     prefix: &str,
+    loss_scale: Option<&DynamicLossScale>,
 ) -> Result<Vec<(VarId, Value)>, TrainError> {
     let cost = tower.cost.ok_or_else(|| {
         TrainError::from(SetupError::NoCost {
@@ -283,7 +294,14 @@ pub fn tower_gradients(
         })
     })?;
     let vars = tower.gradient_variables(graph);
-    let set = gradients(graph, cost, &vars, prefix)?;
+    let differentiated = match loss_scale {
+        Some(config) => scale_loss(graph, config, cost)?,
+        None => cost,
+    };
+    let mut set = gradients(graph, differentiated, &vars, prefix)?;
+    if let Some(config) = loss_scale {
+        set.grads = unscale(graph, config, &set.grads)?;
+    }
     if !set.unreached.is_empty() {
         let names: Vec<&str> = set
             .unreached
@@ -301,20 +319,25 @@ pub fn tower_gradients(
 }
 
 /// Runs the model's gradient processors on `grads`, then its optimizer; the train op is a group
-/// named `train_op_name`. Processor warnings are logged.
+/// named `train_op_name`. Processor warnings are logged. Under a `loss_scale` the updates apply
+/// only when every processed gradient is finite ([`crate::optim::Optimizer::apply_gradients_scaled`]).
 pub fn apply_optimizer(
     graph: &mut Graph,
     model: &dyn ModelDesc,
     grads: &[(VarId, Value)],
     train_op_name: &str,
+    loss_scale: Option<&DynamicLossScale>,
 ) -> Result<(TrainOp, ProcessedGradients), TrainError> {
     let processed = process_gradients(graph, grads, &model.gradient_processors())?;
     for w in &processed.warnings {
         log::warn!(target: "towerpack", "{w}");
     }
-    let train = model
-        .optimizer()
-        .apply_gradients(graph, &processed.grads, train_op_name)?;
+    let train = model.optimizer().apply_gradients_scaled(
+        graph,
+        &processed.grads,
+        train_op_name,
+        loss_scale,
+    )?;
     Ok((train, processed))
 }
 

@@ -12,7 +12,7 @@ use crate::backend::Session;
 use crate::data::DataFlow;
 use crate::dsl::{Builder, InputSpec, TowerHandle};
 use crate::ir::{Graph, NodeId, Value, VarId};
-use crate::optim::NumericCheck;
+use crate::optim::{DynamicLossScale, NumericCheck};
 use crate::tensor::HostTensor;
 
 use super::callback::Callback;
@@ -81,6 +81,9 @@ pub struct GraphSetup<'a> {
     /// Set up with the model's signature already (when there is a model).
     pub input: &'a mut dyn InputSource,
     pub model: Option<Arc<dyn ModelDesc>>,
+    /// The dynamic loss scale the trainer differentiates and updates under (FP16 training,
+    /// [`TrainConfig::loss_scale`](super::TrainConfig::loss_scale)); `None`: no scaling.
+    pub loss_scale: Option<DynamicLossScale>,
 }
 
 impl GraphSetup<'_> {

@@ -87,8 +87,10 @@ impl TowerStrategy for TwoTowerAverage {
         let towers = build_training_towers_on(setup, 2, Strategy::Shared)?;
         let mut per_var: BTreeMap<VarId, Vec<Value>> = BTreeMap::new();
         let mut order = Vec::new();
+        let loss_scale = setup.loss_scale;
         for t in &towers {
-            for (var, g) in tower_gradients(setup.graph, t, &format!("{}/gradients", t.ns_name))? {
+            let prefix = format!("{}/gradients", t.ns_name);
+            for (var, g) in tower_gradients(setup.graph, t, &prefix, loss_scale.as_ref())? {
                 if !per_var.contains_key(&var) {
                     order.push(var);
                 }
@@ -118,8 +120,13 @@ impl TowerStrategy for TwoTowerAverage {
             )?;
             averaged.push((var, Value::first(mean)));
         }
-        let (train, processed) =
-            apply_optimizer(setup.graph, model.as_ref(), &averaged, "train_op")?;
+        let (train, processed) = apply_optimizer(
+            setup.graph,
+            model.as_ref(),
+            &averaged,
+            "train_op",
+            loss_scale.as_ref(),
+        )?;
         let cost = towers[0].cost.expect("cost");
         Ok(TowerGraph {
             train_op: train.train_op,

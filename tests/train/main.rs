@@ -17,6 +17,7 @@ mod input;
 mod interrupt;
 mod kill;
 mod minimal;
+mod mixed_precision;
 mod monitors;
 mod predict;
 mod resume;

@@ -48,6 +48,7 @@ pub fn build(
         seed: 1,
         input: &mut input,
         model: Some(Arc::new(model)),
+        loss_scale: None,
     };
     let (towers, train_op) = setup_graph(&mut setup);
     let cost = towers[0].cost.expect("cost");

@@ -1,7 +1,7 @@
 //! The built-in callbacks.
 //!
 //! - Graph upkeep: [`MaintainStepCounter`] (internal), [`RunUpdateOps`], [`MovingAverageSummary`],
-//!   [`MergeAllSummaries`].
+//!   [`MergeAllSummaries`]; [`LossScaleMonitor`] (internal) under FP16's loss scale.
 //! - Checkpoints: [`ModelSaver`], [`MinSaver`], [`MaxSaver`].
 //! - Validation: [`InferenceRunner`] with [`ScalarStats`] and [`ClassificationError`].
 //! - Hyper-parameters: [`ScheduledHyperParamSetter`], [`HyperParamSetterWithFunc`],
@@ -12,6 +12,7 @@
 //! - Stopping: [`EarlyStopping`], [`NonFiniteGuard`].
 
 mod inference;
+mod loss_scale;
 mod param;
 mod periodic;
 mod progress;
@@ -20,6 +21,7 @@ mod steps;
 mod stopping;
 
 pub use inference::{ClassificationError, InferenceRunner, Inferencer, ScalarStats};
+pub use loss_scale::LossScaleMonitor;
 pub use param::{
     HyperParamSetterWithFunc, Interpolation, LogHyperParams, ScheduledHyperParamSetter,
     StatMonitorParamSetter,

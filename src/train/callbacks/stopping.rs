@@ -6,7 +6,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::ir::Value;
-use crate::optim::{GradientProcessor, NumericCheck, check_numerics, process_gradients};
+use crate::optim::{
+    GradientProcessor, LOSS_SCALE_COLLECTION, NumericCheck, check_numerics, process_gradients,
+};
 use crate::tensor::HostTensor;
 use crate::train::callback::{Callback, RunArgs};
 use crate::train::context::TrainContext;
@@ -152,7 +154,11 @@ impl Callback for NonFiniteGuard {
     fn setup_graph(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
         self.losses = ctx.losses().to_vec();
         self.checks = ctx.numeric_checks().to_vec();
-        if !self.loss_only {
+        // Under FP16's loss scale a non-finite gradient is expected now and then: the step is
+        // skipped and the scale halved (`LossScaleMonitor` reports it), so only losses stop
+        // the run.
+        let loss_scaled = !ctx.graph().collection(LOSS_SCALE_COLLECTION).is_empty();
+        if !self.loss_only && !loss_scaled {
             let grads = ctx.gradients().to_vec();
             let graph = ctx.graph_mut("NonFiniteGuard")?;
             let processed =

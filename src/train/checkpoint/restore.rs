@@ -139,7 +139,8 @@ pub struct RestorePlan {
 
 /// tensorpack's `is_training_name`: optimizer slots (`*/Momentum`, `*/Adam`, `*/Adam_1`,
 /// RMSProp, Adagrad, Adadelta), moving-average summaries (`EMA/`), gradient accumulators
-/// (`AccumGrad`) and `apply_gradients*`. A `:0` suffix is ignored.
+/// (`AccumGrad`) and `apply_gradients*`; and towerpack's FP16 loss scale (`LossScale/`). A `:0`
+/// suffix is ignored.
 pub fn is_training_only_name(name: &str) -> bool {
     let name = strip_output_index(name);
     const SLOT_SUFFIXES: [&str; 8] = [
@@ -158,6 +159,7 @@ pub fn is_training_only_name(name: &str) -> bool {
         || name.starts_with("AccumGrad")
         || name.ends_with("/AccumGrad")
         || name.starts_with("apply_gradients")
+        || name.starts_with("LossScale/")
 }
 
 fn strip_output_index(name: &str) -> &str {

@@ -82,6 +82,12 @@ impl TowerStrategy for AsyncTowers {
     }
 
     fn build(&self, setup: &mut GraphSetup<'_>) -> Result<TowerGraph, TrainError> {
+        if setup.loss_scale.is_some() {
+            return Err(SetupError::LossScaleUnsupported {
+                trainer: self.name(),
+            }
+            .into());
+        }
         let SharedTowers {
             model,
             towers,

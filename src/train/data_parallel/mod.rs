@@ -48,7 +48,7 @@ use std::sync::Arc;
 use crate::backend::Placement;
 use crate::dsl::TowerHandle;
 use crate::ir::{BinaryOp, Graph, Op, Value, VarId};
-use crate::optim::{ProcessedGradients, process_gradients};
+use crate::optim::{DynamicLossScale, ProcessedGradients, process_gradients};
 use crate::tensor::HostTensor;
 
 use super::error::{SetupError, TrainError};
@@ -201,12 +201,13 @@ struct GradientRow {
 fn tower_gradient_rows(
     graph: &mut Graph,
     towers: &[TowerHandle],
+    loss_scale: Option<&DynamicLossScale>,
 ) -> Result<Vec<GradientRow>, TrainError> {
     let mut rows: Vec<GradientRow> = Vec::new();
     let mut row_of: HashMap<VarId, usize> = HashMap::new();
     for (i, tower) in towers.iter().enumerate() {
         let prefix = format!("{}/gradients", tower.ns_name);
-        let grads = tower_gradients(graph, tower, prefix.trim_start_matches('/'))?;
+        let grads = tower_gradients(graph, tower, prefix.trim_start_matches('/'), loss_scale)?;
         if i == 0 {
             for (var, g) in grads {
                 row_of.insert(var, rows.len());
@@ -283,7 +284,7 @@ fn build_shared_towers(
         .logical(n, trainer)?;
     let model = setup.model()?;
     let towers = build_training_towers_on(setup, n, Strategy::Shared)?;
-    let rows = tower_gradient_rows(setup.graph, &towers)?;
+    let rows = tower_gradient_rows(setup.graph, &towers, setup.loss_scale.as_ref())?;
     Ok(SharedTowers {
         model,
         towers,

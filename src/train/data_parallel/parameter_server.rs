@@ -77,8 +77,13 @@ impl TowerStrategy for ParameterServerTowers {
             let scope = format!("average_gradients/{}", setup.graph.variable(var).name);
             averaged.push((var, average(setup.graph, &scope, &row.grads, ps)?));
         }
-        let (train, processed) =
-            apply_optimizer(setup.graph, model.as_ref(), &averaged, "train_op")?;
+        let (train, processed) = apply_optimizer(
+            setup.graph,
+            model.as_ref(),
+            &averaged,
+            "train_op",
+            setup.loss_scale.as_ref(),
+        )?;
         Ok(TowerGraph {
             train_op: train.train_op,
             built: BuiltGraph {

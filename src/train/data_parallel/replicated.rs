@@ -82,7 +82,8 @@ impl TowerStrategy for ReplicatedTowers {
         let n = self.towers.devices.check(&self.name())?;
         let model = setup.model()?;
         let towers = build_training_towers_on(setup, n, Strategy::Replicated)?;
-        let rows = tower_gradient_rows(setup.graph, &towers)?;
+        let loss_scale = setup.loss_scale;
+        let rows = tower_gradient_rows(setup.graph, &towers, loss_scale.as_ref())?;
         let mut pairs = Vec::new();
         let mut main = None;
         for (i, tower) in towers.iter().enumerate() {
@@ -105,9 +106,12 @@ impl TowerStrategy for ReplicatedTowers {
         let main = main.ok_or_else(|| SetupError::NoTrainingTower {
             trainer: "ReplicatedTrainer".into(),
         })?;
-        let train = model
-            .optimizer()
-            .apply_gradients(setup.graph, &pairs, "train_op")?;
+        let train = model.optimizer().apply_gradients_scaled(
+            setup.graph,
+            &pairs,
+            "train_op",
+            loss_scale.as_ref(),
+        )?;
         let mut callbacks: Vec<Box<dyn Callback>> = Vec::new();
         if n > 1 {
             callbacks.push(Box::new(BroadcastReplicas::new(

@@ -251,13 +251,23 @@ impl DistributedTrainer {
             } else {
                 format!("tower{i}/")
             };
-            let grads = tower_gradients(setup.graph, t, &format!("{scope}gradients"))?;
+            let grads = tower_gradients(
+                setup.graph,
+                t,
+                &format!("{scope}gradients"),
+                setup.loss_scale.as_ref(),
+            )?;
             let reduced = all_reduce_gradients(setup.graph, &grads, &format!("{scope}allreduce"))?;
             per_tower.push(reduced);
         }
         let averaged = average_towers(setup.graph, &per_tower)?;
-        let (train, processed) =
-            apply_optimizer(setup.graph, model.as_ref(), &averaged, "train_op")?;
+        let (train, processed) = apply_optimizer(
+            setup.graph,
+            model.as_ref(),
+            &averaged,
+            "train_op",
+            setup.loss_scale.as_ref(),
+        )?;
         let cost = towers[0].cost.ok_or_else(|| SetupError::NoCost {
             tower: String::new(),
         })?;

@@ -1,0 +1,282 @@
+//! Dynamic loss scaling for FP16 training, with PyTorch `GradScaler`'s semantics, built as
+//! graph ops like every other optimizer piece.
+//!
+//! FP16's smallest subnormal is 2⁻²⁴: small gradients would round to zero as GEMM operands.
+//! So the trainer differentiates `cost · scale` instead of `cost` ([`scale_loss`]), which
+//! lifts every gradient of the backward pass by `scale`, and divides the gradients by `scale`
+//! again before anything else sees them ([`unscale`]: gradient processors and the optimizer get
+//! true gradients, so clipping thresholds mean what they say). When a gradient overflowed on the
+//! way (an operand past 65504 became infinite), the step is skipped: [`gate`] makes every update
+//! of the optimizer — variables, slots, Adam's beta powers — a `Select` between the new and the
+//! current value on "every gradient is finite", and halves the scale. After `growth_interval`
+//! finite steps in a row the scale doubles.
+//!
+//! The state is two checkpointed variables, [`LOSS_SCALE`] (`f32`) and [`LOSS_SCALE_GOOD_STEPS`]
+//! (`i32`), so a resumed run continues with the scale it had. The new scale and the "step
+//! applied" flag are added to the graph's [`LOSS_SCALE_COLLECTION`] for the trainer's monitor.
+
+use super::OptimError;
+use super::process::{all_finite, device};
+use super::rule::VariableUpdate;
+use super::state::{self, constant, ensure_unassigned, get_or_create, read};
+use crate::ir::{BinaryOp, Graph, Initializer, Op, TensorType, Value, VarFlags, VarId};
+use crate::tensor::DType;
+
+/// The loss-scale variable.
+pub const LOSS_SCALE: &str = "LossScale/scale";
+/// The variable counting finite steps since the scale last changed.
+pub const LOSS_SCALE_GOOD_STEPS: &str = "LossScale/good_steps";
+/// Graph collection holding `[new scale (f32 scalar), step applied (bool scalar)]`.
+pub const LOSS_SCALE_COLLECTION: &str = "loss_scale";
+
+/// How the loss scale starts and moves (PyTorch `GradScaler`'s defaults).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DynamicLossScale {
+    /// The first scale (2¹⁶).
+    pub initial_scale: f64,
+    /// The scale is multiplied by this after `growth_interval` finite steps in a row (2).
+    pub growth_factor: f64,
+    /// The scale is multiplied by this when a step's gradients are not finite (0.5).
+    pub backoff_factor: f64,
+    /// Finite steps in a row before the scale grows (2000).
+    pub growth_interval: u32,
+}
+
+impl Default for DynamicLossScale {
+    fn default() -> DynamicLossScale {
+        DynamicLossScale {
+            initial_scale: 65536.0,
+            growth_factor: 2.0,
+            backoff_factor: 0.5,
+            growth_interval: 2000,
+        }
+    }
+}
+
+impl DynamicLossScale {
+    /// Errors unless the factors and the initial scale are finite, positive and sensible.
+    pub fn check(&self) -> Result<(), OptimError> {
+        let bad = |what: &str, value: f64| OptimError::InvalidSetting {
+            optimizer: "DynamicLossScale".into(),
+            what: what.into(),
+            value: value.to_string(),
+        };
+        if !(self.initial_scale.is_finite() && self.initial_scale > 0.0) {
+            return Err(bad("initial_scale", self.initial_scale));
+        }
+        if !(self.growth_factor.is_finite() && self.growth_factor > 1.0) {
+            return Err(bad("growth_factor", self.growth_factor));
+        }
+        if !(self.backoff_factor > 0.0 && self.backoff_factor < 1.0) {
+            return Err(bad("backoff_factor", self.backoff_factor));
+        }
+        if self.growth_interval == 0 {
+            return Err(bad("growth_interval", 0.0));
+        }
+        Ok(())
+    }
+
+    /// The scale variable, created if needed.
+    fn scale_variable(&self, graph: &mut Graph) -> Result<VarId, OptimError> {
+        get_or_create(
+            graph,
+            LOSS_SCALE,
+            TensorType::scalar(DType::F32),
+            Initializer::Constant(self.initial_scale),
+            VarFlags::default(),
+        )
+    }
+}
+
+/// `cost · scale`, the value to differentiate, on `cost`'s device. `cost` must be an `f32`
+/// scalar.
+pub fn scale_loss(
+    graph: &mut Graph,
+    config: &DynamicLossScale,
+    cost: Value,
+) -> Result<Value, OptimError> {
+    config.check()?;
+    let ty = graph.value_type(cost).clone();
+    if ty != TensorType::scalar(DType::F32) {
+        return Err(OptimError::LossScaleCost {
+            cost: graph.value_name(cost),
+            ty: ty.to_string(),
+        });
+    }
+    let var = config.scale_variable(graph)?;
+    let dev = graph.node(cost.node).device;
+    let base = graph.node(cost.node).name.clone();
+    let s = read(graph, var, &format!("{base}/loss_scale"), dev)?;
+    state::node(
+        graph,
+        &format!("{base}/scaled"),
+        Op::Binary(BinaryOp::Mul),
+        &[cost, s],
+        dev,
+    )
+}
+
+/// Every gradient divided by the loss scale (multiplied by its reciprocal: the scale is a
+/// power of two, so this is exact), on the gradient's device.
+pub fn unscale(
+    graph: &mut Graph,
+    config: &DynamicLossScale,
+    grads: &[(VarId, Value)],
+) -> Result<Vec<(VarId, Value)>, OptimError> {
+    let var = config.scale_variable(graph)?;
+    let mut out = Vec::with_capacity(grads.len());
+    for &(v, g) in grads {
+        let dev = device(graph, g);
+        let scope = format!("LossScale/unscale/{}", graph.variable(v).name);
+        let s = read(graph, var, &format!("{scope}/scale"), dev)?;
+        let inv = state::node(
+            graph,
+            &format!("{scope}/inverse"),
+            Op::Unary(crate::ir::UnaryOp::Recip),
+            &[s],
+            dev,
+        )?;
+        let dtype = graph.value_type(g).dtype;
+        let inv = if dtype == DType::F32 {
+            inv
+        } else {
+            state::node(
+                graph,
+                &format!("{scope}/cast"),
+                Op::Cast { to: dtype },
+                &[inv],
+                dev,
+            )?
+        };
+        let u = state::node(
+            graph,
+            &format!("{scope}/grad"),
+            Op::Binary(BinaryOp::Mul),
+            &[g, inv],
+            dev,
+        )?;
+        out.push((v, u));
+    }
+    Ok(out)
+}
+
+/// `updates` applied only when every gradient of `grads` is finite (else each variable keeps its
+/// value), plus the updates of the scale and its counter. Registers `[new scale, applied]` in
+/// [`LOSS_SCALE_COLLECTION`].
+pub fn gate(
+    graph: &mut Graph,
+    config: &DynamicLossScale,
+    grads: &[(VarId, Value)],
+    updates: Vec<VariableUpdate>,
+) -> Result<Vec<VariableUpdate>, OptimError> {
+    config.check()?;
+    let scale_var = config.scale_variable(graph)?;
+    let good_var = get_or_create(
+        graph,
+        LOSS_SCALE_GOOD_STEPS,
+        TensorType::scalar(DType::I32),
+        Initializer::Zeros,
+        VarFlags::default(),
+    )?;
+    ensure_unassigned(graph, scale_var)?;
+    ensure_unassigned(graph, good_var)?;
+    // Every gradient finite: the `and` of one check per gradient (each a reduction on the
+    // gradient's device).
+    let mut applied: Option<Value> = None;
+    for &(v, g) in grads {
+        let name = format!("LossScale/finite/{}", graph.variable(v).name);
+        let ok = all_finite(graph, &name, g)?;
+        applied = Some(match applied {
+            None => ok,
+            Some(a) => state::node(
+                graph,
+                "LossScale/all_finite",
+                Op::Binary(BinaryOp::And),
+                &[a, ok],
+                None,
+            )?,
+        });
+    }
+    let Some(applied) = applied else {
+        return Ok(updates);
+    };
+    let mut out = Vec::with_capacity(updates.len() + 2);
+    for u in updates {
+        let name = format!("LossScale/apply/{}", graph.variable(u.var).name);
+        let device = graph.node(u.new.node).device;
+        let gated = state::node(
+            graph,
+            &name,
+            Op::Select,
+            &[applied, u.new, u.current],
+            device,
+        )?;
+        out.push(VariableUpdate { new: gated, ..u });
+    }
+
+    let n = |graph: &mut Graph, part: &str, op: Op, ins: &[Value]| {
+        state::node(graph, &format!("LossScale/{part}"), op, ins, None)
+    };
+    let scale = read(graph, scale_var, "LossScale/scale/read", None)?;
+    let good = read(graph, good_var, "LossScale/good_steps/read", None)?;
+    let one = constant(graph, "LossScale/one", DType::I32, 1.0, None)?;
+    let zero = constant(graph, "LossScale/zero", DType::I32, 0.0, None)?;
+    let interval = constant(
+        graph,
+        "LossScale/growth_interval",
+        DType::I32,
+        f64::from(config.growth_interval),
+        None,
+    )?;
+    let grow_by = constant(
+        graph,
+        "LossScale/growth_factor",
+        DType::F32,
+        config.growth_factor,
+        None,
+    )?;
+    let back_by = constant(
+        graph,
+        "LossScale/backoff_factor",
+        DType::F32,
+        config.backoff_factor,
+        None,
+    )?;
+    let counted = n(graph, "counted", Op::Binary(BinaryOp::Add), &[good, one])?;
+    // `>=`: a counter restored from a run with a longer interval still grows.
+    let grow = n(
+        graph,
+        "grow",
+        Op::Binary(BinaryOp::Ge),
+        &[counted, interval],
+    )?;
+    let grown = n(graph, "grown", Op::Binary(BinaryOp::Mul), &[scale, grow_by])?;
+    let kept = n(graph, "kept", Op::Select, &[grow, grown, scale])?;
+    let backed_off = n(
+        graph,
+        "backed_off",
+        Op::Binary(BinaryOp::Mul),
+        &[scale, back_by],
+    )?;
+    let scale_new = n(graph, "new_scale", Op::Select, &[applied, kept, backed_off])?;
+    let good_kept = n(graph, "good_kept", Op::Select, &[grow, zero, counted])?;
+    let good_new = n(
+        graph,
+        "new_good_steps",
+        Op::Select,
+        &[applied, good_kept, zero],
+    )?;
+    out.push(VariableUpdate {
+        var: scale_var,
+        current: scale,
+        new: scale_new,
+    });
+    out.push(VariableUpdate {
+        var: good_var,
+        current: good,
+        new: good_new,
+    });
+    graph.add_to_collection(LOSS_SCALE_COLLECTION, scale_new);
+    graph.add_to_collection(LOSS_SCALE_COLLECTION, applied);
+    Ok(out)
+}

@@ -1,0 +1,182 @@
+//! Training under FP16's dynamic loss scale: a forced overflow is skipped (no variable moves)
+//! and halves the scale, good steps grow it again, and the `loss_scale` monitor scalar shows
+//! every move — PyTorch `GradScaler`'s semantics, checked step by step.
+
+use crate::train_common;
+
+use std::sync::{Arc, Mutex};
+
+use towerpack::optim::{DynamicLossScale, LOSS_SCALE};
+use towerpack::tensor::HostTensor;
+use towerpack::train::callbacks::{ClassificationError, InferenceRunner, Inferencer, ScalarStats};
+use towerpack::train::*;
+use train_common::*;
+
+/// Every trainable variable after a step, with the loss scale monitored then.
+type Observed = Arc<Mutex<Vec<(Vec<HostTensor>, f64)>>>;
+
+/// Records every trainable variable before training, and after every step with the monitored
+/// loss scale.
+struct Watch {
+    initial: Arc<Mutex<Vec<HostTensor>>>,
+    seen: Observed,
+}
+
+/// The values of every trainable variable.
+fn trainables(ctx: &mut TrainContext) -> Result<Vec<HostTensor>, TrainError> {
+    let names: Vec<String> = ctx
+        .graph()
+        .variables()
+        .iter()
+        .filter(|v| v.flags.trainable)
+        .map(|v| v.name.clone())
+        .collect();
+    names.iter().map(|n| ctx.read_variable(n)).collect()
+}
+
+impl Callback for Watch {
+    fn before_train(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
+        *self.initial.lock().expect("initial") = trainables(ctx)?;
+        Ok(())
+    }
+
+    fn after_run(&mut self, ctx: &mut TrainContext, _: &[HostTensor]) -> Result<(), TrainError> {
+        let values = trainables(ctx)?;
+        let scale = ctx.monitors().get_latest("loss_scale").unwrap_or(f64::NAN);
+        self.seen.lock().expect("seen").push((values, scale));
+        Ok(())
+    }
+}
+
+#[test]
+fn an_fp16_overflow_skips_the_step_and_halves_the_loss_scale() {
+    // 2^30 times the loss puts the gradient of the logits (~0.1/32 per element) near 2^21,
+    // far past fp16's 65504 once it is rounded as an operand of the backward matrix products.
+    let scaling = DynamicLossScale {
+        initial_scale: 2f64.powi(30),
+        growth_interval: 3,
+        ..DynamicLossScale::default()
+    };
+    let (initial, seen) = (
+        Arc::new(Mutex::new(Vec::new())),
+        Arc::new(Mutex::new(Vec::new())),
+    );
+    let c = bare(config(mlp_model(0.1), train_flow(256, 32, 1), None))
+        .precision(Precision::Fp16)
+        .loss_scale(Some(scaling))
+        .callback(Watch {
+            initial: Arc::clone(&initial),
+            seen: Arc::clone(&seen),
+        })
+        .max_epoch(3);
+    let mut report = launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train");
+    let (initial, seen) = (initial.lock().expect("initial"), seen.lock().expect("seen"));
+    assert_eq!(seen.len(), 24);
+    assert!(!initial.is_empty());
+
+    // Replay GradScaler's rules on what happened: a step is applied iff a variable moved.
+    let scale_var = {
+        let id = report
+            .session
+            .graph()
+            .find_variable(LOSS_SCALE)
+            .expect("the scale is a variable");
+        let def = report.session.graph().variable(id).clone();
+        assert!(!def.flags.trainable);
+        id
+    };
+    let (mut scale, mut good, mut skipped, mut grown) = (scaling.initial_scale, 0u32, 0, 0);
+    let mut before: &Vec<HostTensor> = &initial;
+    for (step, (values, monitored)) in seen.iter().enumerate() {
+        let moved = before != values;
+        if moved {
+            good += 1;
+            if good == scaling.growth_interval {
+                scale *= 2.0;
+                good = 0;
+                grown += 1;
+            }
+        } else {
+            scale *= 0.5;
+            good = 0;
+            skipped += 1;
+        }
+        assert_eq!(*monitored, scale, "step {}: monitored loss scale", step + 1);
+        before = values;
+    }
+    assert!(skipped >= 1, "the forced overflow skipped no step");
+    assert!(grown >= 1, "the scale never grew back");
+    let skipped_history = report.history("loss_scale/skipped_steps").to_vec();
+    assert_eq!(
+        skipped_history.len(),
+        skipped,
+        "one skipped-steps scalar per skip"
+    );
+    assert!(
+        seen[0].1 < scaling.initial_scale,
+        "the first step overflowed"
+    );
+    let final_scale = report
+        .session
+        .as_mut()
+        .read_variable(scale_var)
+        .expect("read")
+        .scalar_value()
+        .expect("scalar");
+    assert_eq!(
+        final_scale, scale,
+        "the variable holds the last monitored scale"
+    );
+}
+
+/// One run of the 784-32-10 MLP on 2,048 digits for 6 epochs in `precision`: the held-out
+/// error and loss on 1,000 validation digits, and whether the graph has a loss scale.
+fn train_in(precision: Precision) -> (f64, f64, bool) {
+    let infs: Vec<Box<dyn Inferencer>> = vec![
+        Box::new(ScalarStats::new(&["cross_entropy_loss"])),
+        Box::new(ClassificationError::default()),
+    ];
+    let c = bare(config(mlp_model(0.02), train_flow(2048, 32, 1), None))
+        .precision(precision)
+        .callback(InferenceRunner::new(val_flow(1000, 100), infs))
+        .max_epoch(6);
+    assert_eq!(
+        c.loss_scale.is_some(),
+        precision == Precision::Fp16,
+        "only fp16 scales its loss by default"
+    );
+    let report = launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train");
+    let error = report.history("validation_error").last().expect("error").1;
+    let loss = report
+        .history("validation_cross_entropy_loss")
+        .last()
+        .expect("loss")
+        .1;
+    let scaled = report.session.graph().find_variable(LOSS_SCALE).is_some();
+    (error, loss, scaled)
+}
+
+#[test]
+fn bf16_and_fp16_training_learn_like_fp32() {
+    let (e32, l32, s32) = train_in(Precision::Fp32);
+    let (e_bf, l_bf, s_bf) = train_in(Precision::Bf16);
+    let (e_h, l_h, s_h) = train_in(Precision::Fp16);
+    eprintln!("held-out error fp32 {e32}, bf16 {e_bf}, fp16 {e_h}; loss {l32} {l_bf} {l_h}");
+    assert_eq!(
+        (s32, s_bf, s_h),
+        (false, false, true),
+        "only fp16 has a loss scale"
+    );
+    assert!(e32 < 0.2, "fp32 learns: {e32}");
+    // Measured on every SIMD level (avx512, avx2, scalar; 1 and 2 threads): fp32 11.8%,
+    // bf16 11.6%, fp16 11.7% held-out error — 0.2 points apart, against a bound of 1 point.
+    for (name, e) in [("bf16", e_bf), ("fp16", e_h)] {
+        assert!(
+            (e - e32).abs() <= 0.01,
+            "{name} held-out error {e} vs fp32 {e32}"
+        );
+    }
+    // The 16-bit runs really rounded: their losses are not fp32's.
+    assert_ne!(l_bf, l32);
+    assert_ne!(l_h, l32);
+}
