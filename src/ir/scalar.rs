@@ -113,7 +113,7 @@ pub fn cast(x: f64, to: DType) -> f64 {
         DType::U8 => f64::from(x as u8),
         DType::F32 => f64::from(x as f32),
         DType::F16 => half::f16::from_f64(x).to_f64(),
-        DType::BF16 => half::bf16::from_f64(x).to_f64(),
+        DType::BF16 => crate::tensor::bf16_from_f64(x).to_f64(),
         DType::F64 => x,
     }
 }

@@ -92,7 +92,7 @@ impl Storage {
             DType::F32 => Storage::F32(it.map(|x| x as f32).collect()),
             DType::F64 => Storage::F64(it.collect()),
             DType::F16 => Storage::F16(it.map(f16::from_f64).collect()),
-            DType::BF16 => Storage::BF16(it.map(bf16::from_f64).collect()),
+            DType::BF16 => Storage::BF16(it.map(super::bf16_from_f64).collect()),
             DType::I32 => Storage::I32(it.map(|x| x as i32).collect()),
             DType::I64 => Storage::I64(it.map(|x| x as i64).collect()),
             DType::U8 => Storage::U8(it.map(|x| x as u8).collect()),

@@ -3,9 +3,11 @@
 //! This module knows nothing of graphs, backends or trainers; it only holds dense arrays.
 
 mod dtype;
+mod half_round;
 mod host;
 
 pub use dtype::DType;
+pub use half_round::bf16_from_f64;
 pub use host::{HostTensor, Storage};
 
 /// Errors of host-tensor construction and conversion.

@@ -5,7 +5,7 @@
 //! kernels or kernel outputs) and its planned peak scratch memory.
 
 use towerpack::dsl::{InputSpec, Tensor};
-use towerpack::lower::{KernelKind, LowerOptions, Program, Storage, lower};
+use towerpack::lower::{HalfFormat, KernelKind, LowerOptions, Precision, Program, Storage, lower};
 use towerpack::models::{CifarResNet, Mlp};
 use towerpack::optim::Optimizer;
 use towerpack::train::{ModelFn, build_training_graph};
@@ -18,9 +18,22 @@ fn program(
     tower: impl Fn(&[Tensor]) -> Tensor + Send + Sync + 'static,
     batch: usize,
 ) -> Program {
+    program_in(signature, tower, batch, Precision::Fp32)
+}
+
+fn program_in(
+    signature: Vec<InputSpec>,
+    tower: impl Fn(&[Tensor]) -> Tensor + Send + Sync + 'static,
+    batch: usize,
+    precision: Precision,
+) -> Program {
     let model = ModelFn::new(signature, tower, Optimizer::momentum(0.1, 0.9));
     let tg = build_training_graph(&model, 0).expect("training graph");
-    lower(&tg.graph, &tg.step, batch, &LowerOptions::default()).expect("lower")
+    let options = LowerOptions {
+        precision,
+        ..LowerOptions::default()
+    };
+    lower(&tg.graph, &tg.step, batch, &options).expect("lower")
 }
 
 fn mlp_program(batch: usize) -> Program {
@@ -29,8 +42,12 @@ fn mlp_program(batch: usize) -> Program {
 }
 
 fn resnet20_program(batch: usize) -> Program {
+    resnet20_program_in(batch, Precision::Fp32)
+}
+
+fn resnet20_program_in(batch: usize, precision: Precision) -> Program {
     let m = CifarResNet::new(3);
-    program(m.inputs(), move |x| m.build(x), batch)
+    program_in(m.inputs(), move |x| m.build(x), batch, precision)
 }
 
 fn snapshot(name: &str, p: &Program) {
@@ -85,6 +102,56 @@ fn mlp_training_program() {
 #[test]
 fn resnet20_training_program() {
     snapshot("lower_resnet20_training_program", &resnet20_program(BATCH));
+}
+
+/// ResNet-20 in bf16: the fp32 program with every GEMM rounding its operands (the autocast
+/// pass's casts absorbed, none launched alone), so exactly the fp32 program's kernels.
+#[test]
+fn resnet20_bf16_training_program() {
+    snapshot(
+        "lower_resnet20_bf16_training_program",
+        &resnet20_program_in(BATCH, Precision::Bf16),
+    );
+}
+
+/// At batch 128 in bf16 and fp16: the same kernels, kinds and buffers as fp32; every GEMM
+/// rounds both operands to the 16-bit format; no elementwise kernel casts to 16 bits.
+#[test]
+fn resnet20_16_bit_programs_have_the_fp32_kernels() {
+    let fp32 = resnet20_program(128);
+    for (precision, format) in [
+        (Precision::Bf16, HalfFormat::Bf16),
+        (Precision::Fp16, HalfFormat::F16),
+    ] {
+        let p = resnet20_program_in(128, precision);
+        assert_eq!(p.kernel_histogram(), fp32.kernel_histogram(), "{precision}");
+        assert_eq!(p.buffers.len(), fp32.buffers.len(), "{precision}");
+        assert_eq!(p.peak_bytes(), fp32.peak_bytes(), "{precision}");
+        let mut gemms = 0;
+        for (k, k32) in p.kernels.iter().zip(&fp32.kernels) {
+            assert_eq!(k.name, k32.name);
+            let rounding = match &k.kind {
+                KernelKind::MatMul(g, _) => Some(g.round_operands),
+                KernelKind::Conv2d(g, _)
+                | KernelKind::Conv2dBackpropInput(g, _)
+                | KernelKind::Conv2dBackpropFilter(g) => Some(g.round_operands),
+                _ => None,
+            };
+            if let Some(r) = rounding {
+                assert_eq!(r, Some(format), "{k}");
+                gemms += 1;
+            }
+            if let KernelKind::Elementwise { expr, .. } = &k.kind {
+                assert!(
+                    !expr.to_string().contains(format.name()),
+                    "a cast left alone: {k}"
+                );
+            }
+        }
+        // 19 convolutions with their filter gradients, 18 input gradients (none for the image),
+        // the classifier's product and its two gradients.
+        assert_eq!(gemms, 19 + 19 + 18 + 3, "every convolution and matmul");
+    }
 }
 
 /// MLP at batch 256: 3 forward products with bias(+ReLU) epilogues, 5 backward products (the

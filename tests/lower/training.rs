@@ -8,9 +8,9 @@ use model_steps::{TrainGraph, feeds, mlp, training_graph};
 use towerpack::backend::Session;
 use towerpack::backend::cpu::{CpuOptions, CpuSession};
 use towerpack::backend::reference::ReferenceSession;
-use towerpack::lower::{KernelKind, LowerOptions, Storage, lower};
+use towerpack::lower::{KernelKind, LowerOptions, Precision, Storage, autocast, lower};
 use towerpack::models::CifarResNet;
-use towerpack::tensor::HostTensor;
+use towerpack::tensor::{DType, HostTensor};
 
 fn assert_close(what: &str, got: &HostTensor, want: &HostTensor, tol: f64) {
     let (g, w) = (got.to_f64_vec(), want.to_f64_vec());
@@ -52,6 +52,144 @@ fn mlp_training_steps_match_the_reference() {
 fn resnet8_training_steps_match_the_reference() {
     let m = CifarResNet::new(1);
     compare_steps(training_graph(m.inputs(), |x| m.build(x)), 4, 2, 2e-3);
+}
+
+/// The cost of each of `steps` steps and every variable after them, on the CPU backend lowered
+/// with `lower`, or on the reference executor running the graph with the autocast pass's casts
+/// of `precision` when `lower` is `None`.
+fn run_steps(
+    tg: &TrainGraph,
+    batch: usize,
+    steps: u64,
+    precision: Precision,
+    lower: Option<LowerOptions>,
+) -> Vec<HostTensor> {
+    let mut session: Box<dyn Session> = match lower {
+        Some(lower) => Box::new(
+            CpuSession::new(
+                tg.graph.clone(),
+                CpuOptions {
+                    lower: LowerOptions { precision, ..lower },
+                    ..CpuOptions::default()
+                },
+            )
+            .expect("cpu"),
+        ),
+        None => {
+            let mut g = tg.graph.clone();
+            if let Some(format) = precision.half_operands() {
+                autocast::insert_casts(&mut g, format).expect("casts");
+            }
+            Box::new(ReferenceSession::new(g).expect("reference"))
+        }
+    };
+    session.initialize_variables(3).expect("init");
+    let mut out = Vec::new();
+    for s in 0..steps {
+        // Pixels in [0, 1], as an input pipeline would feed them: raw 0..255 values overflow
+        // fp16 (65504) in the MLP's second layer.
+        let f: Vec<_> = feeds(tg, batch, s)
+            .into_iter()
+            .map(|(id, t)| match t.dtype() {
+                DType::F32 => {
+                    let v = t.to_f32_vec().iter().map(|x| x / 255.0).collect();
+                    (id, HostTensor::from_f32(t.shape(), v).expect("feed"))
+                }
+                _ => (id, t),
+            })
+            .collect();
+        out.push(session.run(&tg.step, &f).expect("step").remove(0));
+    }
+    for (id, _) in tg.graph.variable_ids() {
+        out.push(session.read_variable(id).expect("read"));
+    }
+    out
+}
+
+/// The largest difference of `a` and `b` relative to the largest magnitude of `b`, per tensor.
+fn max_relative(a: &[HostTensor], b: &[HostTensor]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| {
+            let (x, y) = (x.to_f64_vec(), y.to_f64_vec());
+            let scale = y.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-3);
+            // Equal values (both infinite, both NaN) differ by 0, a NaN against a number by ∞.
+            x.iter().zip(&y).fold(0.0f64, |m, (p, q)| {
+                let d = if p == q || (p.is_nan() && q.is_nan()) {
+                    0.0
+                } else if p.is_nan() || q.is_nan() {
+                    f64::INFINITY
+                } else {
+                    (p - q).abs() / scale
+                };
+                m.max(d)
+            })
+        })
+        .fold(0.0, f64::max)
+}
+
+/// bf16 and fp16 training steps on the CPU backend match the reference executor running the
+/// graph with the autocast pass's casts, and GEMMs that round their operands as they load them
+/// (the casts absorbed, `fuse`) compute exactly what explicit cast kernels (`fuse: false`) give.
+///
+/// Products of 16-bit operands are exact in f32, but the executors sum in different orders, so
+/// an operand computed 1 f32 ulp apart can round to the neighbouring 16-bit value: the bound is
+/// one 16-bit ulp of each tensor's scale (2⁻⁸ bf16, 2⁻¹¹ fp16). Measured on the MLP over 3
+/// steps: 2.1e-7 (bf16) and 4.9e-5 (fp16) relative, while fp32's steps are 1.1e-1 and 6.0e-4
+/// away (the test asks for 5× the measured difference). (This test found `half`'s
+/// `bf16::from_f64` rounding values just above a tie down — see `tensor::bf16_from_f64`.)
+/// A batch-normalized network cannot be compared across executors this way: on ResNet-8 at
+/// batch 8 the reference *itself* moves its fp16 gradients by 8e-2 relative when every
+/// batch-norm γ is nudged by one f32 ulp (the CPU backend is 7.5e-2 / 1.0e-1 from it). There
+/// the test checks the mechanism instead: absorbed and explicit casts on the same kernels agree
+/// (measured bitwise, bound 1e-6).
+#[test]
+fn bf16_and_fp16_training_steps_match_the_reference() {
+    let tg = mlp();
+    let unfused = LowerOptions {
+        fuse: false,
+        ..LowerOptions::default()
+    };
+    let fp32 = run_steps(&tg, 16, 3, Precision::Fp32, Some(LowerOptions::default()));
+    let finite = |run: &[HostTensor]| {
+        run.iter()
+            .all(|t| t.to_f64_vec().iter().all(|x| x.is_finite()))
+    };
+    for (precision, ulp) in [
+        (Precision::Bf16, 2f64.powi(-8)),
+        (Precision::Fp16, 2f64.powi(-11)),
+    ] {
+        let reference = run_steps(&tg, 16, 3, precision, None);
+        let fused = run_steps(&tg, 16, 3, precision, Some(LowerOptions::default()));
+        let explicit = run_steps(&tg, 16, 3, precision, Some(unfused));
+        assert!(finite(&reference), "{precision}: the reference overflowed");
+        let (d_fused, d_explicit, d_fp32) = (
+            max_relative(&fused, &reference),
+            max_relative(&explicit, &reference),
+            max_relative(&fp32, &reference),
+        );
+        eprintln!(
+            "mlp {precision}: fused {d_fused:.1e}, explicit casts {d_explicit:.1e}, fp32 {d_fp32:.1e}"
+        );
+        assert!(d_fused <= ulp, "{precision} fused: {d_fused}");
+        assert!(
+            d_explicit <= ulp,
+            "{precision} explicit casts: {d_explicit}"
+        );
+        assert!(
+            d_fp32 > 5.0 * d_explicit.max(1e-6),
+            "{precision} computed as fp32 ({d_fp32})"
+        );
+    }
+    let resnet = CifarResNet::new(1);
+    let tg = training_graph(resnet.inputs(), |x| resnet.build(x));
+    for precision in [Precision::Bf16, Precision::Fp16] {
+        let fused = run_steps(&tg, 8, 1, precision, Some(LowerOptions::default()));
+        let explicit = run_steps(&tg, 8, 1, precision, Some(unfused));
+        let d = max_relative(&fused, &explicit);
+        eprintln!("resnet8 {precision}: absorbed vs explicit casts {d:.1e}");
+        assert!(d <= 1e-6, "resnet8 {precision}: {d}");
+    }
 }
 
 #[test]

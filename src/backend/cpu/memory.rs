@@ -162,7 +162,10 @@ impl RawBuf {
                 DType::F32 => p.cast::<f32>().add(i).write_unaligned(y as f32),
                 DType::F64 => p.cast::<f64>().add(i).write_unaligned(y),
                 DType::F16 => p.cast::<f16>().add(i).write_unaligned(f16::from_f64(y)),
-                DType::BF16 => p.cast::<bf16>().add(i).write_unaligned(bf16::from_f64(y)),
+                DType::BF16 => p
+                    .cast::<bf16>()
+                    .add(i)
+                    .write_unaligned(crate::tensor::bf16_from_f64(y)),
                 DType::I32 => p.cast::<i32>().add(i).write_unaligned(y as i32),
                 DType::I64 => p.cast::<i64>().add(i).write_unaligned(y as i64),
                 DType::U8 => p.add(i).write(y as u8),

@@ -6,7 +6,7 @@
 use super::Precision;
 use crate::ir::scalar;
 use crate::tensor::{DType, HostTensor, Storage};
-use half::{bf16, f16};
+use half::f16;
 
 /// The elements of an [`Array`], in the carrier of their dtype's class.
 #[derive(Clone, Debug, PartialEq)]
@@ -221,7 +221,9 @@ impl Array {
                 (Precision::F64, _) | (_, DType::F64) => Storage::F64(v.clone()),
                 // Values were rounded to the dtype by `normalize`, so these conversions are exact.
                 (_, DType::F16) => Storage::F16(v.iter().map(|&x| f16::from_f64(x)).collect()),
-                (_, DType::BF16) => Storage::BF16(v.iter().map(|&x| bf16::from_f64(x)).collect()),
+                (_, DType::BF16) => {
+                    Storage::BF16(v.iter().map(|&x| crate::tensor::bf16_from_f64(x)).collect())
+                }
                 _ => Storage::F32(v.iter().map(|&x| x as f32).collect()),
             },
             Elements::Int(v) => match self.dtype {
