@@ -26,8 +26,9 @@ pub use crate::train::callbacks::{
 };
 pub use crate::train::logdir::LogDirAction;
 pub use crate::train::{
-    BackendChoice, Callback, CallbackFactory, DistributedTrainer, FeedInput, JSONWriter, ModelDesc,
-    ModelFn, OfflinePredictor, OnlinePredictor, ParameterServerTrainer, Precision, PredictConfig,
-    QueueInput, ReplicatedTrainer, SaverRestore, ScalarPrinter, SimpleTrainer, TFEventWriter,
-    TrainConfig, TrainContext, TrainError, TrainReport, Trainer, launch_train_with_config,
+    BackendChoice, Callback, CallbackFactory, DistributedTrainer, DynamicLossScale, FeedInput,
+    JSONWriter, ModelDesc, ModelFn, OfflinePredictor, OnlinePredictor, ParameterServerTrainer,
+    Precision, PredictConfig, QueueInput, ReplicatedTrainer, SaverRestore, ScalarPrinter,
+    SimpleTrainer, TFEventWriter, TrainConfig, TrainContext, TrainError, TrainReport, Trainer,
+    launch_train_with_config,
 };

@@ -43,8 +43,10 @@ pub struct CommonArgs {
     /// CPU worker threads (0: one per core).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
-    /// How matrix products and convolutions multiply: fp32, or tf32 (tensor cores on a CUDA
-    /// device; the CPU has no TF32 units and computes in f32). Checkpoints are f32 either way.
+    /// How matrix products and convolutions multiply: fp32; tf32 (tensor cores on a CUDA
+    /// device; the CPU has no TF32 units and computes in f32); bf16 or fp16 (mixed precision:
+    /// their operands rounded to 16 bits, f32 accumulation; fp16 with a dynamic loss scale).
+    /// Variables and checkpoints are f32 in every precision.
     #[arg(long, default_value = "fp32")]
     pub precision: Precision,
 }

@@ -91,6 +91,21 @@ impl HalfFormat {
                 .for_each(|x| *x = half::f16::from_f32(*x).to_f32()),
         }
     }
+
+    /// Writes every element of `xs` rounded ([`HalfFormat::round`]) to the same place of `out`
+    /// (which must be as long).
+    pub fn round_into(self, xs: &[f32], out: &mut [f32]) {
+        match self {
+            HalfFormat::Bf16 => out
+                .iter_mut()
+                .zip(xs)
+                .for_each(|(o, &x)| *o = round_bf16(x)),
+            HalfFormat::F16 => out
+                .iter_mut()
+                .zip(xs)
+                .for_each(|(o, &x)| *o = half::f16::from_f32(x).to_f32()),
+        }
+    }
 }
 
 impl fmt::Display for HalfFormat {
@@ -241,6 +256,9 @@ mod tests {
         assert_eq!(xs, [1.0, 1.0 + 4.0 * 2f32.powi(-8), 70144.0]);
         HalfFormat::F16.round_slice(&mut xs);
         assert_eq!(xs[2], f32::INFINITY);
+        let mut out = [0.0; 2];
+        HalfFormat::Bf16.round_into(&[1.0 + 3.0 * 2f32.powi(-8), -7e4], &mut out);
+        assert_eq!(out, [1.0 + 4.0 * 2f32.powi(-8), -70144.0]);
         assert_eq!(Precision::Bf16.half_operands(), Some(HalfFormat::Bf16));
         assert!(Precision::Fp16.loss_scaling() && !Precision::Bf16.loss_scaling());
     }

@@ -52,8 +52,10 @@ pub struct TrainConfig {
     pub seed: u64,
     pub backend: BackendChoice,
     /// How the model's matrix products and convolutions multiply (default f32): TF32 runs them
-    /// on the tensor cores of the CUDA backend; the CPU backend has no TF32 units and computes
-    /// in f32 (as PyTorch's CPU does). Variables, checkpoints and every other op stay f32.
+    /// on the tensor cores of the CUDA backend (the CPU backend has no TF32 units and computes
+    /// in f32, as PyTorch's CPU does); bf16 and fp16 round their operands to 16 bits on every
+    /// backend (automatic mixed precision, [`crate::lower::autocast`]). Variables (the master
+    /// weights), optimizer slots, checkpoints and every other op stay f32.
     pub precision: Precision,
     /// The dynamic loss scale of FP16 training (set by [`TrainConfig::precision`]: the
     /// default [`DynamicLossScale`] for fp16, none otherwise; [`TrainConfig::loss_scale`]

@@ -250,6 +250,15 @@ pub fn launch_train_with_config(
         record_position(&mut ctx, input.as_ref());
         set?;
     }
+    if config.precision.loss_scaling() && config.loss_scale.is_none() {
+        log::warn!(
+            target: "towerpack",
+            "Training in {} without a loss scale: gradients under 2^-24 vanish and over 65504 \
+             overflow as 16-bit operands (TrainConfig::precision sets one; loss_scale(None) \
+             removed it)",
+            config.precision
+        );
+    }
     let built = {
         let Phase::Building(graph) = &mut ctx.phase else {
             return Err(TrainError::GraphFinalized {

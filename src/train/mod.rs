@@ -75,7 +75,7 @@ pub mod trainer;
 pub use callback::{
     AsAny, Callback, CallbackExt, CallbackFactory, ChiefOnly, RunArgs, SavedCheckpointInfo,
 };
-pub use config::{BackendChoice, Precision, Resume, TrainConfig};
+pub use config::{BackendChoice, DynamicLossScale, Precision, Resume, TrainConfig};
 pub use context::{PREDICT_TOWER, ResumeInfo, TrainContext};
 pub use counters::{LoopCounters, ResumePoint};
 pub use data_parallel::{

@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use towerpack::optim::{DynamicLossScale, LOSS_SCALE};
 use towerpack::tensor::HostTensor;
-use towerpack::train::callbacks::{ClassificationError, InferenceRunner, Inferencer, ScalarStats};
+use towerpack::train::callbacks::{
+    ClassificationError, InferenceRunner, Inferencer, ModelSaver, ScalarStats,
+};
 use towerpack::train::*;
 use train_common::*;
 
@@ -179,4 +181,42 @@ fn bf16_and_fp16_training_learn_like_fp32() {
     // The 16-bit runs really rounded: their losses are not fp32's.
     assert_ne!(l_bf, l32);
     assert_ne!(l_h, l32);
+}
+
+/// Checkpoints hold f32 variables in every precision: an fp32 run resumes in fp16 (its loss
+/// scale starts at the default) and that run's checkpoint, which also holds the scale,
+/// resumes in fp32 again.
+#[test]
+fn checkpoints_resume_across_precisions() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = |precision: Precision, epochs: u64| {
+        let c = bare(config(
+            mlp_model(0.02),
+            train_flow(128, 32, 1),
+            Some(dir.path()),
+        ))
+        .precision(precision)
+        .callback(ModelSaver::new())
+        .auto_resume(true)
+        .max_epoch(epochs);
+        launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train")
+    };
+    let first = run(Precision::Fp32, 1);
+    assert_eq!(first.counters.global_step, 4);
+    let mut second = run(Precision::Fp16, 2);
+    assert_eq!(second.resumed.as_ref().map(|r| r.global_step), Some(4));
+    let id = second
+        .session
+        .graph()
+        .find_variable(LOSS_SCALE)
+        .expect("fp16 has a scale");
+    let scale = second.session.as_mut().read_variable(id).expect("read");
+    assert_eq!(
+        scale.scalar_value().ok(),
+        Some(65536.0),
+        "no overflow: unchanged"
+    );
+    let third = run(Precision::Fp32, 3);
+    assert_eq!(third.resumed.as_ref().map(|r| r.global_step), Some(8));
+    assert_eq!(third.counters.global_step, 12);
 }

@@ -622,14 +622,15 @@ fn epilogue<'a>(
 /// chunks when it is large: the kernel then multiplies exactly the 16-bit values.
 fn rounded(x: &[f32], format: HalfFormat, threads: usize) -> Vec<f32> {
     const CHUNK_LEN: usize = 1 << 16;
-    let mut out = x.to_vec();
-    if out.len() > CHUNK_LEN && threads > 1 {
+    if x.len() > CHUNK_LEN && threads > 1 {
+        let mut out = vec![0.0; x.len()];
         out.par_chunks_mut(CHUNK_LEN)
-            .for_each(|c| format.round_slice(c));
+            .zip(x.par_chunks(CHUNK_LEN))
+            .for_each(|(o, x)| format.round_into(x, o));
+        out
     } else {
-        format.round_slice(&mut out);
+        x.iter().map(|&v| format.round(v)).collect()
     }
-    out
 }
 
 fn run_kernel(
