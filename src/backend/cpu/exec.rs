@@ -619,17 +619,47 @@ fn epilogue<'a>(
 }
 
 /// A copy of a GEMM operand rounded to `format` ([`HalfFormat::round`]), made in parallel
-/// chunks when it is large: the kernel then multiplies exactly the 16-bit values.
-fn rounded(x: &[f32], format: HalfFormat, threads: usize) -> Vec<f32> {
+/// chunks when it is large: the kernel then multiplies exactly the 16-bit values. The copy's
+/// buffer comes from, and returns to, a per-thread pool, so steady-state steps allocate
+/// nothing and touch no fresh pages.
+fn rounded(x: &[f32], format: HalfFormat, threads: usize) -> RoundedOperand {
     const CHUNK_LEN: usize = 1 << 16;
+    let mut buf = ROUNDED_POOL
+        .with(|p| p.borrow_mut().pop())
+        .unwrap_or_default();
+    buf.clear();
+    buf.resize(x.len(), 0.0);
     if x.len() > CHUNK_LEN && threads > 1 {
-        let mut out = vec![0.0; x.len()];
-        out.par_chunks_mut(CHUNK_LEN)
+        buf.par_chunks_mut(CHUNK_LEN)
             .zip(x.par_chunks(CHUNK_LEN))
-            .for_each(|(o, x)| format.round_into(x, o));
-        out
+            .for_each(|(o, x)| kernels::round::round_operand(format, x, o));
     } else {
-        x.iter().map(|&v| format.round(v)).collect()
+        kernels::round::round_operand(format, x, &mut buf);
+    }
+    RoundedOperand(buf)
+}
+
+thread_local! {
+    /// Buffers of rounded operands not in use (at most two are taken at once).
+    static ROUNDED_POOL: std::cell::RefCell<Vec<Vec<f32>>> = const {
+        std::cell::RefCell::new(Vec::new())
+    };
+}
+
+/// A rounded operand; its buffer goes back to the pool when dropped.
+struct RoundedOperand(Vec<f32>);
+
+impl std::ops::Deref for RoundedOperand {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        &self.0
+    }
+}
+
+impl Drop for RoundedOperand {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.0);
+        ROUNDED_POOL.with(|p| p.borrow_mut().push(buf));
     }
 }
 

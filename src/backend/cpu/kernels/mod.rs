@@ -38,6 +38,7 @@ pub mod gemm;
 mod parallel;
 pub mod pool;
 pub mod reduce;
+pub mod round;
 pub mod simd;
 pub mod softmax;
 
