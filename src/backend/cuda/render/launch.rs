@@ -22,6 +22,10 @@ pub struct Target {
     pub min_split_k: usize,
     /// Forces the GEMM tile (when it fits the shared memory): tests run every tile this way.
     pub tile: Option<Tile>,
+    /// Whether the device has the tensor cores the TF32 `mma.sync` needs (compute capability
+    /// 8.0 or newer). Without them BF16/FP16 GEMMs run on the SIMT tiles, which round their
+    /// operands as well; TF32 is refused there (`prepared.rs`).
+    pub tensor_cores: bool,
 }
 
 /// Multiprocessors of an NVIDIA H100 SXM, the default target (the emulated device reports none,
@@ -52,6 +56,7 @@ impl Target {
             min_lane_iterations: 8,
             min_split_k: 8 * GEMM_BK,
             tile: None,
+            tensor_cores: true,
         }
     }
 
@@ -354,9 +359,10 @@ pub fn gemm(
     gemm_in(Precision::Fp32, m, n, k, z, may_split, red_outputs, target)
 }
 
-/// [`gemm`] for a program of `precision`: with TF32, among the tiles that have a tensor-core
-/// variant ([`Tile::tensor_warps`]) and by its cost ([`Tile::tensor_efficiency`]); a forced
-/// tile without one falls back to the choice among those.
+/// [`gemm`] for a program of `precision`: with tensor cores (TF32, BF16, FP16 on a target that
+/// has them), among the tiles that have a tensor-core variant ([`Tile::tensor_warps`]) and by
+/// its cost ([`Tile::tensor_efficiency`]); a forced tile without one falls back to the choice
+/// among those.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_in(
     precision: Precision,
@@ -368,7 +374,7 @@ pub fn gemm_in(
     red_outputs: usize,
     target: &Target,
 ) -> GemmLaunch {
-    let tensor = precision.tensor_cores();
+    let tensor = precision.tensor_cores() && target.tensor_cores;
     let mut best: Option<((bool, f64), GemmLaunch)> = None;
     let fits = |t: &Tile| {
         if tensor {
