@@ -562,6 +562,27 @@ mod tests {
     }
 
     #[test]
+    fn half_precisions_take_tensor_core_tiles_and_fp32_ones_without_tensor_cores() {
+        let h100 = Target::default();
+        let old_gpu = Target {
+            tensor_cores: false,
+            ..h100
+        };
+        for (m, n, k) in [(3, 5, 7), (131_072, 16, 144), (144, 16, 131_072)] {
+            for red in [0, 4] {
+                for precision in [Precision::Bf16, Precision::Fp16] {
+                    let on = |t: &Target| gemm_in(precision, m, n, k, 1, red == 0, red, t);
+                    // With tensor cores: TF32's launch (the same tiles, the same cost).
+                    let tf32 = gemm_in(Precision::Tf32, m, n, k, 1, red == 0, red, &h100);
+                    assert_eq!(on(&h100), tf32);
+                    // Without: FP32's (the SIMT tiles, all 13 of them candidates).
+                    assert_eq!(on(&old_gpu), gemm(m, n, k, 1, red == 0, red, &old_gpu));
+                }
+            }
+        }
+    }
+
+    #[test]
     fn the_forward_convolution_takes_a_tall_tile_and_no_split() {
         let h100 = Target::default();
         let g = gemm(131_072, 16, 144, 1, true, 0, &h100);
