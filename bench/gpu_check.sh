@@ -147,13 +147,14 @@ say "host: $(nproc) cores, $(uname -sr)"
 
 section "1. CUDA tests (TOWERPACK_TEST_CUDA=$test_device)"
 # One test binary, `cuda`; each module of it that compares against the CPU backend is one run.
-for t in emu_training emu_kernels emu_ops emu_tf32; do
+for t in emu_training emu_kernels emu_ops emu_tf32 emu_half; do
   filter=("$t::")
   if [ "$dry" = 1 ]; then
     case $t in
       emu_training) filter=(emu_training::a_replayed_graph_sees_the_feeds_of_every_step) ;;
       emu_kernels) filter=(emu_kernels::every_kernel_of_the_mlp_training_step_matches_the_cpu_backend) ;;
       emu_tf32) filter=(emu_tf32::a_product_in_tf32) ;;
+      emu_half) filter=(emu_half::a_product_in_bf16_or_fp16) ;;
     esac
   fi
   if [ ! -x "$bin/cuda" ]; then

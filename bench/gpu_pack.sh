@@ -3,7 +3,7 @@
 # copies it into one folder (default gpu_bundle/, git-ignored), stripped, under 64 MiB:
 #   resnet, mnist                  the release examples (target/release/examples)
 #   cuda                           the CUDA test binary (its modules emu_training, emu_kernels,
-#                                  emu_ops and emu_tf32 compare against the CPU backend;
+#                                  emu_ops, emu_tf32 and emu_half compare against the CPU backend;
 #                                  target/release/deps/cuda-<hash>, found through cargo's own
 #                                  report of the executables it built)
 #   gpu_check.sh, pytorch_train.py the check and PyTorch's side of it

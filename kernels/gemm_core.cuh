@@ -28,11 +28,23 @@
 // block's rows (threads, then a warp butterfly, then warps in order), then combine the blocks of
 // a column tile in a fixed order and finish them (tp_epi_finish).
 //
-// With TP_TF32 (Precision::Tf32) tp_gemm_tile is the tensor-core variant further down: the same
-// loaders and stages filled by cp.async, TF32 mma.sync per warp tile, the same output path.
+// With TP_TF32 (Precision::Tf32, and Bf16/Fp16 on devices with tensor cores) tp_gemm_tile is
+// the tensor-core variant further down: the same loaders and stages filled by cp.async, TF32
+// mma.sync per warp tile, the same output path.
+//
+// Operand rounding (TP_ROUND = 1: bf16, 2: f16; Precision::Bf16/Fp16, the kernel's
+// round_operands): both operands are rounded to the 16-bit format, to nearest even, before they
+// are multiplied (tp_round); products accumulate in f32. The SIMT core rounds each element once
+// as it stores a thread's loaded registers into the shared stage; the tensor-core core rounds
+// each fragment word where TF32 applies cvt.rna (tp_tf32). A bf16 value (8 significant bits,
+// f32's exponents) or f16 value (at most 11 significant bits, exponents -24..15) is a TF32
+// value, so the TF32 mma multiplies the rounded operands exactly: the result differs from the
+// CPU backend's only in f32 summation order. Native bf16/f16 mma (m16n8k16: twice the tensor
+// throughput, half the shared bytes) would need 16-bit stages and is not done.
 //
 // Generated: TP_BM, TP_BN, TP_TM, TP_TN, TP_VEC_A, TP_VEC_B, TP_MIN_BLOCKS, TP_SPLIT_K,
-// TP_K_CHUNK, TP_GROUP, TP_EPI_RED, TP_RED_GROUP (TF32: TP_TF32, TP_WARPS_M, TP_WARPS_N); tp_epilogue(p, flat, value[, red]),
+// TP_K_CHUNK, TP_GROUP, TP_EPI_RED, TP_RED_GROUP (tensor cores: TP_TF32, TP_WARPS_M, TP_WARPS_N;
+// BF16/FP16: TP_ROUND); tp_epilogue(p, flat, value[, red]),
 // tp_epi_finish(p, r, channel, sum). Kernels declare TP_GEMM_BOUNDS: TP_MIN_BLOCKS resident
 // blocks per SM bound the registers (none: ptxas's own choice).
 
@@ -65,6 +77,36 @@ struct tp_vec<4> {
 #ifndef TP_TF32
 #define TP_TF32 0
 #endif
+#ifndef TP_ROUND
+#define TP_ROUND 0
+#endif
+static_assert(TP_ROUND >= 0 && TP_ROUND <= 2, "TP_ROUND is 0 (none), 1 (bf16) or 2 (f16)");
+
+// An operand as the GEMM multiplies it: with TP_ROUND = 1 rounded to bfloat16, with 2 to IEEE
+// half (to nearest, ties to even, kept as a float: exactly the CPU backend's HalfFormat::round),
+// else unchanged. bf16 is integer arithmetic on the bits (any architecture; NaN stays a quiet
+// NaN, a value past bf16's largest finite becomes infinite); f16 is cvt.rn.f16.f32 and back
+// (overflow past 65504 is infinite, f16 subnormals are kept).
+TP_DEV float tp_round(float x) {
+#if TP_ROUND == 1
+    const unsigned int b = __float_as_uint(x);
+    const unsigned int rounded = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+    const bool nan = (b & 0x7fffffffu) > 0x7f800000u;
+    return __uint_as_float(nan ? ((b | 0x00400000u) & 0xffff0000u) : rounded);
+#elif TP_ROUND == 2
+    unsigned short h;
+    float r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(h));
+    return r;
+#else
+    return x;
+#endif
+}
+
+TP_DEV float4 tp_round(float4 v) {
+    return make_float4(tp_round(v.x), tp_round(v.y), tp_round(v.z), tp_round(v.w));
+}
 
 #if TP_TF32
 // BYTES (4 or 16) from global src to shared dst with cp.async (.ca for 4 bytes, .cg — L2 only —
@@ -132,22 +174,25 @@ struct tp_operand {
         }
     }
 
-    // Into a shared stage laid out [TP_BK][EDGE + TP_PAD] (k-major).
+    // Into a shared stage laid out [TP_BK][EDGE + TP_PAD] (k-major), rounded as the GEMM
+    // multiplies (tp_round: once per element, after the loads have landed, so the rounding does
+    // not hold up the loads in flight).
     TP_DEV void store(float (*sh)[EDGE + TP_PAD]) const {
         const int mn = slot_mn();
 #pragma unroll
         for (int s = 0; s < SLOTS; ++s) {
             if (!slot_used(s)) continue;
             const int k = slot_k(s);
+            const typename V::type r = tp_round(v[s]);
             if constexpr (VEC == 1) {
-                sh[k][mn] = v[s];
+                sh[k][mn] = r;
             } else if constexpr (L::K_FAST) {
-                sh[k][mn] = v[s].x;
-                sh[k + 1][mn] = v[s].y;
-                sh[k + 2][mn] = v[s].z;
-                sh[k + 3][mn] = v[s].w;
+                sh[k][mn] = r.x;
+                sh[k + 1][mn] = r.y;
+                sh[k + 2][mn] = r.z;
+                sh[k + 3][mn] = r.w;
             } else {
-                *reinterpret_cast<float4*>(&sh[k][mn]) = v[s];
+                *reinterpret_cast<float4*>(&sh[k][mn]) = r;
             }
         }
     }
@@ -272,11 +317,18 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
 static_assert(TP_WARPS_M * TP_WARPS_N * 32 == TP_BLOCK, "one warp tile per warp");
 static_assert(TP_WM % 16 == 0 && TP_WN % 8 == 0, "warp tiles of whole m16n8 fragments");
 
-// x rounded to tf32 (to nearest, ties away from zero), as the b32 an mma operand takes.
+// x as the b32 an mma operand takes: rounded to tf32 (to nearest, ties away from zero), or with
+// TP_ROUND to bf16/f16 (tp_round, ties to even). A bf16 or f16 value has at most 11 significant
+// bits and an exponent inside f32's normal range (f16 subnormals included), so it IS a tf32
+// value: the mma multiplies it exactly, with no tf32 rounding on top.
 TP_DEV unsigned int tp_tf32(float x) {
+#if TP_ROUND
+    return __float_as_uint(tp_round(x));
+#else
     unsigned int r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
+#endif
 }
 
 // c += a . b for one m16n8k8 fragment (tf32 operands, f32 accumulators).

@@ -1,5 +1,6 @@
 //! The CUDA backend: code generation and NVRTC, the emulated device (kernels, ops, faults, split
-//! launches, TF32 tensor-core kernels, training), no-GPU behaviour and the performance model.
+//! launches, TF32 tensor-core kernels, BF16/FP16 operand rounding, training), no-GPU behaviour
+//! and the performance model.
 //!
 //! One test binary per stage (linking the crate once per binary dominates the build); each
 //! module is one former `tests/<stage>_<topic>.rs` file.
@@ -11,6 +12,7 @@ mod train_common;
 
 mod compile;
 mod emu_faults;
+mod emu_half;
 mod emu_kernels;
 mod emu_ops;
 mod emu_split;

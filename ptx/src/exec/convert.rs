@@ -298,6 +298,24 @@ mod tests {
     }
 
     #[test]
+    fn f16_widens_to_f32_exactly_with_subnormals_infinities_and_nan() {
+        // `cvt.f32.f16` after `cvt.rn.f16.f32`: the round trip the GEMM core's tp_round makes.
+        let from_h = spec(Scalar::F16, Scalar::F32, Rnd::Rn, false);
+        let f = |h: u16| f32::from_bits(convert(&from_h, u64::from(h), false) as u32);
+        assert_eq!(f(0x3c01), 1.0 + 2f32.powi(-10));
+        assert_eq!(f(0x0001), 2f32.powi(-24), "smallest subnormal");
+        assert_eq!(f(0x03ff), 1023.0 * 2f32.powi(-24), "largest subnormal");
+        assert_eq!(f(0x7bff), 65504.0, "largest finite");
+        assert_eq!(f(0xfc00), f32::NEG_INFINITY);
+        assert_eq!(
+            f(0x8000).to_bits(),
+            0x8000_0000,
+            "negative zero keeps its sign"
+        );
+        assert!(f(0x7e00).is_nan());
+    }
+
+    #[test]
     fn half_conversions_round_to_nearest_even_with_subnormals_and_nan() {
         let to_h = spec(Scalar::F32, Scalar::F16, Rnd::Rn, false);
         let h = |x: f32| convert(&to_h, u64::from(x.to_bits()), false) as u16;

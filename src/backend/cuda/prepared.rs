@@ -14,7 +14,7 @@ use super::nvrtc::Compiler;
 use super::render::{self, AddressOf, KernelPlan, LaunchDims, Target};
 use crate::backend::{BackendError, Collective};
 use crate::ir::ReduceOp;
-use crate::lower::{BufferId, Kernel, Program, Storage};
+use crate::lower::{BufferId, Kernel, KernelKind, Precision, Program, Storage};
 use std::collections::{BTreeSet, HashMap};
 
 /// Device memory the session owns: per device, the state arena and the status word.
@@ -310,17 +310,30 @@ impl Prepared {
     ) -> Result<Submission, BackendError> {
         let k = &self.program.kernels[i];
         let device = usize::from(k.device);
-        let target = driver
-            .multiprocessors(device)
-            .map_or_else(Target::default, Target::with_multiprocessors);
+        let arch = driver.arch(device);
+        // The TF32 mma.sync needs the tensor cores of compute capability 8.0 (Ampere) or newer;
+        // without them BF16/FP16 GEMMs take the SIMT tiles (which round their operands too).
+        let target = Target {
+            tensor_cores: arch.0 >= 80,
+            ..driver
+                .multiprocessors(device)
+                .map_or_else(Target::default, Target::with_multiprocessors)
+        };
         let plan =
             render::render_kernel_for(&self.program, i, &target).map_err(|e| kernel_error(k, e))?;
-        // TF32 GEMMs need the tensor cores of compute capability 8.0 (Ampere) or newer: say so
-        // rather than hand NVRTC an `mma` it rejects for the device.
-        let arch = driver.arch(device);
-        if let KernelPlan::Launch(r) = &plan
-            && arch.0 < 80
-            && r.generated.contains("#define TP_TF32 1")
+        // TF32 itself is tensor-core arithmetic: say so rather than compute f32 on an older
+        // device under the name TF32.
+        let gemm = matches!(
+            k.kind,
+            KernelKind::MatMul(..)
+                | KernelKind::Conv2d(..)
+                | KernelKind::Conv2dBackpropInput(..)
+                | KernelKind::Conv2dBackpropFilter(..)
+        );
+        if matches!(plan, KernelPlan::Launch(_))
+            && gemm
+            && !target.tensor_cores
+            && self.program.precision == Precision::Tf32
         {
             let e = render::RenderError::Unsupported(format!(
                 "precision {} multiplies on tensor cores of compute capability 8.0 or newer; \

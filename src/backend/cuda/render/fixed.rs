@@ -14,7 +14,7 @@ use super::{
 };
 use crate::backend::cuda::bodies::Body;
 use crate::ir::PoolKind;
-use crate::lower::{ConvGeom, Kernel, KernelKind, PoolGeom, Precision, Program, View};
+use crate::lower::{ConvGeom, HalfFormat, Kernel, KernelKind, PoolGeom, Precision, Program, View};
 use std::fmt::Write as _;
 
 fn grid_dim(what: &str, blocks: usize, limit: usize) -> Result<u32, RenderError> {
@@ -37,8 +37,12 @@ struct Gemm {
     z: usize,
     vec_a: bool,
     vec_b: bool,
-    /// The program's precision: TF32 takes the tensor-core variant of the core.
+    /// The program's precision: TF32, BF16 and FP16 take the tensor-core variant of the core
+    /// where the target has tensor cores.
     precision: Precision,
+    /// The 16-bit format both operands are rounded to before they are multiplied (the
+    /// kernel's `round_operands`): `TP_ROUND` of `kernels/gemm_core.cuh`.
+    round: Option<HalfFormat>,
 }
 
 /// Chooses the launch of `gm` for `target` (`red_outputs` per-channel epilogue reductions; no
@@ -87,7 +91,7 @@ fn tiled(
     }
     g.push_str(&constant("TP_VEC_A", "int", if gm.vec_a { 4 } else { 1 }));
     g.push_str(&constant("TP_VEC_B", "int", if gm.vec_b { 4 } else { 1 }));
-    let tensor = gm.precision.tensor_cores() && t.tensor_warps().is_some();
+    let tensor = gm.precision.tensor_cores() && target.tensor_cores && t.tensor_warps().is_some();
     g.push_str(&define(
         "TP_MIN_BLOCKS",
         if tensor {
@@ -105,6 +109,10 @@ fn tiled(
         g.push_str(&define("TP_TF32", 1));
         g.push_str(&define("TP_WARPS_M", wm));
         g.push_str(&define("TP_WARPS_N", wn));
+    }
+    // Operand rounding, on every tile (SIMT or tensor-core, split or not).
+    if let Some(format) = gm.round {
+        g.push_str(&define("TP_ROUND", round_code(format)));
     }
     // The combine's slots, members, group and partial length, when partials cross blocks.
     let combine = if l.split.parts > 1 {
@@ -145,6 +153,14 @@ fn tiled(
         },
         workspace,
     ))
+}
+
+/// `TP_ROUND` of `kernels/gemm_core.cuh` for operands rounded to `format`.
+fn round_code(format: HalfFormat) -> usize {
+    match format {
+        HalfFormat::Bf16 => 1,
+        HalfFormat::F16 => 2,
+    }
 }
 
 /// The common head of a generated part: which kernel, its index type and block size.
@@ -270,6 +286,7 @@ pub fn render(
             }
             let gm = Gemm {
                 precision: program.precision,
+                round: mg.round_operands,
                 m: mg.m,
                 n: mg.n,
                 k: mg.k,
@@ -296,6 +313,7 @@ pub fn render(
             let (cgr, og) = (cg.c / groups, cg.o / groups);
             let gm = Gemm {
                 precision: program.precision,
+                round: cg.round_operands,
                 m: cg.n * cg.oh * cg.ow,
                 n: og,
                 k: cg.kh * cg.kw * cgr,
@@ -325,6 +343,7 @@ pub fn render(
             let vec = og.is_multiple_of(4) && cg.o.is_multiple_of(4);
             let gm = Gemm {
                 precision: program.precision,
+                round: cg.round_operands,
                 m: cg.n * cg.h * cg.w,
                 n: cgr,
                 k: cg.kh * cg.kw * og,
@@ -349,6 +368,7 @@ pub fn render(
             let (cgr, og) = (cg.c / groups, cg.o / groups);
             let gm = Gemm {
                 precision: program.precision,
+                round: cg.round_operands,
                 m: cg.kh * cg.kw * cgr,
                 n: og,
                 k: cg.n * cg.oh * cg.ow,

@@ -22,6 +22,10 @@ pub struct Target {
     pub min_split_k: usize,
     /// Forces the GEMM tile (when it fits the shared memory): tests run every tile this way.
     pub tile: Option<Tile>,
+    /// Whether the device has the tensor cores the TF32 `mma.sync` needs (compute capability
+    /// 8.0 or newer). Without them BF16/FP16 GEMMs run on the SIMT tiles, which round their
+    /// operands as well; TF32 is refused there (`prepared.rs`).
+    pub tensor_cores: bool,
 }
 
 /// Multiprocessors of an NVIDIA H100 SXM, the default target (the emulated device reports none,
@@ -52,6 +56,7 @@ impl Target {
             min_lane_iterations: 8,
             min_split_k: 8 * GEMM_BK,
             tile: None,
+            tensor_cores: true,
         }
     }
 
@@ -354,9 +359,10 @@ pub fn gemm(
     gemm_in(Precision::Fp32, m, n, k, z, may_split, red_outputs, target)
 }
 
-/// [`gemm`] for a program of `precision`: with TF32, among the tiles that have a tensor-core
-/// variant ([`Tile::tensor_warps`]) and by its cost ([`Tile::tensor_efficiency`]); a forced
-/// tile without one falls back to the choice among those.
+/// [`gemm`] for a program of `precision`: with tensor cores (TF32, BF16, FP16 on a target that
+/// has them), among the tiles that have a tensor-core variant ([`Tile::tensor_warps`]) and by
+/// its cost ([`Tile::tensor_efficiency`]); a forced tile without one falls back to the choice
+/// among those.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_in(
     precision: Precision,
@@ -368,7 +374,7 @@ pub fn gemm_in(
     red_outputs: usize,
     target: &Target,
 ) -> GemmLaunch {
-    let tensor = precision.tensor_cores();
+    let tensor = precision.tensor_cores() && target.tensor_cores;
     let mut best: Option<((bool, f64), GemmLaunch)> = None;
     let fits = |t: &Tile| {
         if tensor {
@@ -551,6 +557,27 @@ mod tests {
                 let g = gemm_in(Precision::Tf32, m, n, k, 1, red == 0, red, &h100);
                 assert!(g.tile.tensor_warps().is_some(), "{g:?}");
                 assert!(g.tile.tensor_shared_bytes(red) <= MAX_SHARED, "{g:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn half_precisions_take_tensor_core_tiles_and_fp32_ones_without_tensor_cores() {
+        let h100 = Target::default();
+        let old_gpu = Target {
+            tensor_cores: false,
+            ..h100
+        };
+        for (m, n, k) in [(3, 5, 7), (131_072, 16, 144), (144, 16, 131_072)] {
+            for red in [0, 4] {
+                for precision in [Precision::Bf16, Precision::Fp16] {
+                    let on = |t: &Target| gemm_in(precision, m, n, k, 1, red == 0, red, t);
+                    // With tensor cores: TF32's launch (the same tiles, the same cost).
+                    let tf32 = gemm_in(Precision::Tf32, m, n, k, 1, red == 0, red, &h100);
+                    assert_eq!(on(&h100), tf32);
+                    // Without: FP32's (the SIMT tiles, all 13 of them candidates).
+                    assert_eq!(on(&old_gpu), gemm(m, n, k, 1, red == 0, red, &old_gpu));
+                }
             }
         }
     }

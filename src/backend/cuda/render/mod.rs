@@ -118,20 +118,6 @@ pub fn render_kernel_for(
     target: &Target,
 ) -> Result<KernelPlan, RenderError> {
     let k = &program.kernels[index];
-    let rounding = match &k.kind {
-        KernelKind::MatMul(g, _) => g.round_operands,
-        KernelKind::Conv2d(g, _)
-        | KernelKind::Conv2dBackpropInput(g, _)
-        | KernelKind::Conv2dBackpropFilter(g) => g.round_operands,
-        _ => None,
-    };
-    if let Some(format) = rounding {
-        return Err(RenderError::Unsupported(format!(
-            "precision {} rounds GEMM operands to {format}, which the CUDA kernels do not do \
-             yet: use precision fp32 or tf32 on a CUDA device",
-            program.precision
-        )));
-    }
     Ok(match &k.kind {
         KernelKind::Elementwise { shape, expr } => {
             if shape.iter().product::<usize>() == 0 {
