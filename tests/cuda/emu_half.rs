@@ -894,3 +894,55 @@ fn edge_values_round_on_the_device_exactly_as_on_the_cpu() {
         assert_eq!(infinite, overflowing, "{precision}: infinite products");
     }
 }
+
+/// The issue's check: the first 20 bf16 training steps of ResNet-20 at batch 2 on the emulated
+/// device against the CPU backend's, each step from the CPU's variables.
+///
+/// A bf16 step of a batch-normalized net at batch 2 is chaotic under f32 rounding: an operand
+/// one f32 ulp off can round to the other bf16 neighbour, and the CPU backend *itself*, with
+/// every batch-norm γ nudged by one ulp, moves its whole update vector by 13% in norm (cosine
+/// 0.991) in one step (measured with this model, seed and batch). So the step is compared as
+/// such a perturbation would be: the loss (the forward pass, where a flip moves less) within
+/// 5e-3 relative, and the update of all variables together within cosine 0.95 of the CPU's.
+/// Measured over the 20 steps: worst loss difference 6.1e-4, worst update cosine 0.984.
+#[test]
+fn resnet20_first_20_bf16_steps_match_the_cpu_step_by_step() {
+    let tg = cuda_common::resnet20();
+    let (batch, precision) = (2, Precision::Bf16);
+    let mut cpu = cpu_session(&tg.graph, precision);
+    let mut dev = device_session(&tg.graph, 4, precision);
+    cpu.initialize_variables(11).expect("init");
+    let ids: Vec<_> = tg.graph.variable_ids().map(|(id, _)| id).collect();
+    let (mut worst_cosine, mut worst_loss) = (1.0f64, 0.0f64);
+    for step in 0..20 {
+        let mut before = Vec::new();
+        for &id in &ids {
+            let v = cpu.read_variable(id).expect("read");
+            dev.write_variable(id, &v).expect("write");
+            before.extend(v.to_f64_vec());
+        }
+        let feeds = cuda_common::feeds(&tg, batch, 500 + step);
+        let want = cpu.run(&tg.step, &feeds).expect("cpu step");
+        let got = dev.run(&tg.step, &feeds).expect("device step");
+        let (lw, lg) = (want[0].to_f64_vec()[0], got[0].to_f64_vec()[0]);
+        let loss_err = (lw - lg).abs() / lw.abs().max(1e-3);
+        worst_loss = worst_loss.max(loss_err);
+        assert!(loss_err <= 5e-3, "step {step}: loss {lg} vs cpu {lw}");
+        let update = |s: &mut dyn Session| -> Vec<f64> {
+            let after = ids
+                .iter()
+                .flat_map(|&id| s.read_variable(id).expect("read").to_f64_vec());
+            after.zip(&before).map(|(a, b)| a - b).collect()
+        };
+        let (u_cpu, u_dev) = (update(&mut cpu), update(&mut dev));
+        let dot: f64 = u_cpu.iter().zip(&u_dev).map(|(a, b)| a * b).sum();
+        let norm = |u: &[f64]| u.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let cosine = dot / (norm(&u_cpu) * norm(&u_dev));
+        worst_cosine = worst_cosine.min(cosine);
+        assert!(cosine >= 0.95, "step {step}: update cosine {cosine}");
+    }
+    eprintln!(
+        "ResNet-20, 20 bf16 steps: worst loss error {worst_loss:.3e}, worst update cosine \
+         {worst_cosine:.6}"
+    );
+}
