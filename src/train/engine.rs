@@ -314,7 +314,9 @@ pub fn launch_train_with_config(
         callbacks.register(cb, is_chief);
     }
     callbacks.register(Box::new(MaintainStepCounter::new()), is_chief);
-    callbacks.register(Box::new(LossScaleMonitor::new()), is_chief);
+    if config.loss_scale.is_some() {
+        callbacks.register(Box::new(LossScaleMonitor::new()), is_chief);
+    }
     for cb in std::mem::take(&mut config.callbacks) {
         callbacks.register(cb, is_chief);
     }

@@ -1,7 +1,8 @@
 //! [`LossScaleMonitor`]: makes FP16's dynamic loss scale visible — the `loss_scale` monitor
 //! scalar after every step, a warning naming each skipped step, and the running count of
-//! skipped steps (`loss_scale/skipped_steps`). The engine registers it whenever the trainer
-//! built a loss-scaled graph ([`crate::optim::LOSS_SCALE_COLLECTION`]).
+//! skipped steps (`loss_scale/skipped_steps`). The engine registers it whenever the run has a
+//! loss scale ([`TrainConfig::loss_scale`](crate::train::TrainConfig::loss_scale)); it reads
+//! what the trainer put in [`crate::optim::LOSS_SCALE_COLLECTION`].
 
 use crate::ir::Value;
 use crate::optim::LOSS_SCALE_COLLECTION;
