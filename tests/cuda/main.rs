@@ -18,5 +18,6 @@ mod emu_ops;
 mod emu_split;
 mod emu_tf32;
 mod emu_training;
+mod gemm_case;
 mod no_gpu;
 mod perf_model;
