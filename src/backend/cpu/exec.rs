@@ -618,6 +618,29 @@ fn epilogue<'a>(
     }
 }
 
+/// The two operands of a GEMM as it multiplies them: themselves, or copies rounded to the
+/// 16-bit format of the kernel's `round_operands`.
+enum Operands<'a> {
+    Plain(&'a [f32], &'a [f32]),
+    Rounded(RoundedOperand, RoundedOperand),
+}
+
+impl<'a> Operands<'a> {
+    fn new(a: &'a [f32], b: &'a [f32], round: Option<HalfFormat>, threads: usize) -> Self {
+        match round {
+            Some(f) => Operands::Rounded(rounded(a, f, threads), rounded(b, f, threads)),
+            None => Operands::Plain(a, b),
+        }
+    }
+
+    fn get(&self) -> (&[f32], &[f32]) {
+        match self {
+            Operands::Plain(a, b) => (a, b),
+            Operands::Rounded(a, b) => (a, b),
+        }
+    }
+}
+
 /// A copy of a GEMM operand rounded to `format` ([`HalfFormat::round`]), made in parallel
 /// chunks when it is large: the kernel then multiplies exactly the 16-bit values. The copy's
 /// buffer comes from, and returns to, a per-thread pool, so steady-state steps allocate
@@ -720,14 +743,8 @@ fn run_kernel(
                 if g.rhs_batched { g.batch } else { 1 } * b_len,
                 "matmul",
             )?;
-            let (a_round, b_round);
-            let (a_all, b_all) = match g.round_operands {
-                Some(f) => {
-                    (a_round, b_round) = (rounded(a_all, f, threads), rounded(b_all, f, threads));
-                    (&a_round[..], &b_round[..])
-                }
-                None => (a_all, b_all),
-            };
+            let operands = Operands::new(a_all, b_all, g.round_operands, threads);
+            let (a_all, b_all) = operands.get();
             let c_all = slice_mut(&outs[0], "matmul")?;
             for i in 0..g.batch {
                 let a = &a_all[i * a_len..(i + 1) * a_len];
@@ -758,14 +775,8 @@ fn run_kernel(
             let cg = conv_geometry(g);
             let x = slice(&ins[0], &k.inputs[0], cg.input_len(), "conv2d")?;
             let w = slice(&ins[1], &k.inputs[1], cg.filter_len(), "conv2d")?;
-            let (x_round, w_round);
-            let (x, w) = match g.round_operands {
-                Some(f) => {
-                    (x_round, w_round) = (rounded(x, f, threads), rounded(w, f, threads));
-                    (&x_round[..], &w_round[..])
-                }
-                None => (x, w),
-            };
+            let operands = Operands::new(x, w, g.round_operands, threads);
+            let (x, w) = operands.get();
             let y = slice_mut(&outs[0], "conv2d")?;
             match epilogue(step, k, ins, outs, 0) {
                 Some(e) => {
@@ -790,14 +801,8 @@ fn run_kernel(
                 cg.filter_len(),
                 "conv2d_backprop_input",
             )?;
-            let (dy_round, w_round);
-            let (dy, w) = match g.round_operands {
-                Some(f) => {
-                    (dy_round, w_round) = (rounded(dy, f, threads), rounded(w, f, threads));
-                    (&dy_round[..], &w_round[..])
-                }
-                None => (dy, w),
-            };
+            let operands = Operands::new(dy, w, g.round_operands, threads);
+            let (dy, w) = operands.get();
             let dx = slice_mut(&outs[0], "conv2d_backprop_input")?;
             match epilogue(step, k, ins, outs, 0) {
                 Some(e) => {
@@ -822,14 +827,8 @@ fn run_kernel(
                 cg.output_len(),
                 "conv2d_backprop_filter",
             )?;
-            let (x_round, dy_round);
-            let (x, dy) = match g.round_operands {
-                Some(f) => {
-                    (x_round, dy_round) = (rounded(x, f, threads), rounded(dy, f, threads));
-                    (&x_round[..], &dy_round[..])
-                }
-                None => (x, dy),
-            };
+            let operands = Operands::new(x, dy, g.round_operands, threads);
+            let (x, dy) = operands.get();
             kernels::conv2d_backward_filter(
                 &cg,
                 x,
