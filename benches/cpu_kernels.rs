@@ -20,8 +20,9 @@ use towerpack::backend::cpu::kernels::softmax::{
 };
 use towerpack::backend::cpu::kernels::{
     ChannelEpilogue, Conv2dGeometry, ConvAlgorithm, MatRef, NoEpilogue, Padding2d, SimdLevel,
-    conv2d_backward_filter, conv2d_backward_filter_with, conv2d_backward_input,
-    conv2d_backward_input_with, conv2d_forward, conv2d_forward_with, sgemm,
+    bf16_tiles_unsupported, conv2d_backward_filter, conv2d_backward_filter_with,
+    conv2d_backward_input, conv2d_backward_input_bf16, conv2d_backward_input_with, conv2d_forward,
+    conv2d_forward_bf16, conv2d_forward_with, sgemm,
 };
 
 /// Seconds of CPU time all threads of this process have run (from `/proc/self/task/*/schedstat`),
@@ -345,6 +346,19 @@ fn bench_conv_algorithms(r: &Report) {
                     r.line(&format!("bwdw-{label}"), name, secs, flops);
                 });
             }
+        }
+        // bf16 on AMX tiles (operands rounded as they are packed), where the machine has them.
+        if bf16_tiles_unsupported(&g, false).is_none() {
+            let secs = time(0.1, 3, || {
+                conv2d_forward_bf16(&g, &x, &w, &mut y, &NoEpilogue).unwrap()
+            });
+            r.line("fwd-bf16-amx", name, secs, flops);
+        }
+        if bf16_tiles_unsupported(&g, true).is_none() {
+            let secs = time(0.1, 3, || {
+                conv2d_backward_input_bf16(&g, &dy, &w, &mut dx, &NoEpilogue).unwrap()
+            });
+            r.line("bwdin-bf16-amx", name, secs, flops);
         }
     }
 }

@@ -5,7 +5,7 @@
 //! the lowering time of a ResNet-50 training graph.
 //!
 //! `cargo bench --bench train_step [-- SECTION...] [--threads N] [--rounds R] [--secs S]
-//! [--machine] [--profile] [--cpu-time]` with sections `resnet20` (batch 128, 32×32×3), `mlp`
+//! [--machine] [--profile] [--cpu-time] [--precision P]` with sections `resnet20` (batch 128, 32×32×3), `mlp`
 //! (784-512-512-10, batch 256), `linear` (Linear(10, 10), batch 8: framework overhead) and
 //! `lower` (ResNet-50 at 224×224); all by default. Threads default to 2 (what
 //! `bench/compare.py` gives PyTorch). Each round runs steps for at least `S` seconds after two
@@ -23,7 +23,7 @@ use towerpack::backend::Session;
 use towerpack::backend::cpu::{CpuOptions, CpuSession};
 use towerpack::dsl::InputSpec;
 use towerpack::dsl::prelude::*;
-use towerpack::lower::{LowerOptions, lower};
+use towerpack::lower::{LowerOptions, Precision, lower};
 use towerpack::models::{CifarResNet, ImagenetResNet, Mlp};
 use towerpack::optim::Optimizer;
 use towerpack::tensor::HostTensor;
@@ -38,6 +38,8 @@ struct Args {
     profile: bool,
     /// Measure CPU seconds of the process divided by the thread count instead of wall time.
     cpu_time: bool,
+    /// How the models' GEMMs multiply (`--precision fp32|tf32|bf16|fp16`).
+    precision: Precision,
 }
 
 fn parse_args() -> Args {
@@ -49,6 +51,7 @@ fn parse_args() -> Args {
         machine: false,
         profile: false,
         cpu_time: false,
+        precision: Precision::Fp32,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -65,6 +68,12 @@ fn parse_args() -> Args {
             "--machine" => a.machine = true,
             "--profile" => a.profile = true,
             "--cpu-time" => a.cpu_time = true,
+            "--precision" => {
+                let name = it
+                    .next()
+                    .unwrap_or_else(|| panic!("--precision needs a value"));
+                a.precision = name.parse().unwrap_or_else(|e| panic!("--precision: {e}"));
+            }
             "--bench" => {}
             s if s.starts_with("--") => panic!("unknown flag {s}"),
             s => a.sections.push(s.to_string()),
@@ -191,6 +200,10 @@ fn bench_training(
         CpuOptions {
             threads: args.threads,
             profile: args.profile,
+            lower: LowerOptions {
+                precision: args.precision,
+                ..LowerOptions::default()
+            },
             ..CpuOptions::default()
         },
     )

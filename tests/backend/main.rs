@@ -10,6 +10,7 @@
 mod cpu_kernels_common;
 
 mod cpu_conv;
+mod cpu_conv_amx;
 mod cpu_gemm;
 mod cpu_pool;
 mod cpu_reduce;

@@ -6,7 +6,8 @@ use crate::model_steps;
 
 use model_steps::{TrainGraph, feeds, mlp, training_graph};
 use towerpack::backend::Session;
-use towerpack::backend::cpu::{CpuOptions, CpuSession};
+use towerpack::backend::cpu::kernels::{Conv2dGeometry, Padding2d, bf16_tiles_preferred};
+use towerpack::backend::cpu::{AmxUse, CpuOptions, CpuSession};
 use towerpack::backend::reference::ReferenceSession;
 use towerpack::lower::{KernelKind, LowerOptions, Precision, Storage, autocast, lower};
 use towerpack::models::CifarResNet;
@@ -64,12 +65,25 @@ fn run_steps(
     precision: Precision,
     lower: Option<LowerOptions>,
 ) -> Vec<HostTensor> {
+    run_steps_with(tg, batch, steps, precision, lower, AmxUse::Auto)
+}
+
+/// [`run_steps`] with the CPU session's use of AMX tiles for bf16 convolutions.
+fn run_steps_with(
+    tg: &TrainGraph,
+    batch: usize,
+    steps: u64,
+    precision: Precision,
+    lower: Option<LowerOptions>,
+    amx: AmxUse,
+) -> Vec<HostTensor> {
     let mut session: Box<dyn Session> = match lower {
         Some(lower) => Box::new(
             CpuSession::new(
                 tg.graph.clone(),
                 CpuOptions {
                     lower: LowerOptions { precision, ..lower },
+                    amx,
                     ..CpuOptions::default()
                 },
             )
@@ -183,13 +197,50 @@ fn bf16_and_fp16_training_steps_match_the_reference() {
     }
     let resnet = CifarResNet::new(1);
     let tg = training_graph(resnet.inputs(), |x| resnet.build(x));
+    let lowered = Some(LowerOptions::default());
     for precision in [Precision::Bf16, Precision::Fp16] {
-        let fused = run_steps(&tg, 8, 1, precision, Some(LowerOptions::default()));
+        let fused = run_steps_with(&tg, 8, 1, precision, lowered, AmxUse::Off);
         let explicit = run_steps(&tg, 8, 1, precision, Some(unfused));
         let d = max_relative(&fused, &explicit);
         eprintln!("resnet8 {precision}: absorbed vs explicit casts {d:.1e}");
         assert!(d <= 1e-6, "resnet8 {precision}: {d}");
     }
+    let mut layer = Conv2dGeometry::new(8, [28, 28], 16, 16, [3, 3]);
+    layer.padding = Padding2d::uniform(1);
+    if !bf16_tiles_preferred(&layer, false) {
+        eprintln!("resnet8 bf16 on AMX tiles: not on this machine");
+        return;
+    }
+    // Variables as initialised (no step), then after one step on either kernels.
+    let start = run_steps_with(&tg, 8, 0, Precision::Bf16, lowered, AmxUse::Off);
+    let vector = run_steps_with(&tg, 8, 1, Precision::Bf16, lowered, AmxUse::Off);
+    let tiles = run_steps_with(&tg, 8, 1, Precision::Bf16, lowered, AmxUse::Auto);
+    let d_loss = max_relative(&tiles[..1], &vector[..1]);
+    let update = |run: &[HostTensor]| -> Vec<f64> {
+        run[1..]
+            .iter()
+            .zip(&start)
+            .flat_map(|(after, before)| {
+                let (a, b) = (after.to_f64_vec(), before.to_f64_vec());
+                a.into_iter().zip(b).map(|(a, b)| a - b).collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let (u_tiles, u_vector) = (update(&tiles), update(&vector));
+    let dot: f64 = u_tiles.iter().zip(&u_vector).map(|(a, b)| a * b).sum();
+    let norm = |u: &[f64]| u.iter().map(|v| v * v).sum::<f64>().sqrt();
+    let cosine = dot / (norm(&u_tiles) * norm(&u_vector));
+    eprintln!(
+        "resnet8 bf16: AMX tiles vs vector kernels: loss {d_loss:.1e}, update cosine {cosine:.4}"
+    );
+    assert!(
+        u_tiles != u_vector,
+        "the tiles gave bitwise the vector kernels' step: did they run?"
+    );
+    assert!(
+        d_loss <= 1e-3 && cosine >= 0.95,
+        "loss {d_loss}, update cosine {cosine}"
+    );
 }
 
 #[test]

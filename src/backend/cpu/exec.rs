@@ -68,6 +68,9 @@ pub struct Prepared {
     steps: Vec<Step>,
     /// Per-kernel wall time and call count, when profiling.
     timings: Option<Vec<(std::time::Duration, u64)>>,
+    /// Whether bf16 convolutions may run on AMX tiles (`kernels::conv::amx`) where the CPU has
+    /// them.
+    bf16_tiles: bool,
     /// Each kernel's input and output buffers, resolved once (arenas never move).
     bound: Vec<(Vec<RawBuf>, Vec<RawBuf>)>,
     /// True when every kernel is too small to parallelise: the program then runs on the
@@ -170,6 +173,7 @@ impl Prepared {
             .all(|k| kernel_work(k, &program) < SMALL_WORK);
         let prepared = Prepared {
             timings: None,
+            bf16_tiles: false,
             bound: Vec::new(),
             small,
             program,
@@ -328,6 +332,11 @@ impl Prepared {
         self.timings = on.then(|| vec![(std::time::Duration::ZERO, 0); self.program.kernels.len()]);
     }
 
+    /// Lets bf16 convolutions run on AMX tiles where the CPU has them (off by default).
+    pub fn set_bf16_tiles(&mut self, on: bool) {
+        self.bf16_tiles = on;
+    }
+
     /// Per kernel: its total wall time and number of runs, if profiling.
     pub fn timings(&self) -> Option<&[(std::time::Duration, u64)]> {
         self.timings.as_deref()
@@ -396,7 +405,8 @@ impl Prepared {
         if let KernelKind::AllReduce { op, len } = &k.kind {
             all_reduce(k, &ins[0], &outs[0], *op, *len, collective)
         } else {
-            run_kernel(k, &self.steps[i], ins, outs, threads).map_err(|e| kernel_error(k, e))
+            run_kernel(k, &self.steps[i], ins, outs, threads, self.bf16_tiles)
+                .map_err(|e| kernel_error(k, e))
         }
     }
 
@@ -686,12 +696,28 @@ impl Drop for RoundedOperand {
     }
 }
 
+/// A convolution pass with an epilogue: its two operands, its output.
+type ConvPass = fn(
+    &kernels::Conv2dGeometry,
+    &[f32],
+    &[f32],
+    &mut [f32],
+    &dyn kernels::Epilogue,
+) -> Result<(), KernelError>;
+
+/// Whether a convolution pass whose operands round to `round` runs on the bf16 AMX tiles: bf16
+/// operands and a geometry the tile kernels take at the SIMD level in force, and run faster.
+fn on_tiles(round: Option<HalfFormat>, g: &kernels::Conv2dGeometry, input_gradient: bool) -> bool {
+    round == Some(HalfFormat::Bf16) && kernels::bf16_tiles_preferred(g, input_gradient)
+}
+
 fn run_kernel(
     k: &Kernel,
     step: &Step,
     ins: &[RawBuf],
     outs: &[RawBuf],
     threads: usize,
+    bf16_tiles: bool,
 ) -> Result<(), KernelError> {
     let none = kernels::NoEpilogue;
     match (&k.kind, step) {
@@ -775,16 +801,23 @@ fn run_kernel(
             let cg = conv_geometry(g);
             let x = slice(&ins[0], &k.inputs[0], cg.input_len(), "conv2d")?;
             let w = slice(&ins[1], &k.inputs[1], cg.filter_len(), "conv2d")?;
-            let operands = Operands::new(x, w, g.round_operands, threads);
+            let tiles = bf16_tiles && on_tiles(g.round_operands, &cg, false);
+            let round = if tiles { None } else { g.round_operands };
+            let operands = Operands::new(x, w, round, threads);
             let (x, w) = operands.get();
             let y = slice_mut(&outs[0], "conv2d")?;
+            let forward: ConvPass = if tiles {
+                kernels::conv2d_forward_bf16
+            } else {
+                kernels::conv2d_forward
+            };
             match epilogue(step, k, ins, outs, 0) {
                 Some(e) => {
-                    kernels::conv2d_forward(&cg, x, w, y, &e)?;
+                    forward(&cg, x, w, y, &e)?;
                     e.finish(cg.output_len() / g.o.max(1), g.o);
                     Ok(())
                 }
-                None => kernels::conv2d_forward(&cg, x, w, y, &none),
+                None => forward(&cg, x, w, y, &none),
             }
         }
         (KernelKind::Conv2dBackpropInput(g, _), _) => {
@@ -801,16 +834,23 @@ fn run_kernel(
                 cg.filter_len(),
                 "conv2d_backprop_input",
             )?;
-            let operands = Operands::new(dy, w, g.round_operands, threads);
+            let tiles = bf16_tiles && on_tiles(g.round_operands, &cg, true);
+            let round = if tiles { None } else { g.round_operands };
+            let operands = Operands::new(dy, w, round, threads);
             let (dy, w) = operands.get();
             let dx = slice_mut(&outs[0], "conv2d_backprop_input")?;
+            let backward: ConvPass = if tiles {
+                kernels::conv2d_backward_input_bf16
+            } else {
+                kernels::conv2d_backward_input
+            };
             match epilogue(step, k, ins, outs, 0) {
                 Some(e) => {
-                    kernels::conv2d_backward_input(&cg, dy, w, dx, &e)?;
+                    backward(&cg, dy, w, dx, &e)?;
                     e.finish(cg.input_len() / g.c.max(1), g.c);
                     Ok(())
                 }
-                None => kernels::conv2d_backward_input(&cg, dy, w, dx, &none),
+                None => backward(&cg, dy, w, dx, &none),
             }
         }
         (KernelKind::Conv2dBackpropFilter(g), _) => {

@@ -35,6 +35,20 @@ pub struct CpuOptions {
     /// levels side by side. GEMMs follow it too, through the `gemm` crate's own AVX2 and scalar
     /// drivers (the crate's API cannot cap its choice; see `kernels::gemm`).
     pub simd: Option<SimdLevel>,
+    /// Whether bf16 convolutions may run on AMX tiles where the CPU has them
+    /// (`kernels::conv::amx`; `TOWERPACK_AMX=0` turns them off for the whole process). Off,
+    /// they multiply the same bf16-rounded operands on the vector units.
+    pub amx: AmxUse,
+}
+
+/// Whether a session's bf16 convolutions may use AMX tiles ([`CpuOptions::amx`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AmxUse {
+    /// Where the CPU has AMX-BF16 and the SIMD level in force is `avx512`.
+    #[default]
+    Auto,
+    /// Never: bf16 convolutions run on the vector units.
+    Off,
 }
 
 /// The warning for asking more worker threads than the machine has cores (each step then pays
@@ -228,6 +242,7 @@ impl CpuSession {
             prepared.set_profiling(
                 self.options.profile || std::env::var_os("TOWERPACK_PROFILE").is_some(),
             );
+            prepared.set_bf16_tiles(self.options.amx == AmxUse::Auto);
             self.programs.insert(step, batch, prepared);
         }
         self.programs

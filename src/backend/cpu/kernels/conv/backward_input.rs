@@ -57,7 +57,10 @@ pub fn conv2d_backward_input_with(
 
 /// The stride-1 forward convolution that computes `dx` from `dy`, when every side's padding is
 /// at most the dilated window's reach (otherwise it would need negative padding).
-fn transposed_geometry(g: &Conv2dGeometry, out_hw: [usize; 2]) -> Option<Conv2dGeometry> {
+pub(super) fn transposed_geometry(
+    g: &Conv2dGeometry,
+    out_hw: [usize; 2],
+) -> Option<Conv2dGeometry> {
     if g.strides != [1, 1] {
         return None;
     }
@@ -87,7 +90,7 @@ fn transposed_geometry(g: &Conv2dGeometry, out_hw: [usize; 2]) -> Option<Conv2dG
 
 /// The filter of [`transposed_geometry`]: spatially flipped, with each group's input and output
 /// channels swapped (`[KH, KW, O/groups, C]`).
-fn flip_filter(g: &Conv2dGeometry, w: &[f32]) -> Vec<f32> {
+pub(super) fn flip_filter(g: &Conv2dGeometry, w: &[f32]) -> Vec<f32> {
     let [kh_len, kw_len] = g.kernel_hw;
     let (c, o, cg, og) = (g.in_channels, g.out_channels, g.group_in(), g.group_out());
     let mut flipped = vec![0.0; g.filter_len()];

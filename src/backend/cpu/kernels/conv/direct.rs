@@ -64,7 +64,7 @@ fn pad_image(g: &Conv2dGeometry, image: &[f32], padded: &mut [f32]) {
 
 /// The reduction as contiguous runs of the padded image: one per window row when horizontal taps
 /// are adjacent (`KW·C` values), else one per tap (`C` values).
-fn segments(g: &Conv2dGeometry) -> Vec<Segment> {
+pub(super) fn segments(g: &Conv2dGeometry) -> Vec<Segment> {
     let c = g.in_channels;
     let [_, wp] = padded_hw(g);
     let [kh_len, kw_len] = g.kernel_hw;
@@ -93,7 +93,7 @@ fn segments(g: &Conv2dGeometry) -> Vec<Segment> {
 }
 
 /// Window origins (in the padded image) of every output pixel, in row-major order.
-fn pixel_origins(g: &Conv2dGeometry, out_hw: [usize; 2]) -> Vec<usize> {
+pub(super) fn pixel_origins(g: &Conv2dGeometry, out_hw: [usize; 2]) -> Vec<usize> {
     let [_, wp] = padded_hw(g);
     let c = g.in_channels;
     let mut origins = Vec::with_capacity(out_hw[0] * out_hw[1]);

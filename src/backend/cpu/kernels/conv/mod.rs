@@ -22,6 +22,8 @@
 //! AVX-512 direct kernels are 1.5–1.7× faster again.
 
 #[cfg(target_arch = "x86_64")]
+pub mod amx;
+#[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -39,7 +41,74 @@ pub use backward_filter::{conv2d_backward_filter, conv2d_backward_filter_with};
 pub use backward_input::{conv2d_backward_input, conv2d_backward_input_with};
 pub use forward::{conv2d_forward, conv2d_forward_with};
 
+use super::epilogue::Epilogue;
 use super::{KernelError, parallel, shape_error};
+
+/// Why the bf16 AMX tile kernels ([`amx`]) cannot run `g` on this machine at the SIMD level in
+/// force (`None`: they can); `input_gradient` asks for the input-gradient pass (stride 1 only).
+pub fn bf16_tiles_unsupported(g: &Conv2dGeometry, input_gradient: bool) -> Option<&'static str> {
+    #[cfg(target_arch = "x86_64")]
+    return amx::unsupported(g, input_gradient);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (g, input_gradient);
+        Some("AMX tiles exist on x86-64 only")
+    }
+}
+
+/// Whether the bf16 AMX tile kernels run `g` on this machine and are faster there than the
+/// vector kernels on the same rounded operands ([`amx::pays_off`]).
+pub fn bf16_tiles_preferred(g: &Conv2dGeometry, input_gradient: bool) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return amx::unsupported(g, input_gradient).is_none() && amx::pays_off(g, input_gradient);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (g, input_gradient);
+        false
+    }
+}
+
+/// `y = epilogue(conv2d(bf16(x), bf16(w)))`, f32 accumulation, on AMX tiles (see [`amx`]); an
+/// error where [`bf16_tiles_unsupported`] says why not.
+pub fn conv2d_forward_bf16(
+    g: &Conv2dGeometry,
+    x: &[f32],
+    w: &[f32],
+    y: &mut [f32],
+    epilogue: &dyn Epilogue,
+) -> Result<(), KernelError> {
+    #[cfg(target_arch = "x86_64")]
+    return amx::forward(g, x, w, y, epilogue);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (x, w, y, epilogue);
+        Err(shape_error(
+            "conv2d_forward_bf16",
+            format!("no AMX tiles for {g:?}"),
+        ))
+    }
+}
+
+/// The input gradient of `g` with `dy` and `w` rounded to bf16, f32 accumulation, on AMX tiles
+/// (see [`amx`]); an error where [`bf16_tiles_unsupported`] says why not.
+pub fn conv2d_backward_input_bf16(
+    g: &Conv2dGeometry,
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    epilogue: &dyn Epilogue,
+) -> Result<(), KernelError> {
+    #[cfg(target_arch = "x86_64")]
+    return amx::backward_input(g, dy, w, dx, epilogue);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (dy, w, dx, epilogue);
+        Err(shape_error(
+            "conv2d_backward_input_bf16",
+            format!("no AMX tiles for {g:?}"),
+        ))
+    }
+}
 
 /// How a convolution pass is computed. [`ConvAlgorithm::Auto`] (what the plain entry points use)
 /// picks by shape and CPU; the others pin one, for tests and benchmarks.

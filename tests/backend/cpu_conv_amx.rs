@@ -1,0 +1,226 @@
+//! The bf16 convolutions on AMX tiles (`kernels::conv::amx`) against f64 sums of the same
+//! bf16-rounded operands, on seeded random geometries and ResNet's shapes, with an epilogue.
+//!
+//! Bound: products of bf16 values are exact in f32, so an output of `K` products carries only
+//! f32 accumulation error, at most `(K + 2)·2⁻²⁴·Σ|x̃·w̃|` whatever the order the tile unit sums
+//! in (`K` additions of unit roundoff 2⁻²⁴, plus the reference's own rounding to f32), plus
+//! 1e-37 for the subnormals the instruction flushes. The tests say so and skip (passing) on a
+//! machine without AMX-BF16; on one with it (Sapphire Rapids) they run.
+
+use crate::cpu_kernels_common;
+
+use cpu_kernels_common::*;
+use rand::Rng;
+use towerpack::backend::cpu::kernels::{
+    ChannelEpilogue, Conv2dGeometry, NoEpilogue, Padding2d, SimdLevel, bf16_tiles_unsupported,
+    conv2d_backward_input_bf16, conv2d_forward_bf16,
+};
+use towerpack::lower::HalfFormat;
+
+fn bf16(xs: &[f32]) -> Vec<f32> {
+    xs.iter().map(|&x| HalfFormat::Bf16.round(x)).collect()
+}
+
+fn abs(xs: &[f32]) -> Vec<f32> {
+    xs.iter().map(|x| x.abs()).collect()
+}
+
+/// Checks `got` against `want` within the accumulation bound of `k` products whose magnitudes
+/// sum to `magnitude`.
+fn assert_within_bound(what: &str, got: &[f32], want: &[f32], magnitude: &[f32], k: usize) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let beta = (k as f64 + 2.0) * 2f64.powi(-24);
+    let mut worst = 0.0f64;
+    for (i, ((&g, &w), &m)) in got.iter().zip(want).zip(magnitude).enumerate() {
+        let bound = beta * f64::from(m) + 1e-37;
+        let err = (f64::from(g) - f64::from(w)).abs();
+        assert!(
+            err <= bound,
+            "{what}: element {i} is {g}, the f64 sum of the rounded operands {w} \
+             (error {err:e} > bound {bound:e})"
+        );
+        if bound > 0.0 {
+            worst = worst.max(err / bound);
+        }
+    }
+    eprintln!("{what}: worst error {:.3} of the bound", worst);
+}
+
+/// Whether the tile kernels run here; says why not when they do not.
+fn tiles_here(g: &Conv2dGeometry) -> bool {
+    match bf16_tiles_unsupported(g, false) {
+        None => true,
+        Some(why) => {
+            eprintln!("skipped: {why}");
+            false
+        }
+    }
+}
+
+fn check_forward(g: &Conv2dGeometry, seed: u64) {
+    let mut r = rng(seed);
+    let x = random_vec(&mut r, g.input_len());
+    let w = random_vec(&mut r, g.filter_len());
+    let (xr, wr) = (bf16(&x), bf16(&w));
+    let mut y = vec![f32::NAN; g.output_len()];
+    conv2d_forward_bf16(g, &x, &w, &mut y, &NoEpilogue).unwrap();
+    let k = g.kernel_hw[0] * g.kernel_hw[1] * g.in_channels;
+    assert_within_bound(
+        &format!("forward {g:?}"),
+        &y,
+        &naive_conv_forward(g, &xr, &wr),
+        &naive_conv_forward(g, &abs(&xr), &abs(&wr)),
+        k,
+    );
+}
+
+fn check_backward_input(g: &Conv2dGeometry, seed: u64) {
+    let mut r = rng(seed);
+    let dy = random_vec(&mut r, g.output_len());
+    let w = random_vec(&mut r, g.filter_len());
+    let (dyr, wr) = (bf16(&dy), bf16(&w));
+    let mut dx = vec![f32::NAN; g.input_len()];
+    conv2d_backward_input_bf16(g, &dy, &w, &mut dx, &NoEpilogue).unwrap();
+    let k = g.kernel_hw[0] * g.kernel_hw[1] * g.out_channels;
+    assert_within_bound(
+        &format!("backward input {g:?}"),
+        &dx,
+        &naive_conv_backward_input(g, &dyr, &wr),
+        &naive_conv_backward_input(g, &abs(&dyr), &abs(&wr)),
+        k,
+    );
+}
+
+/// A random one-group geometry: channel counts with partial 16-column blocks and 32-deep
+/// steps, odd sizes, strides, dilations, asymmetric padding.
+fn random_geometry(rng: &mut rand_chacha::ChaCha8Rng) -> Conv2dGeometry {
+    loop {
+        let g = Conv2dGeometry {
+            batch: rng.random_range(1..=3),
+            in_hw: [rng.random_range(1..=11), rng.random_range(1..=11)],
+            in_channels: rng.random_range(1..=40),
+            out_channels: rng.random_range(1..=70),
+            kernel_hw: [rng.random_range(1..=3), rng.random_range(1..=3)],
+            strides: [rng.random_range(1..=2), rng.random_range(1..=2)],
+            dilations: [rng.random_range(1..=2), rng.random_range(1..=2)],
+            padding: Padding2d {
+                top: rng.random_range(0..=2),
+                bottom: rng.random_range(0..=2),
+                left: rng.random_range(0..=2),
+                right: rng.random_range(0..=2),
+            },
+            groups: 1,
+        };
+        if g.validate().is_ok() {
+            return g;
+        }
+    }
+}
+
+#[test]
+fn bf16_tile_convolutions_sum_the_rounded_products_within_the_f32_bound() {
+    let probe = Conv2dGeometry::new(1, [3, 3], 1, 1, [1, 1]);
+    if !tiles_here(&probe) {
+        return;
+    }
+    let mut r = rng(71);
+    for case in 0..80 {
+        let g = random_geometry(&mut r);
+        check_forward(&g, 500 + case);
+        // The input gradient runs at stride 1 with padding within the window's reach.
+        let mut s1 = g;
+        s1.strides = [1, 1];
+        let reach = [
+            g.dilations[0] * (g.kernel_hw[0] - 1),
+            g.dilations[1] * (g.kernel_hw[1] - 1),
+        ];
+        s1.padding = Padding2d {
+            top: g.padding.top.min(reach[0]),
+            bottom: g.padding.bottom.min(reach[0]),
+            left: g.padding.left.min(reach[1]),
+            right: g.padding.right.min(reach[1]),
+        };
+        if s1.validate().is_ok() {
+            assert_eq!(bf16_tiles_unsupported(&s1, true), None, "{s1:?}");
+            check_backward_input(&s1, 900 + case);
+        }
+    }
+}
+
+#[test]
+fn resnet_shapes_on_two_threads_with_an_epilogue() {
+    // ResNet-20's layers at batch 4: the 3-channel stem, 3×3 16/32/64 channels (stride 1 and
+    // 2), a 1×1 projection; two threads split the images. The channel epilogue (scale, shift,
+    // ReLU) runs on the tile kernels' rows as on the vector kernels'.
+    let layer = |hw: usize, c: usize, o: usize, k: usize, stride: usize| {
+        let mut g = Conv2dGeometry::new(4, [hw, hw], c, o, [k, k]);
+        g.strides = [stride, stride];
+        g.padding = Padding2d::uniform(k / 2);
+        g
+    };
+    let shapes = [
+        layer(32, 3, 16, 3, 1),
+        layer(32, 16, 16, 3, 1),
+        layer(32, 16, 32, 3, 2),
+        layer(16, 32, 32, 3, 1),
+        layer(8, 64, 64, 3, 1),
+        layer(16, 32, 64, 1, 2),
+    ];
+    if !tiles_here(&shapes[0]) {
+        return;
+    }
+    for (i, g) in shapes.iter().enumerate() {
+        with_threads(2, || {
+            check_forward(g, 40 + i as u64);
+            if bf16_tiles_unsupported(g, true).is_none() {
+                check_backward_input(g, 60 + i as u64);
+            }
+            // The epilogue: relu(scale·y + shift) on the tile kernels equals the same epilogue
+            // applied to their plain output.
+            let mut r = rng(80 + i as u64);
+            let x = random_vec(&mut r, g.input_len());
+            let w = random_vec(&mut r, g.filter_len());
+            let scale = random_vec(&mut r, g.out_channels);
+            let shift = random_vec(&mut r, g.out_channels);
+            let mut plain = vec![f32::NAN; g.output_len()];
+            conv2d_forward_bf16(g, &x, &w, &mut plain, &NoEpilogue).unwrap();
+            let mut fused = vec![f32::NAN; g.output_len()];
+            let epilogue = ChannelEpilogue {
+                scale: Some(&scale),
+                shift: Some(&shift),
+                residual: None,
+                relu: true,
+            };
+            conv2d_forward_bf16(g, &x, &w, &mut fused, &epilogue).unwrap();
+            for (j, (p, f)) in plain.iter().zip(&fused).enumerate() {
+                let c = j % g.out_channels;
+                let want = (p * scale[c] + shift[c]).max(0.0);
+                assert_eq!(*f, want, "layer {i}, element {j}");
+            }
+        });
+    }
+}
+
+#[test]
+fn the_tile_kernels_refuse_what_they_cannot_run() {
+    let mut strided = Conv2dGeometry::new(1, [8, 8], 4, 4, [3, 3]);
+    strided.strides = [2, 2];
+    let x = vec![0.0; strided.input_len()];
+    let w = vec![0.0; strided.filter_len()];
+    let mut dx = vec![0.0; strided.input_len()];
+    let dy = vec![0.0; strided.output_len()];
+    let err = conv2d_backward_input_bf16(&strided, &dy, &w, &mut dx, &NoEpilogue).unwrap_err();
+    assert!(
+        err.to_string().contains("conv2d_backward_input_bf16"),
+        "{err}"
+    );
+    // Below the avx512 level (or without AMX) the forward pass is refused too, naming why.
+    SimdLevel::Avx2.run(|| {
+        let mut y = vec![0.0; strided.output_len()];
+        let err = conv2d_forward_bf16(&strided, &x, &w, &mut y, &NoEpilogue).unwrap_err();
+        assert!(
+            err.to_string().contains("bf16 tile kernels cannot run"),
+            "{err}"
+        );
+    });
+}
