@@ -19,10 +19,10 @@ use towerpack::backend::cpu::kernels::softmax::{
     sparse_softmax_cross_entropy_with_grad,
 };
 use towerpack::backend::cpu::kernels::{
-    ChannelEpilogue, Conv2dGeometry, ConvAlgorithm, MatRef, NoEpilogue, Padding2d, SimdLevel,
-    bf16_tiles_unsupported, conv2d_backward_filter, conv2d_backward_filter_with,
-    conv2d_backward_input, conv2d_backward_input_bf16, conv2d_backward_input_with, conv2d_forward,
-    conv2d_forward_bf16, conv2d_forward_with, sgemm,
+    ChannelEpilogue, Conv2dGeometry, ConvAlgorithm, ConvPass, MatRef, NoEpilogue, Padding2d,
+    SimdLevel, bf16_tiles_unsupported, conv2d_backward_filter, conv2d_backward_filter_bf16,
+    conv2d_backward_filter_with, conv2d_backward_input, conv2d_backward_input_bf16,
+    conv2d_backward_input_with, conv2d_forward, conv2d_forward_bf16, conv2d_forward_with, sgemm,
 };
 
 /// Seconds of CPU time all threads of this process have run (from `/proc/self/task/*/schedstat`),
@@ -348,13 +348,17 @@ fn bench_conv_algorithms(r: &Report) {
             }
         }
         // bf16 on AMX tiles (operands rounded as they are packed), where the machine has them.
-        if bf16_tiles_unsupported(&g, false).is_none() {
+        if bf16_tiles_unsupported(&g, ConvPass::Forward).is_none() {
             let secs = time(0.1, 3, || {
                 conv2d_forward_bf16(&g, &x, &w, &mut y, &NoEpilogue).unwrap()
             });
             r.line("fwd-bf16-amx", name, secs, flops);
+            let secs = time(0.1, 3, || {
+                conv2d_backward_filter_bf16(&g, &x, &dy, &mut dw).unwrap()
+            });
+            r.line("bwdw-bf16-amx", name, secs, flops);
         }
-        if bf16_tiles_unsupported(&g, true).is_none() {
+        if bf16_tiles_unsupported(&g, ConvPass::InputGradient).is_none() {
             let secs = time(0.1, 3, || {
                 conv2d_backward_input_bf16(&g, &dy, &w, &mut dx, &NoEpilogue).unwrap()
             });

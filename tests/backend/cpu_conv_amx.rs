@@ -12,8 +12,9 @@ use crate::cpu_kernels_common;
 use cpu_kernels_common::*;
 use rand::Rng;
 use towerpack::backend::cpu::kernels::{
-    ChannelEpilogue, Conv2dGeometry, NoEpilogue, Padding2d, SimdLevel, bf16_tiles_unsupported,
-    conv2d_backward_input_bf16, conv2d_forward_bf16,
+    ChannelEpilogue, Conv2dGeometry, ConvPass, NoEpilogue, Padding2d, SimdLevel,
+    bf16_tiles_unsupported, conv2d_backward_filter_bf16, conv2d_backward_input_bf16,
+    conv2d_forward_bf16,
 };
 use towerpack::lower::HalfFormat;
 
@@ -48,7 +49,7 @@ fn assert_within_bound(what: &str, got: &[f32], want: &[f32], magnitude: &[f32],
 
 /// Whether the tile kernels run here; says why not when they do not.
 fn tiles_here(g: &Conv2dGeometry) -> bool {
-    match bf16_tiles_unsupported(g, false) {
+    match bf16_tiles_unsupported(g, ConvPass::Forward) {
         None => true,
         Some(why) => {
             eprintln!("skipped: {why}");
@@ -91,6 +92,31 @@ fn check_backward_input(g: &Conv2dGeometry, seed: u64) {
     );
 }
 
+fn check_backward_filter(g: &Conv2dGeometry, seed: u64) {
+    let mut r = rng(seed);
+    let x = random_vec(&mut r, g.input_len());
+    let dy = random_vec(&mut r, g.output_len());
+    let (xr, dyr) = (bf16(&x), bf16(&dy));
+    let mut dw = vec![f32::NAN; g.filter_len()];
+    conv2d_backward_filter_bf16(g, &x, &dy, &mut dw).unwrap();
+    let [oh, ow] = g.out_hw();
+    assert_within_bound(
+        &format!("backward filter {g:?}"),
+        &dw,
+        &naive_conv_backward_filter(g, &xr, &dyr),
+        &naive_conv_backward_filter(g, &abs(&xr), &abs(&dyr)),
+        g.batch * oh * ow,
+    );
+    let mut again = vec![f32::NAN; g.filter_len()];
+    conv2d_backward_filter_bf16(g, &x, &dy, &mut again).unwrap();
+    assert!(
+        dw.iter()
+            .zip(&again)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "backward filter {g:?} differs run to run"
+    );
+}
+
 /// A random one-group geometry: channel counts with partial 16-column blocks and 32-deep
 /// steps, odd sizes, strides, dilations, asymmetric padding.
 fn random_geometry(rng: &mut rand_chacha::ChaCha8Rng) -> Conv2dGeometry {
@@ -119,6 +145,7 @@ fn random_geometry(rng: &mut rand_chacha::ChaCha8Rng) -> Conv2dGeometry {
 
 #[test]
 fn bf16_tile_convolutions_sum_the_rounded_products_within_the_f32_bound() {
+    // Forward and filter gradient on every geometry, the input gradient on its stride-1 twin.
     let probe = Conv2dGeometry::new(1, [3, 3], 1, 1, [1, 1]);
     if !tiles_here(&probe) {
         return;
@@ -127,6 +154,7 @@ fn bf16_tile_convolutions_sum_the_rounded_products_within_the_f32_bound() {
     for case in 0..80 {
         let g = random_geometry(&mut r);
         check_forward(&g, 500 + case);
+        check_backward_filter(&g, 700 + case);
         // The input gradient runs at stride 1 with padding within the window's reach.
         let mut s1 = g;
         s1.strides = [1, 1];
@@ -141,7 +169,11 @@ fn bf16_tile_convolutions_sum_the_rounded_products_within_the_f32_bound() {
             right: g.padding.right.min(reach[1]),
         };
         if s1.validate().is_ok() {
-            assert_eq!(bf16_tiles_unsupported(&s1, true), None, "{s1:?}");
+            assert_eq!(
+                bf16_tiles_unsupported(&s1, ConvPass::InputGradient),
+                None,
+                "{s1:?}"
+            );
             check_backward_input(&s1, 900 + case);
         }
     }
@@ -172,7 +204,8 @@ fn resnet_shapes_on_two_threads_with_an_epilogue() {
     for (i, g) in shapes.iter().enumerate() {
         with_threads(2, || {
             check_forward(g, 40 + i as u64);
-            if bf16_tiles_unsupported(g, true).is_none() {
+            check_backward_filter(g, 50 + i as u64);
+            if bf16_tiles_unsupported(g, ConvPass::InputGradient).is_none() {
                 check_backward_input(g, 60 + i as u64);
             }
             // The epilogue: relu(scale·y + shift) on the tile kernels equals the same epilogue

@@ -6,7 +6,7 @@ use crate::model_steps;
 
 use model_steps::{TrainGraph, feeds, mlp, training_graph};
 use towerpack::backend::Session;
-use towerpack::backend::cpu::kernels::{Conv2dGeometry, Padding2d, bf16_tiles_preferred};
+use towerpack::backend::cpu::kernels::{Conv2dGeometry, ConvPass, Padding2d, bf16_tiles_preferred};
 use towerpack::backend::cpu::{AmxUse, CpuOptions, CpuSession};
 use towerpack::backend::reference::ReferenceSession;
 use towerpack::lower::{KernelKind, LowerOptions, Precision, Storage, autocast, lower};
@@ -207,7 +207,7 @@ fn bf16_and_fp16_training_steps_match_the_reference() {
     }
     let mut layer = Conv2dGeometry::new(8, [28, 28], 16, 16, [3, 3]);
     layer.padding = Padding2d::uniform(1);
-    if !bf16_tiles_preferred(&layer, false) {
+    if !bf16_tiles_preferred(&layer, ConvPass::Forward) {
         eprintln!("resnet8 bf16 on AMX tiles: not on this machine");
         return;
     }

@@ -10,7 +10,7 @@ use super::fused::{CHUNK, FusedProgram};
 use super::fused_reduce::ReduceProgram;
 use super::kernels::pool::Pool2dGeometry;
 use super::kernels::simd::carry;
-use super::kernels::{self, Conv2dGeometry, Epilogue, KernelError, MatRef, Padding2d};
+use super::kernels::{self, Conv2dGeometry, ConvPass, Epilogue, KernelError, MatRef, Padding2d};
 use super::memory::{Arena, RawBuf};
 use crate::backend::{BackendError, Collective};
 use crate::ir::{PoolKind, ReduceOp};
@@ -697,7 +697,7 @@ impl Drop for RoundedOperand {
 }
 
 /// A convolution pass with an epilogue: its two operands, its output.
-type ConvPass = fn(
+type ConvWithEpilogue = fn(
     &kernels::Conv2dGeometry,
     &[f32],
     &[f32],
@@ -707,8 +707,8 @@ type ConvPass = fn(
 
 /// Whether a convolution pass whose operands round to `round` runs on the bf16 AMX tiles: bf16
 /// operands and a geometry the tile kernels take at the SIMD level in force, and run faster.
-fn on_tiles(round: Option<HalfFormat>, g: &kernels::Conv2dGeometry, input_gradient: bool) -> bool {
-    round == Some(HalfFormat::Bf16) && kernels::bf16_tiles_preferred(g, input_gradient)
+fn on_tiles(round: Option<HalfFormat>, g: &kernels::Conv2dGeometry, pass: ConvPass) -> bool {
+    round == Some(HalfFormat::Bf16) && kernels::bf16_tiles_preferred(g, pass)
 }
 
 fn run_kernel(
@@ -801,12 +801,12 @@ fn run_kernel(
             let cg = conv_geometry(g);
             let x = slice(&ins[0], &k.inputs[0], cg.input_len(), "conv2d")?;
             let w = slice(&ins[1], &k.inputs[1], cg.filter_len(), "conv2d")?;
-            let tiles = bf16_tiles && on_tiles(g.round_operands, &cg, false);
+            let tiles = bf16_tiles && on_tiles(g.round_operands, &cg, ConvPass::Forward);
             let round = if tiles { None } else { g.round_operands };
             let operands = Operands::new(x, w, round, threads);
             let (x, w) = operands.get();
             let y = slice_mut(&outs[0], "conv2d")?;
-            let forward: ConvPass = if tiles {
+            let forward: ConvWithEpilogue = if tiles {
                 kernels::conv2d_forward_bf16
             } else {
                 kernels::conv2d_forward
@@ -834,12 +834,12 @@ fn run_kernel(
                 cg.filter_len(),
                 "conv2d_backprop_input",
             )?;
-            let tiles = bf16_tiles && on_tiles(g.round_operands, &cg, true);
+            let tiles = bf16_tiles && on_tiles(g.round_operands, &cg, ConvPass::InputGradient);
             let round = if tiles { None } else { g.round_operands };
             let operands = Operands::new(dy, w, round, threads);
             let (dy, w) = operands.get();
             let dx = slice_mut(&outs[0], "conv2d_backprop_input")?;
-            let backward: ConvPass = if tiles {
+            let backward: ConvWithEpilogue = if tiles {
                 kernels::conv2d_backward_input_bf16
             } else {
                 kernels::conv2d_backward_input
@@ -867,14 +867,13 @@ fn run_kernel(
                 cg.output_len(),
                 "conv2d_backprop_filter",
             )?;
+            let dw = slice_mut(&outs[0], "conv2d_backprop_filter")?;
+            if bf16_tiles && on_tiles(g.round_operands, &cg, ConvPass::FilterGradient) {
+                return kernels::conv2d_backward_filter_bf16(&cg, x, dy, dw);
+            }
             let operands = Operands::new(x, dy, g.round_operands, threads);
             let (x, dy) = operands.get();
-            kernels::conv2d_backward_filter(
-                &cg,
-                x,
-                dy,
-                slice_mut(&outs[0], "conv2d_backprop_filter")?,
-            )
+            kernels::conv2d_backward_filter(&cg, x, dy, dw)
         }
         (KernelKind::Pool(g), _) => {
             let pg = pool_geometry(g);

@@ -44,26 +44,35 @@ pub use forward::{conv2d_forward, conv2d_forward_with};
 use super::epilogue::Epilogue;
 use super::{KernelError, parallel, shape_error};
 
-/// Why the bf16 AMX tile kernels ([`amx`]) cannot run `g` on this machine at the SIMD level in
-/// force (`None`: they can); `input_gradient` asks for the input-gradient pass (stride 1 only).
-pub fn bf16_tiles_unsupported(g: &Conv2dGeometry, input_gradient: bool) -> Option<&'static str> {
+/// A pass of a convolution, as the bf16 tile kernels ([`amx`]) tell them apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConvPass {
+    Forward,
+    /// The input gradient (stride 1 only on tiles).
+    InputGradient,
+    FilterGradient,
+}
+
+/// Why the bf16 AMX tile kernels ([`amx`]) cannot run `pass` of `g` on this machine at the SIMD
+/// level in force (`None`: they can).
+pub fn bf16_tiles_unsupported(g: &Conv2dGeometry, pass: ConvPass) -> Option<&'static str> {
     #[cfg(target_arch = "x86_64")]
-    return amx::unsupported(g, input_gradient);
+    return amx::unsupported(g, pass);
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (g, input_gradient);
+        let _ = (g, pass);
         Some("AMX tiles exist on x86-64 only")
     }
 }
 
-/// Whether the bf16 AMX tile kernels run `g` on this machine and are faster there than the
-/// vector kernels on the same rounded operands ([`amx::pays_off`]).
-pub fn bf16_tiles_preferred(g: &Conv2dGeometry, input_gradient: bool) -> bool {
+/// Whether the bf16 AMX tile kernels run `pass` of `g` on this machine and are faster there
+/// than the vector kernels on the same rounded operands ([`amx::pays_off`]).
+pub fn bf16_tiles_preferred(g: &Conv2dGeometry, pass: ConvPass) -> bool {
     #[cfg(target_arch = "x86_64")]
-    return amx::unsupported(g, input_gradient).is_none() && amx::pays_off(g, input_gradient);
+    return amx::unsupported(g, pass).is_none() && amx::pays_off(g, pass);
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (g, input_gradient);
+        let _ = (g, pass);
         false
     }
 }
@@ -84,6 +93,26 @@ pub fn conv2d_forward_bf16(
         let _ = (x, w, y, epilogue);
         Err(shape_error(
             "conv2d_forward_bf16",
+            format!("no AMX tiles for {g:?}"),
+        ))
+    }
+}
+
+/// The filter gradient of `g` with `x` and `dy` rounded to bf16, f32 accumulation, on AMX tiles
+/// (see [`amx`]); an error where [`bf16_tiles_unsupported`] says why not.
+pub fn conv2d_backward_filter_bf16(
+    g: &Conv2dGeometry,
+    x: &[f32],
+    dy: &[f32],
+    dw: &mut [f32],
+) -> Result<(), KernelError> {
+    #[cfg(target_arch = "x86_64")]
+    return amx::backward_filter(g, x, dy, dw);
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (x, dy, dw);
+        Err(shape_error(
+            "conv2d_backward_filter_bf16",
             format!("no AMX tiles for {g:?}"),
         ))
     }
