@@ -317,18 +317,47 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
 static_assert(TP_WARPS_M * TP_WARPS_N * 32 == TP_BLOCK, "one warp tile per warp");
 static_assert(TP_WM % 16 == 0 && TP_WN % 8 == 0, "warp tiles of whole m16n8 fragments");
 
-// x as the b32 an mma operand takes: rounded to tf32 (to nearest, ties away from zero), or with
-// TP_ROUND to bf16/f16 (tp_round, ties to even). A bf16 or f16 value has at most 11 significant
-// bits and an exponent inside f32's normal range (f16 subnormals included), so it IS a tf32
-// value: the mma multiplies it exactly, with no tf32 rounding on top.
-TP_DEV unsigned int tp_tf32(float x) {
 #if TP_ROUND
-    return __float_as_uint(tp_round(x));
+// The native 16-bit tensor-core path (TP_ROUND = 1: bf16, 2: f16). One 16-deep K tile is ONE
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 per fragment pair (twice
+// TF32's tensor throughput), with two operands packed per b32 register.
+
+// {lo, hi} rounded to the 16-bit format (to nearest, ties to even: cvt.rn.{bf16x2,f16x2}.f32,
+// exactly tp_round per element; past the largest finite value: infinite) and packed as an
+// mma operand register takes them: the element with the lower k index in the low 16 bits.
+TP_DEV unsigned int tp_pack16(float lo, float hi) {
+    unsigned int r;
+#if TP_ROUND == 1
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
 #else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+    return r;
+}
+
+// c += a . b for one m16n8k16 fragment (bf16 or f16 operands, two per register; f32
+// accumulators).
+TP_DEV void tp_mma16(float c[4], const unsigned int a[4], const unsigned int b[2]) {
+#if TP_ROUND == 1
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+#else
+// x as the b32 an mma operand takes: rounded to tf32 (to nearest, ties away from zero).
+TP_DEV unsigned int tp_tf32(float x) {
     unsigned int r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
-#endif
 }
 
 // c += a . b for one m16n8k8 fragment (tf32 operands, f32 accumulators).
@@ -339,6 +368,7 @@ TP_DEV void tp_mma_tf32(float c[4], const unsigned int a[4], const unsigned int 
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+#endif
 
 // acc = A[m0.., k0..k1) . B[k0..k1), n0..] for the block's tile (rows >= M, columns >= N and
 // k >= k1 read as zeros), products of tf32-rounded operands on the tensor cores.
@@ -383,6 +413,34 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
             b.copy_async(lb, kt + TP_BK, k1, bs[cur ^ 1]);
             tp_copy_commit();
         }
+#if TP_ROUND
+        static_assert(TP_BK == 16, "one m16n8k16 per K tile");
+        {
+            // PTX ISA fragments for m16n8k16 .bf16/.f16 (g = lane / 4, t = lane % 4; register
+            // r holds elements 2r (low half) and 2r+1): a0 = A[g][2t, 2t+1], a1 = A[g+8][2t,
+            // 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]; b0 = B[2t, 2t+1][g], b1 =
+            // B[2t+8, 2t+9][g]. The stages are k-major f32: each half is one 32-bit load.
+            unsigned int af[TP_MI][4], bf[TP_NI][2];
+#pragma unroll
+            for (int i = 0; i < TP_MI; ++i) {
+                const int r = wm0 + i * 16 + g;
+                af[i][0] = tp_pack16(as[cur][2 * t][r], as[cur][2 * t + 1][r]);
+                af[i][1] = tp_pack16(as[cur][2 * t][r + 8], as[cur][2 * t + 1][r + 8]);
+                af[i][2] = tp_pack16(as[cur][2 * t + 8][r], as[cur][2 * t + 9][r]);
+                af[i][3] = tp_pack16(as[cur][2 * t + 8][r + 8], as[cur][2 * t + 9][r + 8]);
+            }
+#pragma unroll
+            for (int j = 0; j < TP_NI; ++j) {
+                const int n = wn0 + j * 8 + g;
+                bf[j][0] = tp_pack16(bs[cur][2 * t][n], bs[cur][2 * t + 1][n]);
+                bf[j][1] = tp_pack16(bs[cur][2 * t + 8][n], bs[cur][2 * t + 9][n]);
+            }
+#pragma unroll
+            for (int i = 0; i < TP_MI; ++i)
+#pragma unroll
+                for (int j = 0; j < TP_NI; ++j) tp_mma16(c[i][j], af[i], bf[j]);
+        }
+#else
 #pragma unroll
         for (int ks = 0; ks < TP_BK; ks += 8) {
             unsigned int af[TP_MI][4], bf[TP_NI][2];
@@ -405,6 +463,7 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
 #pragma unroll
                 for (int j = 0; j < TP_NI; ++j) tp_mma_tf32(c[i][j], af[i], bf[j]);
         }
+#endif
         // This thread's copies have landed; after the barrier, everyone's have, and nobody
         // reads the current stage any more.
         tp_copy_wait_all();
