@@ -10,8 +10,8 @@
 //! bits each) has at most 22 significant bits, so it is exact in f32 — and so is every product
 //! the tensor cores form (natively, in the 16-bit format). The two backends differ only
 //! in how they sum the same exact products in f32 (the tensor-core tiles multiply natively:
-//! `mma.sync` m16n8k16 `.bf16`/`.f16`, operands rounded and packed two per register by
-//! `cvt.rn.bf16x2.f32` / `cvt.rn.f16x2.f32`). With `u = 2⁻²⁴` and `S = Σₖ |ãₖ·b̃ₖ|`:
+//! operands rounded by `cvt.rn` into 16-bit shared stages, fragments read by `ldmatrix .trans`,
+//! `mma.sync` m16n8k16 `.bf16`/`.f16`). With `u = 2⁻²⁴` and `S = Σₖ |ãₖ·b̃ₖ|`:
 //!
 //! - the CPU's f32 sum (any order: blocked, FMA or not) is off the exact sum by at most `K·u·S`;
 //! - the device accumulates K products in f32: the emulated device rounds once per `mma` (the
@@ -642,22 +642,26 @@ fn every_tile_simt_and_tensor_core_rounds_its_operands_and_multiplies_within_the
                     let ptx = compiler
                         .compile("tile", &source, Arch::EMULATED)
                         .unwrap_or_else(|e| panic!("{e}"));
-                    // The tensor-core tiles multiply natively in the 16-bit format: m16n8k16
-                    // with operands packed by cvt.rn.{bf16x2,f16x2}, no TF32 on the way.
+                    // The tensor-core tiles multiply natively in the 16-bit format: operands
+                    // rounded by cvt.rn into 16-bit stages, fragments read by ldmatrix .trans,
+                    // m16n8k16 mma; no TF32 and no cp.async on the way.
                     if tensor_cores {
-                        let (mma, pack) = match format {
+                        let (mma, round) = match format {
                             HalfFormat::Bf16 => (
                                 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
-                                "cvt.rn.bf16x2.f32",
+                                "cvt.rn.bf16",
                             ),
                             HalfFormat::F16 => (
                                 "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
-                                "cvt.rn.f16x2.f32",
+                                "cvt.rn.f16",
                             ),
                         };
-                        if !ptx.contains(mma) || !ptx.contains(pack) || ptx.contains("tf32") {
+                        let ldmatrix = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16";
+                        let present = [mma, round, ldmatrix].iter().all(|i| ptx.contains(i));
+                        if !present || ptx.contains("tf32") || ptx.contains("cp.async") {
                             failures.push(format!(
-                                "{precision} {tile:?}: the PTX lacks {mma} or {pack}, or has tf32"
+                                "{precision} {tile:?}: the PTX lacks {mma}, {round} or \
+                                 {ldmatrix}, or has tf32 or cp.async"
                             ));
                         }
                     }
