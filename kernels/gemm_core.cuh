@@ -29,18 +29,21 @@
 // a column tile in a fixed order and finish them (tp_epi_finish).
 //
 // With TP_TF32 (Precision::Tf32, and Bf16/Fp16 on devices with tensor cores) tp_gemm_tile is
-// the tensor-core variant further down: the same loaders and stages filled by cp.async, TF32
-// mma.sync per warp tile, the same output path.
+// the tensor-core variant further down: for TF32 the same loaders and f32 stages filled by
+// cp.async, TF32 mma.sync m16n8k8 per warp tile; for BF16/FP16 (TP_ROUND) the native 16-bit
+// path: the loaders' registers rounded into 16-bit stages, ldmatrix .trans fragments, mma.sync
+// m16n8k16 .bf16/.f16; the same output path for all.
 //
 // Operand rounding (TP_ROUND = 1: bf16, 2: f16; Precision::Bf16/Fp16, the kernel's
 // round_operands): both operands are rounded to the 16-bit format, to nearest even, before they
-// are multiplied (tp_round); products accumulate in f32. The SIMT core rounds each element once
-// as it stores a thread's loaded registers into the shared stage; the tensor-core core rounds
-// each fragment word where TF32 applies cvt.rna (tp_tf32). A bf16 value (8 significant bits,
-// f32's exponents) or f16 value (at most 11 significant bits, exponents -24..15) is a TF32
-// value, so the TF32 mma multiplies the rounded operands exactly: the result differs from the
-// CPU backend's only in f32 summation order. Native bf16/f16 mma (m16n8k16: twice the tensor
-// throughput, half the shared bytes) would need 16-bit stages and is not done.
+// are multiplied; products accumulate in f32. The SIMT core (no tensor cores, below sm_80)
+// rounds each element once, keeping it as a float (tp_round), as it stores a thread's loaded
+// registers into the f32 stage. The tensor-core core rounds each element once with cvt.rn
+// (tp_to16, tp_pack16: the same values, f16 overflow infinite, subnormals kept) into 16-bit
+// stages — half the shared bytes of f32 ones — whose fragments ldmatrix reads and the native
+// m16n8k16 mma multiplies (twice TF32's tensor throughput, one mma per 16-deep K tile). A
+// product of two 16-bit values is exact in f32 and the emulated mma rounds its sum once, so
+// the result differs from the CPU backend's only in f32 summation order.
 //
 // Generated: TP_BM, TP_BN, TP_TM, TP_TN, TP_VEC_A, TP_VEC_B, TP_MIN_BLOCKS, TP_SPLIT_K,
 // TP_K_CHUNK, TP_GROUP, TP_EPI_RED, TP_RED_GROUP (tensor cores: TP_TF32, TP_WARPS_M, TP_WARPS_N;
@@ -107,6 +110,38 @@ TP_DEV float tp_round(float x) {
 TP_DEV float4 tp_round(float4 v) {
     return make_float4(tp_round(v.x), tp_round(v.y), tp_round(v.z), tp_round(v.w));
 }
+
+#if TP_TF32 && TP_ROUND
+// The 16-bit stages of the native bf16/f16 tensor-core path hold the operands as their 16-bit
+// bit patterns, rounded by cvt.rn (to nearest, ties to even: exactly tp_round per element; past
+// the largest finite value: infinite; f16 subnormals kept; NaN the canonical NaN).
+TP_DEV unsigned short tp_to16(float x) {
+    unsigned short h;
+#if TP_ROUND == 1
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+#else
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+#endif
+    return h;
+}
+
+// {lo, hi} rounded the same way and packed in one register, lo in the low 16 bits
+// (cvt.rn.{bf16x2,f16x2}.f32 puts its first source in the high half).
+TP_DEV unsigned int tp_pack16(float lo, float hi) {
+    unsigned int r;
+#if TP_ROUND == 1
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+    return r;
+}
+
+// Pad of a 16-bit stage row, in elements: rows of (EDGE + 8) * 2 bytes stay 16-byte aligned
+// for ldmatrix, and the 8 rows an ldmatrix reads (k, k+1, ..., one 16-byte piece each) start
+// 4 banks apart modulo 32 (EDGE a multiple of 32) or 12 (EDGE = 16): one wavefront per matrix.
+#define TP_HPAD 8
+#endif
 
 #if TP_TF32
 // BYTES (4 or 16) from global src to shared dst with cp.async (.ca for 4 bytes, .cg — L2 only —
@@ -196,6 +231,32 @@ struct tp_operand {
             }
         }
     }
+
+#if TP_TF32 && TP_ROUND
+    // Into a 16-bit shared stage laid out [TP_BK][EDGE + TP_HPAD] (k-major, as store()): each
+    // element rounded to bf16/f16 by cvt.rn (tp_to16, tp_pack16), once, after the loads have
+    // landed. A vector along the lines is 4 consecutive elements of one row: one 8-byte store.
+    TP_DEV void store16(unsigned short (*sh)[EDGE + TP_HPAD]) const {
+        const int mn = slot_mn();
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            if (!slot_used(s)) continue;
+            const int k = slot_k(s);
+            if constexpr (VEC == 1) {
+                sh[k][mn] = tp_to16(v[s]);
+            } else if constexpr (L::K_FAST) {
+                const unsigned int lo = tp_pack16(v[s].x, v[s].y), hi = tp_pack16(v[s].z, v[s].w);
+                sh[k][mn] = (unsigned short)(lo & 0xffffu);
+                sh[k + 1][mn] = (unsigned short)(lo >> 16);
+                sh[k + 2][mn] = (unsigned short)(hi & 0xffffu);
+                sh[k + 3][mn] = (unsigned short)(hi >> 16);
+            } else {
+                *reinterpret_cast<uint2*>(&sh[k][mn]) =
+                    make_uint2(tp_pack16(v[s].x, v[s].y), tp_pack16(v[s].z, v[s].w));
+            }
+        }
+    }
+#endif
 
 #if TP_TF32
     // The tile starting at k0 straight into a shared stage with cp.async (the tensor-core core):
@@ -292,7 +353,8 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
     }
 }
 #else
-// The tensor-core variant (TP_TF32 = 1: Precision::Tf32). The same loaders and two shared
+// The tensor-core variant (TP_TF32 = 1: Precision::Tf32; Bf16/Fp16 with TP_ROUND, below). The
+// same loaders and two shared
 // stages as above, but the stages are filled with cp.async (tp_operand::copy_async: the next
 // tile's copies are in flight while the block computes on the current stage; one
 // cp.async.wait_group 0 and one barrier per 16-deep K tile), no registers in between; the
@@ -309,6 +371,17 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
 // (thread (tx, ty) holds rows ty*TP_TM.., columns tx*TP_TN..), so tp_gemm_output — split-K
 // combine, epilogue, per-channel epilogue reductions — is the same code for both precisions.
 // Generated: TP_WARPS_M, TP_WARPS_N (render/launch.rs Tile::tensor_warps).
+//
+// With TP_ROUND (BF16/FP16) the same warp tiles multiply natively: the stages hold 16-bit
+// values, [TP_BK][EDGE + TP_HPAD] k-major (tp_operand::store16 rounds the loaders' registers
+// with cvt.rn.{bf16,f16}.f32 / cvt.rn.{bf16x2,f16x2}.f32; cp.async cannot convert, so the
+// next tile's global loads are in flight in registers while the block computes, as on the
+// SIMT core), and each K tile is one mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,
+// f16}.f32 per fragment pair, whose A fragment is one ldmatrix.x4.trans and B fragment one
+// ldmatrix.x2.trans (PTX ISA m16n8k16 layout: a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
+// a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]; b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g];
+// the lower k in the low half; c as above). Each element of the result is c + sum over K in
+// steps of 16, k ascending: as fixed an order as TF32's.
 #define TP_CPAD 8
 #define TP_WM (TP_BM / TP_WARPS_M)
 #define TP_WN (TP_BN / TP_WARPS_N)
@@ -317,18 +390,52 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
 static_assert(TP_WARPS_M * TP_WARPS_N * 32 == TP_BLOCK, "one warp tile per warp");
 static_assert(TP_WM % 16 == 0 && TP_WN % 8 == 0, "warp tiles of whole m16n8 fragments");
 
-// x as the b32 an mma operand takes: rounded to tf32 (to nearest, ties away from zero), or with
-// TP_ROUND to bf16/f16 (tp_round, ties to even). A bf16 or f16 value has at most 11 significant
-// bits and an exponent inside f32's normal range (f16 subnormals included), so it IS a tf32
-// value: the mma multiplies it exactly, with no tf32 rounding on top.
-TP_DEV unsigned int tp_tf32(float x) {
 #if TP_ROUND
-    return __float_as_uint(tp_round(x));
+// The native 16-bit tensor-core path (TP_ROUND = 1: bf16, 2: f16). One 16-deep K tile is ONE
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 per fragment pair (twice
+// TF32's tensor throughput), with two operands packed per b32 register.
+
+// ldmatrix .trans of 16-bit 8x8 matrices from shared memory: matrix j's 8 rows (16 bytes each)
+// at the addresses of lanes 8j..8j+7; lane (g, t) receives elements [2t][g] (low half) and
+// [2t+1][g] (high half) of each — from a k-major stage, exactly the m16n8k16 A and B fragments.
+TP_DEV void tp_ldmatrix_x4_trans(unsigned int r[4], const unsigned short* row) {
+    const unsigned int a = (unsigned int)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+TP_DEV void tp_ldmatrix_x2_trans(unsigned int r[2], const unsigned short* row) {
+    const unsigned int a = (unsigned int)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(a)
+                 : "memory");
+}
+
+// c += a . b for one m16n8k16 fragment (bf16 or f16 operands, two per register; f32
+// accumulators).
+TP_DEV void tp_mma16(float c[4], const unsigned int a[4], const unsigned int b[2]) {
+#if TP_ROUND == 1
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+#else
+// x as the b32 an mma operand takes: rounded to tf32 (to nearest, ties away from zero).
+TP_DEV unsigned int tp_tf32(float x) {
     unsigned int r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
     return r;
-#endif
 }
 
 // c += a . b for one m16n8k8 fragment (tf32 operands, f32 accumulators).
@@ -339,21 +446,32 @@ TP_DEV void tp_mma_tf32(float c[4], const unsigned int a[4], const unsigned int 
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+#endif
 
 // acc = A[m0.., k0..k1) . B[k0..k1), n0..] for the block's tile (rows >= M, columns >= N and
-// k >= k1 read as zeros), products of tf32-rounded operands on the tensor cores.
+// k >= k1 read as zeros), products of tf32-rounded operands on the tensor cores (with TP_ROUND:
+// of bf16/f16 operands, natively).
 template <class LA, class LB>
 TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k1, int m0, int n0,
                          float acc[TP_TM][TP_TN]) {
+    typedef float CTile[TP_BN + TP_CPAD];
+    constexpr int C_FLOATS = TP_BM * (TP_BN + TP_CPAD);
+#if TP_ROUND
+    // Two 16-bit stages per operand: half the bytes of f32 ones.
+    typedef unsigned short AStage[TP_BK][TP_BM + TP_HPAD];
+    typedef unsigned short BStage[TP_BK][TP_BN + TP_HPAD];
+    constexpr int STAGES = TP_BK * (TP_BM + TP_HPAD + TP_BN + TP_HPAD);  // floats' worth
+    constexpr int B_OFFSET = TP_BK * (TP_BM + TP_HPAD);                  // floats
+#else
     typedef float AStage[TP_BK][TP_BM + TP_PAD];
     typedef float BStage[TP_BK][TP_BN + TP_PAD];
-    typedef float CTile[TP_BN + TP_CPAD];
     constexpr int STAGES = 2 * TP_BK * (TP_BM + TP_PAD + TP_BN + TP_PAD);
-    constexpr int C_FLOATS = TP_BM * (TP_BN + TP_CPAD);
+    constexpr int B_OFFSET = 2 * TP_BK * (TP_BM + TP_PAD);
+#endif
     // The stages while K runs, then the accumulator tile.
     __shared__ __align__(16) float smem[STAGES > C_FLOATS ? STAGES : C_FLOATS];
     AStage* as = reinterpret_cast<AStage*>(smem);
-    BStage* bs = reinterpret_cast<BStage*>(smem + 2 * TP_BK * (TP_BM + TP_PAD));
+    BStage* bs = reinterpret_cast<BStage*>(smem + B_OFFSET);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int g = lane / 4, t = lane % 4;
     const int wm0 = warp / TP_WARPS_N * TP_WM, wn0 = warp % TP_WARPS_N * TP_WN;
@@ -368,6 +486,48 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
         for (int j = 0; j < TP_NI; ++j)
 #pragma unroll
             for (int r = 0; r < 4; ++r) c[i][j][r] = 0.0f;
+#if TP_ROUND
+    static_assert(TP_BK == 16, "one m16n8k16 per K tile");
+    // The SIMT core's pipeline (cp.async cannot convert): the next tile's global loads are in
+    // flight in registers while the block computes on the current stage, then they are rounded
+    // into the other stage (store16); one barrier per K tile.
+    a.load(la, k0, k1);
+    b.load(lb, k0, k1);
+    a.store16(as[0]);
+    b.store16(bs[0]);
+    __syncthreads();
+    // This lane's ldmatrix row (lanes 8j..8j+7 address the rows of matrix j): A's four 8x8
+    // matrices are (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7), (k 8-15, m 8-15) of a
+    // fragment — a0..a3 of the PTX ISA's m16n8k16 layout (a0 = A[g][2t, 2t+1], a1 = A[g+8][..],
+    // a2 = A[g][2t+8, 2t+9], a3 = A[g+8][..]) once transposed; B's two are k 0-7 and 8-15 of
+    // its 8 columns (b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]).
+    const int a_k = (lane & 7) + (lane >> 4) * 8, a_m = wm0 + ((lane >> 3) & 1) * 8;
+    const int b_k = (lane & 7) + ((lane >> 3) & 1) * 8;
+    int cur = 0;
+    for (int kt = k0; kt < k1; kt += TP_BK) {
+        const bool more = kt + TP_BK < k1;
+        if (more) {
+            a.load(la, kt + TP_BK, k1);
+            b.load(lb, kt + TP_BK, k1);
+        }
+        unsigned int af[TP_MI][4], bf[TP_NI][2];
+#pragma unroll
+        for (int i = 0; i < TP_MI; ++i) tp_ldmatrix_x4_trans(af[i], &as[cur][a_k][a_m + i * 16]);
+#pragma unroll
+        for (int j = 0; j < TP_NI; ++j) tp_ldmatrix_x2_trans(bf[j], &bs[cur][b_k][wn0 + j * 8]);
+#pragma unroll
+        for (int i = 0; i < TP_MI; ++i)
+#pragma unroll
+            for (int j = 0; j < TP_NI; ++j) tp_mma16(c[i][j], af[i], bf[j]);
+        // The other stage was last read before the barrier ending the previous tile.
+        if (more) {
+            a.store16(as[cur ^ 1]);
+            b.store16(bs[cur ^ 1]);
+        }
+        __syncthreads();
+        cur ^= 1;
+    }
+#else
     a.copy_async(la, k0, k1, as[0]);
     b.copy_async(lb, k0, k1, bs[0]);
     tp_copy_commit();
@@ -411,6 +571,7 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
         __syncthreads();
         cur ^= 1;
     }
+#endif
     // Every warp is past its last fragment read (the barrier above): the stages become the tile.
     CTile* cs = reinterpret_cast<CTile*>(smem);
 #pragma unroll

@@ -296,6 +296,59 @@ fn half_precision_conversions_against_the_half_crate() {
     ]);
 }
 
+/// `cvt.rn.{bf16x2,f16x2}.f32 d, a, b` (the GEMM core's operand packing for the m16n8k16 mma):
+/// `a` rounded into the high half, `b` into the low, each exactly as the `half` crate rounds
+/// (to nearest, ties to even; overflow to infinity; f16 subnormals kept), NaN canonical.
+#[test]
+fn packed_half_conversions_against_the_half_crate() {
+    let mut r = rng(81);
+    let mut x: Vec<f32> = (0..4000)
+        .map(|_| f32::from_bits(r.random::<u32>()))
+        .collect();
+    x.extend([
+        1.0 + 2f32.powi(-8),
+        1.0 + 3.0 * 2f32.powi(-8),
+        1.0 + 2f32.powi(-11),
+        1.0 + 3.0 * 2f32.powi(-11),
+        65519.0,
+        65520.0,
+        2f32.powi(-25),
+        3.0 * 2f32.powi(-26),
+        3.4e38,
+        f32::from_bits(1),
+        f32::INFINITY,
+        -0.0,
+        f32::NAN,
+    ]);
+    // Pairs (x[i], x[i+1]): every value lands in both halves.
+    let hi = f32s(&x);
+    let lo: Vec<u64> = hi.iter().cycle().skip(1).take(hi.len()).copied().collect();
+    let zero = vec![0u64; x.len()];
+    let bf = run_op("cvt.rn.bf16x2.f32 %ro, %ra, %rb;", 32, &hi, &lo, &zero);
+    let hf = run_op("cvt.rn.f16x2.f32 %ro, %ra, %rb;", 32, &hi, &lo, &zero);
+    for i in 0..x.len() {
+        let (a, b) = (x[i], x[(i + 1) % x.len()]);
+        let want_bf = |v: f32| {
+            if v.is_nan() {
+                0x7fff
+            } else {
+                half::bf16::from_f32(v).to_bits()
+            }
+        };
+        let want_hf = |v: f32| {
+            if v.is_nan() {
+                0x7fff
+            } else {
+                half::f16::from_f32(v).to_bits()
+            }
+        };
+        let wb = (u64::from(want_bf(a)) << 16) | u64::from(want_bf(b));
+        let wh = (u64::from(want_hf(a)) << 16) | u64::from(want_hf(b));
+        assert_eq!(bf[i], wb, "cvt.rn.bf16x2.f32 ({a:e}, {b:e})");
+        assert_eq!(hf[i], wh, "cvt.rn.f16x2.f32 ({a:e}, {b:e})");
+    }
+}
+
 #[test]
 fn integer_arithmetic_and_bit_operations() {
     let m1 = u64::MAX;

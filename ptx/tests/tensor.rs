@@ -414,12 +414,17 @@ fn cp_async_lands_at_the_wait_of_its_group_with_zero_fill() {
     let src: Vec<f32> = (0..448).map(|i| 1.0 + i as f32).collect();
     for src_bytes in [16i32, 8, 0] {
         let out = zeros::<f32>(&dev, 64 * 8);
-        Args::default()
+        let stats = Args::default()
             .ptr(upload(&dev, &src))
             .ptr(out)
             .val(src_bytes)
             .launch(&dev, &m, "cp_async_groups", [1, 1, 1], [64, 1, 1], 0)
             .unwrap();
+        // Each of the 2 warps waits for memory twice: wait_group 1 lands group 0 (read from
+        // global), wait_all the rest (the third copy reads global on even threads): one load
+        // epoch per landing wait, none per copy.
+        assert_eq!(stats.load_epochs, 2 * 2, "src-size {src_bytes}");
+        assert!(stats.global_loads >= 2 && stats.global_bytes >= 64 * 4);
         let got: Vec<f32> = download(&dev, out, 64 * 8);
         for tid in 0..64usize {
             let o = 63 - tid;

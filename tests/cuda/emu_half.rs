@@ -8,13 +8,16 @@
 //! An output is `c = Σₖ ãₖ·b̃ₖ` over K terms, `ã`, `b̃` the operands rounded to bf16/f16 (round
 //! to nearest even, on both backends). A product of two 16-bit values (at most 11 significant
 //! bits each) has at most 22 significant bits, so it is exact in f32 — and so is every product
-//! the tensor cores form, since a bf16/f16 value is a TF32 value. The two backends differ only
-//! in how they sum the same exact products in f32. With `u = 2⁻²⁴` and `S = Σₖ |ãₖ·b̃ₖ|`:
+//! the tensor cores form (natively, in the 16-bit format). The two backends differ only
+//! in how they sum the same exact products in f32 (the tensor-core tiles multiply natively:
+//! operands rounded by `cvt.rn` into 16-bit shared stages, fragments read by `ldmatrix .trans`,
+//! `mma.sync` m16n8k16 `.bf16`/`.f16`). With `u = 2⁻²⁴` and `S = Σₖ |ãₖ·b̃ₖ|`:
 //!
 //! - the CPU's f32 sum (any order: blocked, FMA or not) is off the exact sum by at most `K·u·S`;
-//! - the device accumulates K products in f32: the emulated device rounds once per `mma` (8
-//!   products, exactly rounded) or per FMA on the SIMT tiles, at most `K·u·S`; a GPU's tensor
-//!   cores may truncate rather than round their accumulation, at most `2K·u·S`;
+//! - the device accumulates K products in f32: the emulated device rounds once per `mma` (the
+//!   native m16n8k16 bf16/f16 `mma` of the tensor-core tiles: 16 products and the accumulator,
+//!   exactly rounded) or per FMA on the SIMT tiles, at most `K·u·S`; a GPU's tensor cores may
+//!   truncate rather than round their accumulation, at most `2K·u·S`;
 //! - split-K combines at most K/16 partial sums, each addition off by at most `u·S`.
 //!
 //! Together at most `(3K + K/16)·u·S`, so the tests check, per output element,
@@ -639,6 +642,29 @@ fn every_tile_simt_and_tensor_core_rounds_its_operands_and_multiplies_within_the
                     let ptx = compiler
                         .compile("tile", &source, Arch::EMULATED)
                         .unwrap_or_else(|e| panic!("{e}"));
+                    // The tensor-core tiles multiply natively in the 16-bit format: operands
+                    // rounded by cvt.rn into 16-bit stages, fragments read by ldmatrix .trans,
+                    // m16n8k16 mma; no TF32 and no cp.async on the way.
+                    if tensor_cores {
+                        let (mma, round) = match format {
+                            HalfFormat::Bf16 => (
+                                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                                "cvt.rn.bf16",
+                            ),
+                            HalfFormat::F16 => (
+                                "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+                                "cvt.rn.f16",
+                            ),
+                        };
+                        let ldmatrix = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16";
+                        let present = [mma, round, ldmatrix].iter().all(|i| ptx.contains(i));
+                        if !present || ptx.contains("tf32") || ptx.contains("cp.async") {
+                            failures.push(format!(
+                                "{precision} {tile:?}: the PTX lacks {mma}, {round} or \
+                                 {ldmatrix}, or has tf32 or cp.async"
+                            ));
+                        }
+                    }
                     let module = dev.load_module(&ptx).expect("load");
                     let mut at = std::collections::HashMap::new();
                     let upload = |values: &[f32]| {

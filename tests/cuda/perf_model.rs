@@ -225,6 +225,7 @@ fn calibration() -> Vec<(usize, f64, f64, usize)> {
             registers: Some(m.registers),
             flops: o.flops,
             tensor_flops: 0.0,
+            half_tensor_flops: 0.0,
             dram_bytes: o.dram_bytes,
             block_counts: Some(BlockCounts {
                 warp_instructions: o.warp_instructions,
@@ -380,18 +381,26 @@ fn no_launch_of_the_example_programs_leaves_the_gpu_mostly_idle() {
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
-/// The predicted ResNet-20 b128 training step on the H100 model in TF32 (tensor-core GEMMs)
-/// against FP32: printed (`-- --nocapture`) for `kernels/README.md`, and TF32 must be predicted
-/// faster — a prediction, not a measurement.
+/// The predicted ResNet-20 b128 training step on the H100 model in TF32, BF16 and FP16
+/// (tensor-core GEMMs; BF16/FP16 on the native m16n8k16 `mma`, FP16 with its loss scale)
+/// against FP32: printed (`-- --nocapture`) for `kernels/README.md`, and each must be predicted
+/// faster than FP32 — a prediction, not a measurement.
 #[test]
 fn the_tf32_resnet20_b128_step_is_predicted_faster_than_fp32() {
     use towerpack::lower::{LowerOptions, Precision, lower};
     cuda_common::require_nvrtc();
     let _ = cuda_common::ptxas();
-    let (graph, step) = launch_report::training_step(resnet20(), 128, 1).expect("step");
     let compiler = Compiler::new(nvrtc::default_cache_dir()).expect("NVRTC");
     let mut totals = Vec::new();
-    for precision in [Precision::Fp32, Precision::Tf32] {
+    for precision in [
+        Precision::Fp32,
+        Precision::Tf32,
+        Precision::Bf16,
+        Precision::Fp16,
+    ] {
+        // fp16 with its loss scale, as a run builds it.
+        let (graph, step) =
+            launch_report::training_step_in(resnet20(), 128, 1, precision).expect("step");
         let options = LowerOptions {
             precision,
             ..towerpack::backend::cuda::CudaOptions::default().lower
@@ -438,10 +447,12 @@ fn the_tf32_resnet20_b128_step_is_predicted_faster_than_fp32() {
         totals.push(perf::step_us(&rows));
     }
     eprintln!(
-        "predicted step: fp32 {:.1} µs, tf32 {:.1} µs ({:.2}×)",
+        "predicted step: fp32 {:.1} µs, tf32 {:.1} µs ({:.2}×), bf16 {:.1} µs, fp16 {:.1} µs",
         totals[0],
         totals[1],
-        totals[0] / totals[1]
+        totals[0] / totals[1],
+        totals[2],
+        totals[3]
     );
-    assert!(totals[1] < totals[0], "{totals:?}");
+    assert!(totals[1..].iter().all(|&t| t < totals[0]), "{totals:?}");
 }

@@ -27,6 +27,8 @@ struct Pending {
     dst: usize,
     len: u8,
     data: [u8; 16],
+    /// Whether it read global memory (not all zero fill).
+    global: bool,
 }
 
 const OPEN: u32 = u32::MAX;
@@ -113,6 +115,7 @@ pub fn issue(
             dst,
             len: x.size,
             data,
+            global: n > 0,
         });
     }
     if reading != 0 {
@@ -138,10 +141,13 @@ pub fn commit(copies: &mut AsyncCopies, mask: u32) {
 }
 
 /// `cp.async.wait_group n` for the lanes of `mask`: lands every copy of a committed group but
-/// the `n` most recent, in issue order.
+/// the `n` most recent, in issue order. A wait that lands a copy read from global memory waits
+/// for memory once, however many copies and branches came before it: it counts one load epoch
+/// ([`super::MemCounts::load_epochs`]; the copies themselves, being asynchronous, open none).
 pub fn wait(env: &mut CtaEnv, copies: &mut AsyncCopies, n: u32, mask: u32) {
     let committed = copies.committed;
     let shared = &mut env.shared;
+    let mut from_global = false;
     copies.pending.retain(|p| {
         let lane = usize::from(p.lane);
         let done = (mask >> lane) & 1 == 1
@@ -150,7 +156,11 @@ pub fn wait(env: &mut CtaEnv, copies: &mut AsyncCopies, n: u32, mask: u32) {
         if done {
             let len = usize::from(p.len);
             shared[p.dst..p.dst + len].copy_from_slice(&p.data[..len]);
+            from_global |= p.global;
         }
         !done
     });
+    if from_global {
+        env.mem.load_epochs += 1;
+    }
 }

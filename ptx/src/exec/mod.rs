@@ -74,7 +74,8 @@ pub(crate) struct MemCounts {
     pub global_stores: u64,
     pub global_bytes: u64,
     /// Runs of global loads a warp issues with no branch or barrier between them, summed over
-    /// warps: loads of one run can be in flight together, each run waits for memory once.
+    /// warps: loads of one run can be in flight together, each run waits for memory once. A
+    /// `cp.async.wait_group` that lands copies from global memory counts as one run.
     pub load_epochs: u64,
     /// Warp-level `bar.sync` executions.
     pub barriers: u64,
@@ -100,7 +101,8 @@ pub struct LaunchStats {
     pub global_stores: u64,
     /// Bytes moved by those instructions' active lanes (before any caching).
     pub global_bytes: u64,
-    /// Runs of global loads issued by a warp with no branch or barrier in between, summed over
+    /// Runs of global loads issued by a warp with no branch or barrier in between (and
+    /// `cp.async.wait_group`s landing copies from global memory), summed over
     /// warps (the loads of a run can be in flight together: a latency-bound warp waits for
     /// memory about once per run).
     pub load_epochs: u64,

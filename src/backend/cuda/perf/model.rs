@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! time = max(flops / (peak · active SMs / SMs),  dram bytes / bandwidth,  wave time · waves)
-//!        (+ tensor-core flops / (TF32 peak · active SMs / SMs) in the first term)
+//!        (+ tensor-core flops / (TF32 or BF16/FP16 peak · active SMs / SMs) in the first term)
 //!        + launch cost
 //! ```
 //!
@@ -37,9 +37,12 @@ pub struct Launch {
     /// Registers per thread (ptxas); `None`: assumed not to limit occupancy.
     pub registers: Option<u32>,
     pub flops: f64,
-    /// Of the work, the operations done on the tensor cores (TF32 GEMMs), timed against
-    /// [`GpuSpec::tf32_tflops`] instead of the FP32 peak; 0 for FP32 kernels.
+    /// Of the work, the operations done on the tensor cores in TF32 (TF32 GEMMs), timed
+    /// against [`GpuSpec::tf32_tflops`] instead of the FP32 peak; 0 for FP32 kernels.
     pub tensor_flops: f64,
+    /// Of the work, the operations done on the tensor cores in BF16/FP16 (the native m16n8k16
+    /// `mma` of BF16/FP16 GEMMs), timed against [`GpuSpec::half_tflops`]; 0 otherwise.
+    pub half_tensor_flops: f64,
     pub dram_bytes: f64,
     /// The busiest block's counts, when measured.
     pub block_counts: Option<BlockCounts>,
@@ -130,7 +133,8 @@ pub fn predict(gpu: &GpuSpec, launch: &Launch) -> Prediction {
     let waves = blocks.div_ceil(sms * u64::from(per_sm));
     let active = blocks.min(sms) as f64 / sms as f64;
     let compute_us = launch.flops / (gpu.fp32_tflops * 1e6 * active)
-        + launch.tensor_flops / (gpu.tf32_tflops * 1e6 * active);
+        + launch.tensor_flops / (gpu.tf32_tflops * 1e6 * active)
+        + launch.half_tensor_flops / (gpu.half_tflops * 1e6 * active);
     let memory_us = launch.dram_bytes / (gpu.dram_gbs * 1e3);
     let serial_us = launch.block_counts.map_or(0.0, |c| {
         // Blocks sharing an SM in a full wave (fewer when the grid is small).

@@ -132,16 +132,18 @@ fn row(
     };
     let work = kernel_work(program, k);
     let shared_bytes = regs.map_or(m.static_shared, |r| r.shared_bytes) + m.dims.shared_bytes;
-    // TF32 programs multiply on the tensor cores in the GEMM family (the bodies rendered with
-    // TP_TF32).
+    // TF32, BF16 and FP16 programs multiply on the tensor cores in the GEMM family (the bodies
+    // rendered with TP_TF32): BF16/FP16 ones (TP_ROUND) with the native 16-bit mma.
     let tensor = r.generated.contains("#define TP_TF32 1");
+    let half = tensor && r.generated.contains("#define TP_ROUND ");
     let launch = Launch {
         grid: m.dims.grid,
         block: m.dims.block,
         shared_bytes,
         registers: regs.map(|r| r.registers),
         flops: if tensor { 0.0 } else { work.flops },
-        tensor_flops: if tensor { work.flops } else { 0.0 },
+        tensor_flops: if tensor && !half { work.flops } else { 0.0 },
+        half_tensor_flops: if half { work.flops } else { 0.0 },
         dram_bytes: work.dram_bytes,
         block_counts: Some(m.counts),
     };

@@ -15,6 +15,9 @@ pub struct GpuSpec {
     pub fp32_tflops: f64,
     /// Peak dense TF32 tensor-core throughput (an FMA is two operations), TFLOP/s.
     pub tf32_tflops: f64,
+    /// Peak dense BF16/FP16 tensor-core throughput with f32 accumulation (an FMA is two
+    /// operations), TFLOP/s: the native `mma` m16n8k16 of BF16/FP16 programs.
+    pub half_tflops: f64,
     /// DRAM bandwidth, GB/s.
     pub dram_gbs: f64,
     /// Per SM: resident threads, resident blocks, 32-bit registers, shared memory bytes.
@@ -42,7 +45,7 @@ pub struct GpuSpec {
 }
 
 /// NVIDIA H100 SXM5 80 GB (HBM3): 132 SMs at 1.98 GHz boost, 67 TFLOP/s FP32, 495 TFLOP/s
-/// dense TF32 on the tensor cores, 3.35 TB/s.
+/// dense TF32 and 989 dense BF16/FP16 on the tensor cores, 3.35 TB/s.
 /// Latencies calibrated against Nsight Compute's times of towerpack's kernels on one
 /// (`../shared/reference/gpu-h100.md`; `tests/cuda/perf_model.rs` checks the fit).
 pub const H100_SXM: GpuSpec = GpuSpec {
@@ -54,6 +57,10 @@ pub const H100_SXM: GpuSpec = GpuSpec {
     // NVIDIA H100 SXM5 datasheet: TF32 Tensor Core 989 TFLOP/s with 2:4 sparsity, half of it
     // dense (the figure issue 17 quotes: 495).
     tf32_tflops: 494.7,
+    // The same datasheet: BF16 and FP16 Tensor Core 1,979 TFLOP/s with sparsity, half of it
+    // dense (twice TF32's, as the whitepaper's per-SM table has it: 2048 dense FP16/BF16 FMA
+    // per clock against 1024 TF32).
+    half_tflops: 989.4,
     dram_gbs: 3350.0,
     max_threads_per_sm: 2048,
     max_blocks_per_sm: 32,
