@@ -166,23 +166,19 @@ pub fn unsupported(g: &Conv2dGeometry, pass: ConvPass) -> Option<&'static str> {
 }
 
 /// Whether the tile kernels are faster than the vector kernels for `pass` of `g`: when each
-/// window holds at least 64 products (`KH·KW·C`, or `KH·KW·O` for the input gradient), and,
-/// for the filter gradient, each input value (rounded and gathered per image) feeds at least
-/// 128 multiply-adds. Below that the gathers and transposes cost more than the tiles save.
-/// Measured on ResNet-20's layers (`cargo bench --bench cpu_kernels -- conv-algos`, one
-/// thread): the 3-channel stem (27 products) and the 1×1 projections (16 and 32) ran 1.1–3×
-/// slower on tiles in every pass, the stride-2 3×3 16 → 32 filter gradient (72 per input value)
-/// 1.3× slower; the 3×3 layers otherwise 1.1–3× faster.
+/// window holds at least 64 products (`KH·KW·C`, or `KH·KW·O` for the input gradient). Below
+/// that the gathers cost more than the tiles save. Measured on ResNet-20's layers at batch
+/// 128 (`cargo bench --bench cpu_kernels -- conv-algos`, one thread, a noisy machine): the
+/// 3-channel stem (27 products) ran 2× slower on tiles and the 1×1 projections (16 and 32)
+/// 0.7–1.2×; the 3×3 layers 1.3–1.8× faster at 16 channels (32×32 pixels), 1.3–2.8× at 32,
+/// 2–3.8× at 64, in every pass.
 pub fn pays_off(g: &Conv2dGeometry, pass: ConvPass) -> bool {
     let [kh, kw] = g.kernel_hw;
-    match pass {
-        ConvPass::Forward => kh * kw * g.in_channels >= 64,
-        ConvPass::InputGradient => kh * kw * g.out_channels >= 64,
-        ConvPass::FilterGradient => {
-            let inputs = g.in_hw[0] * g.in_hw[1] * g.in_channels;
-            kh * kw * g.in_channels >= 64 && g.macs() >= 128 * g.batch * inputs
-        }
-    }
+    let channels = match pass {
+        ConvPass::Forward | ConvPass::FilterGradient => g.in_channels,
+        ConvPass::InputGradient => g.out_channels,
+    };
+    kh * kw * channels >= 64
 }
 
 fn check_supported(
@@ -373,19 +369,9 @@ fn pair_patches(
         if pair.len() == 1 {
             two_rows[kp..kp + shape.k_len].fill(0);
         }
-        for (j, &origin) in pair.iter().enumerate() {
-            for seg in segs {
-                // SAFETY: the window run lies in `padded`, the row segment in `two_rows`
-                // (asserted above); the CPU runs AVX-512 (`unsupported` checked the level).
-                unsafe {
-                    copy_run(
-                        padded.as_ptr().add(origin + seg.a_off),
-                        two_rows.as_mut_ptr().add(j * kp + seg.k0),
-                        seg.len,
-                    )
-                };
-            }
-        }
+        // SAFETY: the window runs lie in `padded`, the rows in `two_rows` (asserted above); the
+        // CPU runs AVX-512 (`unsupported` checked the level).
+        unsafe { gather_windows(segs, pair, padded.as_ptr(), two_rows.as_mut_ptr(), kp) };
         // SAFETY: both rows hold `kp` values and pair row `q` holds `2·kp` (asserted above).
         unsafe { interleave(two_rows.as_ptr(), pairs.as_mut_ptr().add(q * 2 * kp), kp) };
     }
@@ -396,6 +382,7 @@ fn pair_patches(
 /// # Safety
 /// AVX-512F/BW are available; `rows` holds `2·len` values, `out` room for `2·len`.
 #[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
 unsafe fn interleave(rows: *const u16, out: *mut u16, len: usize) {
     use std::arch::x86_64::*;
     // Lane 2i takes element i of the first row (lanes 0–15), lane 2i + 1 element i of the second
@@ -811,21 +798,9 @@ fn image_gemm(
     }
     products.resize(PANEL_ROWS * np, 0.0);
     for (first, pixels) in origins.chunks(PANEL_ROWS).enumerate() {
-        for (r, &origin) in pixels.iter().enumerate() {
-            let row = panel[r * kp..].as_mut_ptr();
-            for seg in segs {
-                // SAFETY: the window run lies in `padded` and the panel row holds `k_len <= kp`
-                // values (asserted above); the CPU runs AVX-512 (the level `unsupported`
-                // checked).
-                unsafe {
-                    copy_run(
-                        padded.as_ptr().add(origin + seg.a_off),
-                        row.add(seg.k0),
-                        seg.len,
-                    )
-                };
-            }
-        }
+        // SAFETY: every window run lies in `padded` and every panel row holds `k_len <= kp`
+        // values (asserted above); the CPU runs AVX-512 (the level `unsupported` checked).
+        unsafe { gather_windows(segs, pixels, padded.as_ptr(), panel.as_mut_ptr(), kp) };
         // Rows past the last pixel multiply zeros (the last panel of an image); the tail of
         // every row past `k_len` stays zero (`panel_for`).
         if pixels.len() < PANEL_ROWS {
@@ -845,11 +820,41 @@ fn image_gemm(
     }
 }
 
+/// Row `r` of the panel (`kp` apart) gets the window of pixel `pixels[r]`: every segment's run
+/// of the padded image at its place in the filter's row order. Compiled for AVX-512 with the
+/// copies inlined (a call per run cost as much as the tile products).
+///
+/// # Safety
+/// AVX-512F/BW are available; every `padded + origin + a_off .. + len` is readable and the
+/// panel holds `pixels.len()` rows of `kp >= k0 + len`.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn gather_windows(
+    segs: &[Segment],
+    pixels: &[usize],
+    padded: *const u16,
+    panel: *mut u16,
+    kp: usize,
+) {
+    for (r, &origin) in pixels.iter().enumerate() {
+        for seg in segs {
+            // SAFETY: in bounds by the function's contract.
+            unsafe {
+                copy_run(
+                    padded.add(origin + seg.a_off),
+                    panel.add(r * kp + seg.k0),
+                    seg.len,
+                )
+            };
+        }
+    }
+}
+
 /// Copies `len` bf16 values from `src` to `dst`, 32 at a time (the last run masked).
 ///
 /// # Safety
 /// AVX-512F/BW are available; `src` and `dst` are valid for `len` values.
 #[target_feature(enable = "avx512f,avx512bw")]
+#[inline]
 unsafe fn copy_run(src: *const u16, dst: *mut u16, len: usize) {
     use std::arch::x86_64::{_mm512_mask_storeu_epi16, _mm512_maskz_loadu_epi16};
     let mut i = 0;
