@@ -697,17 +697,12 @@ impl Drop for RoundedOperand {
 }
 
 /// A convolution pass with an epilogue: its two operands, its output.
-type ConvWithEpilogue = fn(
-    &kernels::Conv2dGeometry,
-    &[f32],
-    &[f32],
-    &mut [f32],
-    &dyn kernels::Epilogue,
-) -> Result<(), KernelError>;
+type ConvWithEpilogue =
+    fn(&Conv2dGeometry, &[f32], &[f32], &mut [f32], &dyn Epilogue) -> Result<(), KernelError>;
 
 /// Whether a convolution pass whose operands round to `round` runs on the bf16 AMX tiles: bf16
 /// operands and a geometry the tile kernels take at the SIMD level in force, and run faster.
-fn on_tiles(round: Option<HalfFormat>, g: &kernels::Conv2dGeometry, pass: ConvPass) -> bool {
+fn on_tiles(round: Option<HalfFormat>, g: &Conv2dGeometry, pass: ConvPass) -> bool {
     round == Some(HalfFormat::Bf16) && kernels::bf16_tiles_preferred(g, pass)
 }
 
