@@ -394,27 +394,13 @@ fn moments_epilogue_gathers_the_batch_statistics_of_the_fused_output() {
 /// (up to 40: several 16- and 8-channel chunks plus a tail), odd sizes, strides, dilations and
 /// asymmetric padding.
 fn random_direct_geometry(rng: &mut rand_chacha::ChaCha8Rng) -> Conv2dGeometry {
-    loop {
-        let g = Conv2dGeometry {
-            batch: rng.random_range(1..=3),
-            in_hw: [rng.random_range(1..=13), rng.random_range(1..=13)],
-            in_channels: rng.random_range(1..=40),
-            out_channels: rng.random_range(1..=40),
-            kernel_hw: [rng.random_range(1..=3), rng.random_range(1..=3)],
-            strides: [rng.random_range(1..=3), rng.random_range(1..=3)],
-            dilations: [rng.random_range(1..=2), rng.random_range(1..=2)],
-            padding: Padding2d {
-                top: rng.random_range(0..=2),
-                bottom: rng.random_range(0..=2),
-                left: rng.random_range(0..=2),
-                right: rng.random_range(0..=2),
-            },
-            groups: 1,
-        };
-        if g.validate().is_ok() {
-            return g;
-        }
-    }
+    let limits = GeometryLimits {
+        hw: 13,
+        in_channels: 40,
+        out_channels: 40,
+        stride: 3,
+    };
+    random_one_group_geometry(rng, &limits)
 }
 
 /// `y`, `dx` and `dw` of one convolution.

@@ -10,7 +10,6 @@
 use crate::cpu_kernels_common;
 
 use cpu_kernels_common::*;
-use rand::Rng;
 use towerpack::backend::cpu::kernels::{
     ChannelEpilogue, Conv2dGeometry, ConvPass, NoEpilogue, Padding2d, SimdLevel,
     bf16_tiles_unsupported, conv2d_backward_filter_bf16, conv2d_backward_input_bf16,
@@ -120,27 +119,13 @@ fn check_backward_filter(g: &Conv2dGeometry, seed: u64) {
 /// A random one-group geometry: channel counts with partial 16-column blocks and 32-deep
 /// steps, odd sizes, strides, dilations, asymmetric padding.
 fn random_geometry(rng: &mut rand_chacha::ChaCha8Rng) -> Conv2dGeometry {
-    loop {
-        let g = Conv2dGeometry {
-            batch: rng.random_range(1..=3),
-            in_hw: [rng.random_range(1..=11), rng.random_range(1..=11)],
-            in_channels: rng.random_range(1..=40),
-            out_channels: rng.random_range(1..=70),
-            kernel_hw: [rng.random_range(1..=3), rng.random_range(1..=3)],
-            strides: [rng.random_range(1..=2), rng.random_range(1..=2)],
-            dilations: [rng.random_range(1..=2), rng.random_range(1..=2)],
-            padding: Padding2d {
-                top: rng.random_range(0..=2),
-                bottom: rng.random_range(0..=2),
-                left: rng.random_range(0..=2),
-                right: rng.random_range(0..=2),
-            },
-            groups: 1,
-        };
-        if g.validate().is_ok() {
-            return g;
-        }
-    }
+    let limits = GeometryLimits {
+        hw: 11,
+        in_channels: 40,
+        out_channels: 70,
+        stride: 2,
+    };
+    random_one_group_geometry(rng, &limits)
 }
 
 #[test]

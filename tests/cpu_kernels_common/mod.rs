@@ -5,7 +5,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use towerpack::backend::cpu::kernels::{Conv2dGeometry, SimdLevel};
+use towerpack::backend::cpu::kernels::{Conv2dGeometry, Padding2d, SimdLevel};
 
 pub fn rng(seed: u64) -> ChaCha8Rng {
     ChaCha8Rng::seed_from_u64(seed)
@@ -104,4 +104,44 @@ pub fn naive_conv_backward_filter(g: &Conv2dGeometry, x: &[f32], dy: &[f32]) -> 
     let mut dw = vec![0.0f64; g.filter_len()];
     conv_taps(g, |o, i, f| dw[f] += f64::from(dy[o]) * f64::from(x[i]));
     dw.into_iter().map(|v| v as f32).collect()
+}
+
+/// Upper bounds of [`random_one_group_geometry`].
+pub struct GeometryLimits {
+    pub hw: usize,
+    pub in_channels: usize,
+    pub out_channels: usize,
+    pub stride: usize,
+}
+
+/// A random valid one-group geometry: batch 1–3, sizes up to `limits.hw`, channels and strides
+/// up to their limits, 1–3 taps, dilations 1–2, asymmetric padding 0–2.
+pub fn random_one_group_geometry(rng: &mut ChaCha8Rng, limits: &GeometryLimits) -> Conv2dGeometry {
+    loop {
+        let g = Conv2dGeometry {
+            batch: rng.random_range(1..=3),
+            in_hw: [
+                rng.random_range(1..=limits.hw),
+                rng.random_range(1..=limits.hw),
+            ],
+            in_channels: rng.random_range(1..=limits.in_channels),
+            out_channels: rng.random_range(1..=limits.out_channels),
+            kernel_hw: [rng.random_range(1..=3), rng.random_range(1..=3)],
+            strides: [
+                rng.random_range(1..=limits.stride),
+                rng.random_range(1..=limits.stride),
+            ],
+            dilations: [rng.random_range(1..=2), rng.random_range(1..=2)],
+            padding: Padding2d {
+                top: rng.random_range(0..=2),
+                bottom: rng.random_range(0..=2),
+                left: rng.random_range(0..=2),
+                right: rng.random_range(0..=2),
+            },
+            groups: 1,
+        };
+        if g.validate().is_ok() {
+            return g;
+        }
+    }
 }

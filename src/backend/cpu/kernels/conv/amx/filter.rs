@@ -186,20 +186,18 @@ fn transpose_to_bf16(dy: &[f32], shape: FilterShape, dy_t: &mut [u16]) {
         dy.len() == pixels * o && dy_t.len() >= shape.o_padded * pp && pixels <= pp,
         "tile filter gradient out of bounds"
     );
-    let whole = pixels / 16 * 16;
-    if o * 15 < (1 << 31) / 4 {
-        // SAFETY: AVX-512 runs (`unsupported` checked the level); every gathered index
-        // `(p0 + i)·o + oc` with `p0 + i < whole` lies in `dy` and every store in `dy_t`
-        // (asserted above); the byte offsets `i·o·4` fit in i32 (checked just above).
-        unsafe { transpose_blocks(dy.as_ptr(), o, whole, pp, dy_t.as_mut_ptr()) };
+    // Whole blocks of 16 pixels by gathers where their byte offsets `15·o·4` fit in i32; the
+    // rest one value at a time.
+    let gathered = if o * 15 < (1 << 31) / 4 {
+        pixels / 16 * 16
     } else {
-        for p in 0..whole {
-            for oc in 0..o {
-                dy_t[oc * pp + p] = bf16_bits(dy[p * o + oc]);
-            }
-        }
-    }
-    for p in whole..pixels {
+        0
+    };
+    // SAFETY: AVX-512 runs (`unsupported` checked the level); every gathered index
+    // `(p0 + i)·o + oc` with `p0 + i < gathered` lies in `dy` and every store in `dy_t`
+    // (asserted above); the offsets fit in i32 (`gathered` is 0 otherwise).
+    unsafe { transpose_blocks(dy.as_ptr(), o, gathered, pp, dy_t.as_mut_ptr()) };
+    for p in gathered..pixels {
         for oc in 0..o {
             dy_t[oc * pp + p] = bf16_bits(dy[p * o + oc]);
         }
