@@ -4,7 +4,9 @@
 //! group has the same iteration space and device and joining creates no cycle (no path from the
 //! group through an outside node back to the joiner). A member's value leaves the group (is
 //! materialised) when something outside needs it — unless every consumer is a reduction over
-//! the group's space, which recomputes it in its prologue instead.
+//! the group's space, which recomputes it in its prologue instead. A scaling by broadcast
+//! scalars that only another group reads moves into that group (`sink_scalings`), so the
+//! value before the scaling is the one written.
 //!
 //! Across devices: a node reading a value computed on another device (a *gather*, such as the
 //! average of every tower's gradient) starts a group of its own, so no kernel of one device
@@ -131,6 +133,17 @@ fn gathers(input: &GroupInput<'_>, id: NodeId) -> bool {
         .any(|u| !input.graph.node(u.node).op.is_source() && (input.device_of)(u.node) != device)
 }
 
+/// Elements a kernel reads to get `u`: a broadcast reads its source, not its shape.
+fn elements_read(input: &GroupInput<'_>, mut u: Value) -> usize {
+    while let Op::Broadcast { .. } = input.graph.node(u.node).op {
+        match input.graph.inputs(u.node).first() {
+            Some(&source) => u = source,
+            None => break,
+        }
+    }
+    (input.shape_of)(u).iter().product()
+}
+
 /// Largest cone (instructions of its own group) a consumer will recompute.
 const MAX_RECOMPUTED_CONE: usize = 24;
 
@@ -157,7 +170,6 @@ impl Recompute {
     ) -> Option<Vec<Value>> {
         let g = gr.group_of[&v.node];
         let space: usize = gr.groups[g].shape.iter().product();
-        let elements = |u: Value| (input.shape_of)(u).iter().product::<usize>();
         let mut cone = HashSet::new();
         let mut leaves: Vec<Value> = Vec::new();
         let mut stack = vec![v.node];
@@ -170,7 +182,7 @@ impl Recompute {
                     stack.push(u.node);
                 } else if let Some(l) = self.full_leaves.get(&u) {
                     leaves.extend(l.iter().copied());
-                } else if elements(u) * 4 > space {
+                } else if elements_read(input, u) * 4 > space {
                     leaves.push(u);
                 }
             }
@@ -252,8 +264,11 @@ fn decide_materialisation(
                             .is_none_or(|c| c.iter().all(|n| gr.group_of.get(n) == Some(&g))))
             });
         // Two full-size inputs for elementwise consumers was measured (ResNet-20 training
-        // step): it recomputes more than it saves.
-        let max_leaves = if moves { usize::MAX } else { 1 };
+        // step): it recomputes more than it saves. In a scalar space every input is "full
+        // size" and recomputing costs nothing (the loss scale's bookkeeping: one check per
+        // gradient and-ed together, which would otherwise be a launch each).
+        let scalar = grp.shape.iter().product::<usize>() == 1;
+        let max_leaves = if moves || scalar { usize::MAX } else { 1 };
         match plan.leaves(input, gr, v, max_leaves) {
             Some(leaves) => plan.absorb(gr, v, leaves),
             None => {
@@ -346,6 +361,80 @@ pub fn group(input: &GroupInput<'_>, consumers: &HashMap<Value, Vec<NodeId>>) ->
         gr.groups[g].members.push(id);
         gr.group_of.insert(id, g);
     }
+    sink_scalings(input, consumers, &mut gr);
     decide_materialisation(input, consumers, &mut gr);
     gr
+}
+
+/// Moves a *scaling* — a member that reads one member of its own group and otherwise only
+/// values smaller than the space (broadcast scalars), and that only one other group of the
+/// same space consumes — into that consumer group. Greedy joining put it with its producer;
+/// there it would be written out for the consumer, and where it sits now its in-group operand
+/// is written instead: the same bytes, or fewer when that operand is written anyway. The
+/// consumer then computes the scaling itself, as it does for scaled values that were never
+/// fused: the loss scale's unscaled gradients `g · (1/scale)` all reach the optimizer update
+/// the same way, so the updates stay one expression and merge into one arena kernel
+/// ([`super::arena`]) whether a gradient came out of a reduction or an elementwise
+/// accumulation. Groups that gather across devices are left as they are.
+fn sink_scalings(
+    input: &GroupInput<'_>,
+    consumers: &HashMap<Value, Vec<NodeId>>,
+    gr: &mut Grouping,
+) {
+    if !input.fuse {
+        return;
+    }
+    for &id in input.order {
+        let Some(&g) = gr.group_of.get(&id) else {
+            continue;
+        };
+        let v = Value::first(id);
+        let Some(readers) = consumers.get(&v) else {
+            continue;
+        };
+        let Some(&h) = readers.first().and_then(|c| gr.group_of.get(c)) else {
+            continue;
+        };
+        let (from, to) = (&gr.groups[g], &gr.groups[h]);
+        if h == g
+            || input.pinned.contains(&v)
+            || readers.iter().any(|c| gr.group_of.get(c) != Some(&h))
+            || from.shape != to.shape
+            || from.device != to.device
+            || from.gathers
+            || to.gathers
+        {
+            continue;
+        }
+        let space: usize = from.shape.iter().product();
+        let ins = data_inputs(input.graph, id);
+        let own = ins
+            .iter()
+            .filter(|u| gr.group_of.get(&u.node) == Some(&g))
+            .count();
+        let others: Vec<Value> = ins
+            .iter()
+            .copied()
+            .filter(|u| gr.group_of.get(&u.node) != Some(&g))
+            .collect();
+        let small = others.iter().all(|&u| elements_read(input, u) < space);
+        if own != 1 || !small {
+            continue;
+        }
+        // The consumer must not be upstream of what the scaling reads from elsewhere.
+        let min_pos = to.min_pos;
+        if others
+            .iter()
+            .any(|u| reaches(input, gr, h, min_pos, u.node))
+        {
+            continue;
+        }
+        let pos = |n: &NodeId| input.pos.get(n).copied().unwrap_or(0);
+        gr.groups[g].members.retain(|&m| m != id);
+        let to = &mut gr.groups[h];
+        let at = to.members.partition_point(|m| pos(m) < pos(&id));
+        to.members.insert(at, id);
+        to.min_pos = to.min_pos.min(pos(&id));
+        gr.group_of.insert(id, h);
+    }
 }

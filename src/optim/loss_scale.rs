@@ -16,7 +16,7 @@
 //! applied" flag are added to the graph's [`LOSS_SCALE_COLLECTION`] for the trainer's monitor.
 
 use super::OptimError;
-use super::process::{all_finite, device};
+use super::process::{all_finite, all_finite_times, device};
 use super::rule::VariableUpdate;
 use super::state::{self, constant, ensure_unassigned, get_or_create, read};
 use crate::ir::{BinaryOp, Graph, Initializer, Op, TensorType, Value, VarFlags, VarId};
@@ -28,6 +28,9 @@ pub const LOSS_SCALE: &str = "LossScale/scale";
 pub const LOSS_SCALE_GOOD_STEPS: &str = "LossScale/good_steps";
 /// Graph collection holding `[new scale (f32 scalar), step applied (bool scalar)]`.
 pub const LOSS_SCALE_COLLECTION: &str = "loss_scale";
+/// Graph collection of the gradients [`unscale`] made (`g · (1/scale)`), which [`gate`] checks
+/// on their scaled operand.
+pub const UNSCALED_GRADIENTS_COLLECTION: &str = "loss_scale/unscaled";
 
 /// How the loss scale starts and moves (PyTorch `GradScaler`'s defaults).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -155,6 +158,7 @@ pub fn unscale(
             &[g, inv],
             dev,
         )?;
+        graph.add_to_collection(UNSCALED_GRADIENTS_COLLECTION, u);
         out.push((v, u));
     }
     Ok(out)
@@ -181,11 +185,19 @@ pub fn gate(
     ensure_unassigned(graph, scale_var)?;
     ensure_unassigned(graph, good_var)?;
     // Every gradient finite: the `and` of one check per gradient (each a reduction on the
-    // gradient's device).
+    // gradient's device). A gradient still as `unscale` made it, `g · (1/scale)`, is checked as
+    // `|g| · (1/scale)`: the same value, but the unscaled product then has one reader, the
+    // update, which fuses it (checking the product itself would make the lowering write every
+    // unscaled gradient out, and the updates could not merge into one arena kernel).
     let mut applied: Option<Value> = None;
     for &(v, g) in grads {
         let name = format!("LossScale/finite/{}", graph.variable(v).name);
-        let ok = all_finite(graph, &name, g)?;
+        let ok = if graph.collection(UNSCALED_GRADIENTS_COLLECTION).contains(&g) {
+            let ins = graph.inputs(g.node);
+            all_finite_times(graph, &name, ins[0], Some(ins[1]))?
+        } else {
+            all_finite(graph, &name, g)?
+        };
         applied = Some(match applied {
             None => ok,
             Some(a) => state::node(

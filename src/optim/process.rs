@@ -370,11 +370,31 @@ fn clip_by_global_norm(
 
 /// `sum(!(|g| < inf)) == 0`: NaN and ±inf both fail `|g| < inf`.
 pub(crate) fn all_finite(graph: &mut Graph, scope: &str, g: Value) -> Result<Value, OptimError> {
+    all_finite_times(graph, scope, g, None)
+}
+
+/// [`all_finite`] of `g · factor` for a positive scalar `factor` (when given), computed as
+/// `|g| · factor < inf` — the same value as `|g · factor|`, so the check does not share the
+/// product `g · factor` with the update that reads it (the update then fuses its own copy).
+pub(crate) fn all_finite_times(
+    graph: &mut Graph,
+    scope: &str,
+    g: Value,
+    factor: Option<Value>,
+) -> Result<Value, OptimError> {
     let (dtype, dev) = (graph.value_type(g).dtype, device(graph, g));
     let node = |graph: &mut Graph, part: &str, op: Op, ins: &[Value]| {
         state::node(graph, &format!("{scope}/{part}"), op, ins, dev)
     };
-    let abs = node(graph, "abs", Op::Unary(UnaryOp::Abs), &[g])?;
+    let mut abs = node(graph, "abs", Op::Unary(UnaryOp::Abs), &[g])?;
+    if let Some(factor) = factor {
+        abs = node(
+            graph,
+            "abs_times",
+            Op::Binary(BinaryOp::Mul),
+            &[abs, factor],
+        )?;
+    }
     let inf = state::constant(graph, &format!("{scope}/inf"), dtype, f64::INFINITY, dev)?;
     let finite = node(graph, "finite", Op::Binary(BinaryOp::Lt), &[abs, inf])?;
     let bad = node(graph, "not_finite", Op::Unary(UnaryOp::Not), &[finite])?;

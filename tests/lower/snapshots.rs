@@ -4,11 +4,18 @@
 //! small and stable. Fusion guards bound each program's kernels (a fusion regression adds
 //! kernels or kernel outputs) and its planned peak scratch memory.
 
+use std::sync::Arc;
+
+use towerpack::backend::Step;
 use towerpack::dsl::{InputSpec, Tensor};
+use towerpack::ir::Graph;
 use towerpack::lower::{HalfFormat, KernelKind, LowerOptions, Precision, Program, Storage, lower};
 use towerpack::models::{CifarResNet, Mlp};
-use towerpack::optim::Optimizer;
-use towerpack::train::{ModelFn, build_training_graph};
+use towerpack::optim::{DynamicLossScale, Optimizer};
+use towerpack::train::{
+    DummyConstantInput, GraphSetup, InputSource, ModelDesc, ModelFn, SimpleTrainer, Trainer,
+    build_training_graph,
+};
 
 /// The batch of the snapshotted programs.
 const BATCH: usize = 2;
@@ -152,6 +159,79 @@ fn resnet20_16_bit_programs_have_the_fp32_kernels() {
         // the classifier's product and its two gradients.
         assert_eq!(gemms, 19 + 19 + 18 + 3, "every convolution and matmul");
     }
+}
+
+/// ResNet-20's `SimpleTrainer` step at `batch` in `precision`, with fp16's dynamic loss scale
+/// when `loss_scale` (as `launch_train_with_config` builds it).
+fn resnet20_trainer_program(batch: usize, precision: Precision, loss_scale: bool) -> Program {
+    let m = CifarResNet::new(3);
+    let model: Arc<dyn ModelDesc> = Arc::new(ModelFn::new(
+        m.inputs(),
+        move |x| m.build(x),
+        Optimizer::momentum(0.1, 0.9),
+    ));
+    let signature = model.inputs();
+    let mut input =
+        DummyConstantInput::new(signature.iter().map(|s| s.shape.resolve(batch)).collect());
+    input.setup(&signature).expect("input");
+    let mut graph = Graph::new();
+    let mut trainer = SimpleTrainer::new();
+    trainer
+        .setup_graph(&mut GraphSetup {
+            graph: &mut graph,
+            seed: 0,
+            input: &mut input,
+            model: Some(model),
+            loss_scale: loss_scale.then(DynamicLossScale::default),
+        })
+        .expect("setup");
+    let step = Step::new(Vec::new(), vec![trainer.train_op().expect("train op")]);
+    let options = LowerOptions {
+        precision,
+        ..LowerOptions::default()
+    };
+    lower(&graph, &step, batch, &options).expect("lower")
+}
+
+/// fp16 with its dynamic loss scale at batch 128: the fp32 step's kernels plus only the loss
+/// scale's own — one non-finite count per gradient (reductions of one space merged), the
+/// scale's reciprocal, one scalar kernel for the verdict and the scale's update, and the two
+/// scalar seeds of the backward pass that fp32 folds to constants (`d(cost·scale)/dcost` and
+/// the mean's share of it, now multiples of the scale variable). The
+/// unscaled gradients `g · (1/scale)` are never written out (each update computes its own) and
+/// the gated updates stay ONE arena kernel, as in fp32.
+#[test]
+fn resnet20_fp16_loss_scale_adds_only_its_checks() {
+    let fp32 = resnet20_trainer_program(128, Precision::Fp32, false);
+    let p = resnet20_trainer_program(128, Precision::Fp16, true);
+    let named = |prefix: &str| {
+        p.kernels
+            .iter()
+            .filter(|k| k.name.starts_with(prefix))
+            .map(|k| k.name.as_str())
+            .collect::<Vec<_>>()
+    };
+    let counts = named("LossScale/finite/");
+    assert!(
+        counts.iter().all(|n| n.ends_with("/count")),
+        "only the count reductions: {counts:?}"
+    );
+    // 22 gradient spaces at most (the 19 filters, the classifier's two, the batch norms'
+    // per-channel vectors); merged reductions of one space count once.
+    assert!(counts.len() <= 22, "{counts:?}");
+    assert_eq!(named("LossScale/unscale/").len(), 1, "only the reciprocal");
+    assert_eq!(
+        update_kernels(&p),
+        update_kernels(&fp32) + 1,
+        "the gated updates in one kernel, plus the scale's own:\n{p}"
+    );
+    assert_eq!(
+        p.kernels.len(),
+        fp32.kernels.len() + counts.len() + 4,
+        "{} kernels against fp32's {}",
+        p.kernels.len(),
+        fp32.kernels.len()
+    );
 }
 
 /// MLP at batch 256: 3 forward products with bias(+ReLU) epilogues, 5 backward products (the
