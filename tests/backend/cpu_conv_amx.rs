@@ -10,6 +10,7 @@
 use crate::cpu_kernels_common;
 
 use cpu_kernels_common::*;
+use rand::Rng;
 use towerpack::backend::cpu::kernels::{
     ChannelEpilogue, Conv2dGeometry, ConvPass, NoEpilogue, Padding2d, SimdLevel,
     bf16_tiles_unsupported, conv2d_backward_filter_bf16, conv2d_backward_input_bf16,
@@ -161,6 +162,45 @@ fn bf16_tile_convolutions_sum_the_rounded_products_within_the_f32_bound() {
             );
             check_backward_input(&s1, 900 + case);
         }
+    }
+}
+
+#[test]
+fn stride_1_windows_read_in_place_sum_within_the_bound() {
+    // Stride 1 with channel counts of 16k: every window row (`KW·C`, or `C` per tap when
+    // dilated) is whole 16- or 32-deep steps, so the tiles read the padded image in place —
+    // pixels counted along the padded rows, those past each output row dropped — in the
+    // forward pass and in the input gradient (channels `O`). Odd sizes, dilations, asymmetric
+    // padding; wide images, where reading in place costs little more tile work than gathering
+    // (narrow ones gather: `Windows::of`).
+    let probe = Conv2dGeometry::new(1, [3, 3], 16, 16, [1, 1]);
+    if !tiles_here(&probe) {
+        return;
+    }
+    let mut r = rng(91);
+    for case in 0..30 {
+        let mut g = random_geometry(&mut r);
+        g.strides = [1, 1];
+        g.in_channels = 16 * r.random_range(1..=4);
+        g.out_channels = 16 * r.random_range(1..=3);
+        g.in_hw = [r.random_range(1..=8), r.random_range(28..=40)];
+        let reach = [
+            g.dilations[0] * (g.kernel_hw[0] - 1),
+            g.dilations[1] * (g.kernel_hw[1] - 1),
+        ];
+        g.padding = Padding2d {
+            top: g.padding.top.min(reach[0]),
+            bottom: g.padding.bottom.min(reach[0]),
+            left: g.padding.left.min(reach[1]),
+            right: g.padding.right.min(reach[1]),
+        };
+        if g.validate().is_err() {
+            continue;
+        }
+        with_threads(1 + case as usize % 2, || {
+            check_forward(&g, 1100 + case);
+            check_backward_input(&g, 1200 + case);
+        });
     }
 }
 

@@ -8,12 +8,14 @@
 //! the vector bf16 dot product is not used).
 //!
 //! **Algorithm.** An implicit GEMM per image: the image is padded and rounded to bf16 once, then
-//! panels of 64 output pixels gather their windows (`KH·KW·C` values, in the filter's row order,
-//! zero past the end up to a multiple of 32) and multiply the packed filter (`implicit_gemm::PackedB`: the
-//! VNNI pair layout `tdpbf16ps` reads, zero past the filter's rows and columns) into four
-//! accumulator tiles, stored straight into the output rows (or, for partial panels and widths
-//! that are not a multiple of 16, through a small buffer); the image's epilogue then runs while
-//! its rows are hot. The input gradient of a stride-1 convolution is the
+//! panels of 64 output pixels multiply their windows (`KH·KW·C` values, in the filter's row
+//! order) by the packed filter (`implicit_gemm::PackedB`: the VNNI pair layout `tdpbf16ps`
+//! reads, zero past the filter's rows and columns) into four accumulator tiles. Stride-1
+//! convolutions whose window rows are whole 16- or 32-deep steps read the windows in place from
+//! the padded image (a tile's rows `C` values apart); others gather each panel's windows first
+//! (zero past the end up to a multiple of 32). The products go straight into the output rows
+//! (or through a small buffer: partial panels, widths that are not a multiple of 16, the
+//! in-place panels' dropped pixels); the image's epilogue then runs while its rows are hot. The input gradient of a stride-1 convolution is the
 //! forward convolution of `dy` with the flipped filter (`backward_input::transposed_geometry`).
 //!
 //! **Numerics.** Products of bf16 values are exact in f32, so only the accumulation rounds; the
@@ -326,7 +328,8 @@ unsafe fn copy_run(src: *const u16, dst: *mut u16, len: usize) {
 }
 
 /// Tiles configured on this thread: 0–3 accumulators (16 rows × 16 f32), 4–5 left operands
-/// (16 rows × 32 bf16), 6–7 right operands (16 rows of 16 bf16 pairs). Released on drop.
+/// (16 rows × 32 bf16, or 16 for 16-deep steps), 6–7 right operands (16 rows of 16 bf16 pairs,
+/// or 8). Released on drop.
 struct Tiles(std::marker::PhantomData<*const ()>);
 
 /// The 64-byte operand of `ldtilecfg` (palette 1).
@@ -340,9 +343,22 @@ struct TileConfig {
 }
 
 impl Tiles {
+    /// Tiles for 32-deep steps (every operand tile 16 rows of 64 bytes).
+    ///
     /// # Safety
     /// [`available`] returned true.
     unsafe fn configure() -> Tiles {
+        // SAFETY: the caller's contract.
+        unsafe { Tiles::configure_for(K_STEP) }
+    }
+
+    /// Tiles for `k_step`-deep steps (32 or 16): left operands 16 rows of `k_step` bf16, right
+    /// operands `k_step / 2` rows of 16 pairs, accumulators 16 rows of 16 f32.
+    ///
+    /// # Safety
+    /// [`available`] returned true; `k_step` is 16 or 32.
+    unsafe fn configure_for(k_step: usize) -> Tiles {
+        debug_assert!(k_step == 16 || k_step == K_STEP);
         let mut config = TileConfig {
             palette: 1,
             start_row: 0,
@@ -351,8 +367,13 @@ impl Tiles {
             rows: [0; 16],
         };
         for t in 0..8 {
-            config.bytes_per_row[t] = 64;
-            config.rows[t] = TILE_ROWS as u8;
+            let (bytes, rows) = match t {
+                4 | 5 => (2 * k_step, TILE_ROWS),
+                6 | 7 => (2 * N_BLOCK * 2, k_step / 2),
+                _ => (4 * N_BLOCK, TILE_ROWS),
+            };
+            config.bytes_per_row[t] = bytes as u16;
+            config.rows[t] = rows as u8;
         }
         // SAFETY: the CPU has AMX-TILE and the OS granted the state (the caller's contract);
         // the configuration is a valid palette-1 layout.
