@@ -129,6 +129,25 @@ fn random_geometry(rng: &mut rand_chacha::ChaCha8Rng) -> Conv2dGeometry {
     random_one_group_geometry(rng, &limits)
 }
 
+/// `g` at stride 1 with its padding cut to the window's reach: a geometry whose input gradient
+/// the tiles run (`backward_input::transposed_geometry`).
+fn stride_1_twin(g: &Conv2dGeometry) -> Conv2dGeometry {
+    let reach = [
+        g.dilations[0] * (g.kernel_hw[0] - 1),
+        g.dilations[1] * (g.kernel_hw[1] - 1),
+    ];
+    Conv2dGeometry {
+        strides: [1, 1],
+        padding: Padding2d {
+            top: g.padding.top.min(reach[0]),
+            bottom: g.padding.bottom.min(reach[0]),
+            left: g.padding.left.min(reach[1]),
+            right: g.padding.right.min(reach[1]),
+        },
+        ..*g
+    }
+}
+
 #[test]
 fn bf16_tile_convolutions_sum_the_rounded_products_within_the_f32_bound() {
     // Forward and filter gradient on every geometry, the input gradient on its stride-1 twin.
@@ -142,18 +161,7 @@ fn bf16_tile_convolutions_sum_the_rounded_products_within_the_f32_bound() {
         check_forward(&g, 500 + case);
         check_backward_filter(&g, 700 + case);
         // The input gradient runs at stride 1 with padding within the window's reach.
-        let mut s1 = g;
-        s1.strides = [1, 1];
-        let reach = [
-            g.dilations[0] * (g.kernel_hw[0] - 1),
-            g.dilations[1] * (g.kernel_hw[1] - 1),
-        ];
-        s1.padding = Padding2d {
-            top: g.padding.top.min(reach[0]),
-            bottom: g.padding.bottom.min(reach[0]),
-            left: g.padding.left.min(reach[1]),
-            right: g.padding.right.min(reach[1]),
-        };
+        let s1 = stride_1_twin(&g);
         if s1.validate().is_ok() {
             assert_eq!(
                 bf16_tiles_unsupported(&s1, ConvPass::InputGradient),
@@ -180,20 +188,10 @@ fn stride_1_windows_read_in_place_sum_within_the_bound() {
     let mut r = rng(91);
     for case in 0..30 {
         let mut g = random_geometry(&mut r);
-        g.strides = [1, 1];
         g.in_channels = 16 * r.random_range(1..=4);
         g.out_channels = 16 * r.random_range(1..=3);
         g.in_hw = [r.random_range(1..=8), r.random_range(28..=40)];
-        let reach = [
-            g.dilations[0] * (g.kernel_hw[0] - 1),
-            g.dilations[1] * (g.kernel_hw[1] - 1),
-        ];
-        g.padding = Padding2d {
-            top: g.padding.top.min(reach[0]),
-            bottom: g.padding.bottom.min(reach[0]),
-            left: g.padding.left.min(reach[1]),
-            right: g.padding.right.min(reach[1]),
-        };
+        let g = stride_1_twin(&g);
         if g.validate().is_err() {
             continue;
         }
