@@ -192,11 +192,13 @@ pub fn gate(
     let mut applied: Option<Value> = None;
     for &(v, g) in grads {
         let name = format!("LossScale/finite/{}", graph.variable(v).name);
-        let ok = if graph.collection(UNSCALED_GRADIENTS_COLLECTION).contains(&g) {
-            let ins = graph.inputs(g.node);
-            all_finite_times(graph, &name, ins[0], Some(ins[1]))?
-        } else {
-            all_finite(graph, &name, g)?
+        let unscaled = graph.collection(UNSCALED_GRADIENTS_COLLECTION).contains(&g)
+            && graph.node(g.node).op == Op::Binary(BinaryOp::Mul);
+        let ok = match graph.inputs(g.node).as_slice() {
+            &[scaled, inverse] if unscaled => {
+                all_finite_times(graph, &name, scaled, Some(inverse))?
+            }
+            _ => all_finite(graph, &name, g)?,
         };
         applied = Some(match applied {
             None => ok,

@@ -25,13 +25,8 @@ fn random_geometry(rng: &mut rand_chacha::ChaCha8Rng) -> Conv2dGeometry {
             out_channels: groups * rng.random_range(1..=4),
             kernel_hw: [rng.random_range(1..=3), rng.random_range(1..=3)],
             strides: [rng.random_range(1..=3), rng.random_range(1..=3)],
-            dilations: [rng.random_range(1..=2), rng.random_range(1..=2)],
-            padding: Padding2d {
-                top: rng.random_range(0..=2),
-                bottom: rng.random_range(0..=2),
-                left: rng.random_range(0..=2),
-                right: rng.random_range(0..=2),
-            },
+            dilations: random_dilations(rng),
+            padding: random_padding(rng),
             groups,
         };
         if g.validate().is_ok() {

@@ -106,6 +106,21 @@ pub fn naive_conv_backward_filter(g: &Conv2dGeometry, x: &[f32], dy: &[f32]) -> 
     dw.into_iter().map(|v| v as f32).collect()
 }
 
+/// Dilations of 1 or 2 along each axis.
+pub fn random_dilations(rng: &mut ChaCha8Rng) -> [usize; 2] {
+    [rng.random_range(1..=2), rng.random_range(1..=2)]
+}
+
+/// Asymmetric padding of 0–2 on each side (drawn top, bottom, left, right).
+pub fn random_padding(rng: &mut ChaCha8Rng) -> Padding2d {
+    Padding2d {
+        top: rng.random_range(0..=2),
+        bottom: rng.random_range(0..=2),
+        left: rng.random_range(0..=2),
+        right: rng.random_range(0..=2),
+    }
+}
+
 /// Upper bounds of [`random_one_group_geometry`].
 pub struct GeometryLimits {
     pub hw: usize,
@@ -131,13 +146,8 @@ pub fn random_one_group_geometry(rng: &mut ChaCha8Rng, limits: &GeometryLimits) 
                 rng.random_range(1..=limits.stride),
                 rng.random_range(1..=limits.stride),
             ],
-            dilations: [rng.random_range(1..=2), rng.random_range(1..=2)],
-            padding: Padding2d {
-                top: rng.random_range(0..=2),
-                bottom: rng.random_range(0..=2),
-                left: rng.random_range(0..=2),
-                right: rng.random_range(0..=2),
-            },
+            dilations: random_dilations(rng),
+            padding: random_padding(rng),
             groups: 1,
         };
         if g.validate().is_ok() {

@@ -37,7 +37,7 @@ pub fn forward(
     check_supported("conv2d_forward_bf16", g, ConvPass::Forward)?;
     let k_len = g.kernel_hw[0] * g.kernel_hw[1] * g.in_channels;
     let o = g.out_channels;
-    let windows = Windows::of(g, &segments(g));
+    let windows = Windows::of(g);
     let filter = PackedB::new(k_len, o, windows.k_step(), |k, n| w[k * o + n]);
     convolve(g, out_hw, x, &filter, &windows, y, epilogue)
 }
@@ -60,7 +60,7 @@ pub fn backward_input(
     let flipped = flip_filter(g, w);
     let k_len = t.kernel_hw[0] * t.kernel_hw[1] * t.in_channels;
     let c = t.out_channels;
-    let windows = Windows::of(&t, &segments(&t));
+    let windows = Windows::of(&t);
     let filter = PackedB::new(k_len, c, windows.k_step(), |k, n| flipped[k * c + n]);
     let t_out = t.validate()?;
     convolve(&t, t_out, dy, &filter, &windows, dx, epilogue)
@@ -83,9 +83,8 @@ fn convolve(
         return Ok(());
     }
     let image_len = g.in_hw[0] * g.in_hw[1] * c;
-    let segs = segments(g);
     let origins = match windows {
-        Windows::Gathered => pixel_origins(g, out_hw),
+        Windows::Gathered { .. } => pixel_origins(g, out_hw),
         Windows::InPlace { .. } => Vec::new(),
     };
     let parallel = worth_parallel(2 * g.macs()) && g.batch > 1;
@@ -103,11 +102,11 @@ fn convolve(
             let image = &x[n * image_len..(n + 1) * image_len];
             pad_image_bf16(g, image, padded, padded_for);
             match windows {
-                Windows::Gathered => {
+                Windows::Gathered { segs } => {
                     // SAFETY: `convolve` runs only where `unsupported` found AMX available.
                     let tiles = unsafe { Tiles::configure() };
                     let buffers = (panel, panel_for, products);
-                    image_gemm(&tiles, &segs, &origins, padded, filter, buffers, y_image, o);
+                    image_gemm(&tiles, segs, &origins, padded, filter, buffers, y_image, o);
                 }
                 Windows::InPlace { k_step, offsets } => {
                     // SAFETY: as above; the step is 16 or 32 (`Windows::of`).
@@ -181,7 +180,8 @@ impl PackedB {
 /// How a convolution's left tiles are read: gathered into panels (32-deep steps), or in place
 /// from the padded image (stride 1, window rows of whole steps: see the module doc).
 enum Windows {
-    Gathered,
+    /// Gathered run by run: the window's runs of the padded image (`direct::segments`).
+    Gathered { segs: Vec<Segment> },
     InPlace {
         k_step: usize,
         /// Per step, where its values start past a window's origin (bf16 elements).
@@ -195,7 +195,8 @@ impl Windows {
     /// (17 panels of 64 instead of 16 at 32×32, 5 instead of 4 at 16×16: faster, the gathers
     /// cost more; 2 instead of 1 at 8×8: slower, measured with `cargo bench --bench
     /// cpu_kernels -- conv-algos`).
-    fn of(g: &Conv2dGeometry, segs: &[Segment]) -> Windows {
+    fn of(g: &Conv2dGeometry) -> Windows {
+        let segs = segments(g);
         let [oh, ow] = g.out_hw();
         let [_, wp] = padded_hw(g);
         let spanned = (oh.max(1) - 1) * wp + ow;
@@ -221,13 +222,13 @@ impl Windows {
                         .collect(),
                 }
             }
-            _ => Windows::Gathered,
+            _ => Windows::Gathered { segs },
         }
     }
 
     fn k_step(&self) -> usize {
         match self {
-            Windows::Gathered => K_STEP,
+            Windows::Gathered { .. } => K_STEP,
             Windows::InPlace { k_step, .. } => *k_step,
         }
     }
