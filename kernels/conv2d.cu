@@ -46,6 +46,7 @@ struct tp_conv_fwd_b {
 
 struct tp_conv_fwd_out {
     int first_channel;
+    TP_DEV bool valid(int) const { return true; }
     TP_DEV tp_idx flat(int m, int co) const { return (tp_idx)m * TP_OUT_C + first_channel + co; }
     TP_DEV int channel(int co) const { return first_channel + co; }
 };

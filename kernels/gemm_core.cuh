@@ -631,8 +631,10 @@ TP_DEV void tp_gemm_reduce_columns(const tp_params& p, const O& out, int N, int 
 #endif
 
 // Hands every in-range element of the tile to the epilogue (after combining the splits of K).
-// `out` maps (m, n) to the flat output index and n to its channel; `slot` numbers the output
-// tile among the launch's tiles (for the split's workspace), `split` is this block's part of K.
+// `out` maps (m, n) to the flat output index and n to its channel, and says which rows below M
+// are outputs at all (`valid`: every one but for the phases of a strided input gradient);
+// `slot` numbers the output tile among the launch's tiles (for the split's workspace), `split`
+// is this block's part of K.
 template <class O>
 TP_DEV void tp_gemm_output(const tp_params& p, const O& out, int M, int N, int m0, int n0,
                            unsigned int slot, unsigned int split, float acc[TP_TM][TP_TN]) {
@@ -655,7 +657,7 @@ TP_DEV void tp_gemm_output(const tp_params& p, const O& out, int M, int N, int m
 #pragma unroll
         for (int j = 0; j < TP_TN; ++j) {
             const int n = n0 + tx * TP_TN + j;
-            if (m < M && n < N) {
+            if (m < M && n < N && out.valid(m)) {
 #if TP_EPI_RED > 0
                 tp_epilogue(p, out.flat(m, n), acc[i][j], red[j]);
 #else

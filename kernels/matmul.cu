@@ -29,6 +29,7 @@ struct tp_matmul_b {
 
 struct tp_matmul_out {
     tp_idx base;
+    TP_DEV bool valid(int) const { return true; }
     TP_DEV tp_idx flat(int m, int n) const { return base + (tp_idx)m * TP_N + n; }
     TP_DEV int channel(int n) const { return n; }
 };

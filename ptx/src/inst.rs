@@ -26,6 +26,8 @@ pub const OPCODES: &[&str] = &[
     "cvt",
     "cvta",
     "div",
+    "dp2a",
+    "dp4a",
     "ex2",
     "exit",
     "fence",
@@ -476,6 +478,11 @@ pub enum Op {
     Bfi32 { d: R, f: R, b: R, pos: R, len: R },
     Bfi64 { d: R, f: R, b: R, pos: R, len: R },
     Prmt { d: R, a: R, b: R, c: R },
+    /// `dp4a` (`half: None`): `c` plus the products of `a`'s and `b`'s four bytes; `dp2a`
+    /// (`half: Some(hi)`): `c` plus the products of `a`'s two 16-bit halves with bytes 0, 1
+    /// (`.lo`) or 2, 3 (`.hi`) of `b`. Each part is sign- or zero-extended by its operand's type;
+    /// the sum wraps modulo 2^32.
+    Dot { half: Option<bool>, a_signed: bool, b_signed: bool, d: R, a: R, b: R, c: R },
     Lop3 { d: R, a: R, b: R, c: R, lut: u8 },
 
     F32Bin { op: FBinOp, fl: FFlags, d: R, a: R, b: R },

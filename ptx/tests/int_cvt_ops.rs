@@ -590,3 +590,107 @@ fn sixteen_bit_comparisons_respect_signedness() {
         ),
     ]);
 }
+
+/// `dp4a`/`dp2a` against the products written out with Rust's own byte and half casts, on fixed
+/// rows (sign extension, wrap-around of the sum) and random operands of every type pairing.
+#[test]
+fn integer_dot_products_extend_each_part_by_its_type_and_wrap() {
+    check(&[
+        // 1·5 + 2·6 + 3·7 + 4·8 = 70, plus 1000.
+        (
+            "dp4a.u32.u32 %ro, %ra, %rb, %rc;",
+            32,
+            0x0403_0201,
+            0x0807_0605,
+            1000,
+            1070,
+        ),
+        // a's bytes signed: -1·1 + -1·1 + -1·1 + -1·1 = -4.
+        (
+            "dp4a.s32.u32 %ro, %ra, %rb, %rc;",
+            32,
+            0xffff_ffff,
+            0x0101_0101,
+            0,
+            0xffff_fffc,
+        ),
+        // Unsigned: 255·255·4 = 260100.
+        (
+            "dp4a.u32.u32 %ro, %ra, %rb, %rc;",
+            32,
+            0xffff_ffff,
+            0xffff_ffff,
+            0,
+            260_100,
+        ),
+        // The sum wraps modulo 2^32.
+        (
+            "dp4a.u32.u32 %ro, %ra, %rb, %rc;",
+            32,
+            0x0000_0001,
+            0x0000_0002,
+            0xffff_ffff,
+            1,
+        ),
+        // .lo: halves 3, 4 with bytes 0, 1 (5, 6); .hi: with bytes 2, 3 (7, 8).
+        (
+            "dp2a.lo.u32.u32 %ro, %ra, %rb, %rc;",
+            32,
+            0x0004_0003,
+            0x0807_0605,
+            10,
+            49,
+        ),
+        (
+            "dp2a.hi.u32.u32 %ro, %ra, %rb, %rc;",
+            32,
+            0x0004_0003,
+            0x0807_0605,
+            10,
+            63,
+        ),
+        // Signed halves and bytes: -2·-3 + 1·2 = 8.
+        (
+            "dp2a.lo.s32.s32 %ro, %ra, %rb, %rc;",
+            32,
+            0x0001_fffe,
+            0x0000_02fd,
+            0,
+            8,
+        ),
+    ]);
+    let mut rng = rng(82);
+    for (a_signed, b_signed) in [(false, false), (false, true), (true, false), (true, true)] {
+        let t = |s: bool| if s { "s32" } else { "u32" };
+        let (ta, tb) = (t(a_signed), t(b_signed));
+        for _ in 0..50 {
+            let (a, b, c): (u32, u32, u32) = (rng.random(), rng.random(), rng.random());
+            let byte = |x: u32, i: u32, s: bool| -> i64 {
+                let v = (x >> (8 * i)) as u8;
+                if s { i64::from(v as i8) } else { i64::from(v) }
+            };
+            let half = |x: u32, i: u32, s: bool| -> i64 {
+                let v = (x >> (16 * i)) as u16;
+                if s { i64::from(v as i16) } else { i64::from(v) }
+            };
+            let four: i64 = (0..4)
+                .map(|i| byte(a, i, a_signed) * byte(b, i, b_signed))
+                .sum();
+            let two = |first: u32| -> i64 {
+                (0..2)
+                    .map(|i| half(a, i, a_signed) * byte(b, first + i, b_signed))
+                    .sum()
+            };
+            let cases = [
+                (format!("dp4a.{ta}.{tb} %ro, %ra, %rb, %rc;"), four),
+                (format!("dp2a.lo.{ta}.{tb} %ro, %ra, %rb, %rc;"), two(0)),
+                (format!("dp2a.hi.{ta}.{tb} %ro, %ra, %rb, %rc;"), two(2)),
+            ];
+            for (body, sum) in cases {
+                let want = u64::from(c.wrapping_add(sum as u32));
+                let got = run_op(&body, 32, &[a.into()], &[b.into()], &[c.into()])[0];
+                assert_eq!(got, want, "{body} a={a:#x} b={b:#x} c={c:#x}");
+            }
+        }
+    }
+}

@@ -479,3 +479,81 @@ fn resnet20_training_steps_match_the_cpu_and_repeat_bitwise() {
         assert!(compared > 60, "ResNet-20's variables: {compared}");
     }
 }
+
+/// A convolution's input gradient of random geometry — strides 1 to 3 and dilations 1 to 3 per
+/// axis, kernels 1×1 to 4×3, explicit asymmetric padding, one or two groups, odd image sizes —
+/// alone (long-K shapes may split along K) or feeding a per-channel sum (an epilogue reduction
+/// combined over every block of the channel tile).
+fn dgrad_case(seed: u64, with_sum: bool) -> Case {
+    let mut c = Case::new(seed, 2);
+    let groups = c.rng.random_range(1..3);
+    let channels = groups * [1, 3, 4, 8][c.rng.random_range(0..4)];
+    let outs = groups * [1, 4, 5, 16, 40, 96][c.rng.random_range(0..6)];
+    let kernel = [c.rng.random_range(1..5), c.rng.random_range(1..4)];
+    let strides = [c.rng.random_range(1..4), c.rng.random_range(1..4)];
+    let dilations = [c.rng.random_range(1..4), c.rng.random_range(1..4)];
+    let pad = |c: &mut Case| (c.rng.random_range(0..3), c.rng.random_range(0..3));
+    let padding = Padding::Explicit([pad(&mut c), pad(&mut c)]);
+    let (h, w) = (c.rng.random_range(9..16), c.rng.random_range(7..14));
+    let attrs = Conv2dAttrs {
+        strides,
+        padding,
+        dilations,
+        groups,
+    };
+    let x = c.input(DType::F32, &[h, w, channels]);
+    let filter = c.constant(&[kernel[0], kernel[1], channels / groups, outs]);
+    // The forward convolution only gives dy its shape (nothing fetches it).
+    let y = c.add("conv", Op::Conv2d(attrs), &[x, filter]);
+    let y_dims = c.g.value_type(y).shape.resolve(c.batch);
+    let dy = c.input(DType::F32, &y_dims[1..]);
+    let backward = Op::Conv2dBackpropInput {
+        attrs,
+        input_hw: [h, w],
+    };
+    let dx = c.add("backprop_input", backward, &[dy, filter]);
+    c.fetch(dx);
+    if with_sum {
+        let sum = c.reduce(ReduceOp::Sum, vec![0, 1, 2], dx);
+        c.fetch(sum);
+    }
+    c
+}
+
+#[test]
+fn strided_input_gradients_run_by_phase_match_the_cpu_and_repeat_bitwise() {
+    let (mut phased, mut split_phased, mut reduced_phased) = (0, 0, 0);
+    for seed in 0..24 {
+        let with_sum = seed % 2 == 1;
+        let c = dgrad_case(seed, with_sum);
+        for sms in [132, 2] {
+            let program = check(&c, sms, &lowering(true), 1e-5);
+            for (kind, grid, generated) in launches(&program, sms) {
+                if kind != "conv2d_backprop_input" {
+                    continue;
+                }
+                let Some(phases_h) = define(&generated, "TP_PHASES_H") else {
+                    continue;
+                };
+                let phases = phases_h * defined(&generated, "TP_PHASES_W");
+                assert!(phases > 1, "{generated}");
+                let tiles = generated
+                    .lines()
+                    .find_map(|l| l.strip_prefix("#define TP_PHASE_TILES ((int)"))
+                    .and_then(|v| v.trim_end_matches(')').parse::<u32>().ok())
+                    .unwrap_or_else(|| panic!("TP_PHASE_TILES in\n{generated}"));
+                assert_eq!(grid[0], tiles * phases as u32, "one row of tiles per phase");
+                phased += 1;
+                split_phased += usize::from(defined(&generated, "TP_SPLIT_K") > 1);
+                reduced_phased += usize::from(define(&generated, "TP_EPI_RED").unwrap_or(0) > 0);
+            }
+        }
+    }
+    // Phases ran alone, split along K and with epilogue reductions across their blocks.
+    assert!(phased >= 20, "{phased} phased launches");
+    assert!(split_phased > 0, "no phased launch was split along K");
+    assert!(
+        reduced_phased > 0,
+        "no phased launch reduced in its epilogue"
+    );
+}

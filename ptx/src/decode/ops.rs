@@ -18,6 +18,7 @@ pub(super) fn decode(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
         "neg" | "abs" | "not" | "cnot" | "popc" | "clz" | "brev" | "sqrt" | "rsqrt" | "rcp"
         | "ex2" | "lg2" | "sin" | "cos" | "tanh" => unary::unary(ctx, inst),
         "bfe" | "bfi" | "prmt" | "lop3" => unary::bits(ctx, inst),
+        "dp4a" | "dp2a" => dot(ctx, inst),
         "setp" => compare::setp(ctx, inst),
         "selp" => compare::selp(ctx, inst),
         "testp" => compare::testp(ctx, inst),
@@ -380,4 +381,37 @@ fn ternary(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
         }
         _ => Err(format!("unsupported `{name}` on .{ty}")),
     }
+}
+
+/// `dp4a.atype.btype d, a, b, c` and `dp2a.{lo,hi}.atype.btype d, a, b, c` (types `.u32` or
+/// `.s32`, a's first).
+fn dot(ctx: &mut Ctx, inst: &InstAst) -> Result<Op, String> {
+    let name = inst.opcode.as_str();
+    let mut types: Vec<&str> = inst.mods.iter().map(String::as_str).collect();
+    let half = if name == "dp2a" {
+        let hi = match types.first() {
+            Some(&"hi") => true,
+            Some(&"lo") => false,
+            _ => return Err("dp2a needs .lo or .hi first".into()),
+        };
+        types.remove(0);
+        Some(hi)
+    } else {
+        None
+    };
+    let (a_signed, b_signed) = match types[..] {
+        [a, b] if [a, b].iter().all(|t| *t == "u32" || *t == "s32") => (a == "s32", b == "s32"),
+        _ => return Err(format!("`{name}` needs two types, each .u32 or .s32")),
+    };
+    let o = &inst.operands;
+    arity(o, 4, name)?;
+    Ok(Op::Dot {
+        half,
+        a_signed,
+        b_signed,
+        d: ctx.dst32(&o[0])?,
+        a: ctx.src32(&o[1], Scalar::B32)?,
+        b: ctx.src32(&o[2], Scalar::B32)?,
+        c: ctx.src32(&o[3], Scalar::B32)?,
+    })
 }

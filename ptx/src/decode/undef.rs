@@ -88,7 +88,10 @@ fn uses(op: &Op, reads: &mut Vec<Reg>, writes: &mut Vec<Reg>) {
             reads.push(if wide { B(a) } else { A(a) });
             writes.push(A(d));
         }
-        Op::Mad32 { d, a, b, c, .. } | Op::Prmt { d, a, b, c } | Op::Lop3 { d, a, b, c, .. } => {
+        Op::Mad32 { d, a, b, c, .. }
+        | Op::Prmt { d, a, b, c }
+        | Op::Lop3 { d, a, b, c, .. }
+        | Op::Dot { d, a, b, c, .. } => {
             reads.extend([A(a), A(b), A(c)]);
             writes.push(A(d));
         }

@@ -144,6 +144,17 @@ impl Warp {
                 blend(&mut regs.r64[d as usize], &out, m);
             }
             Op::Prmt { d, a, b, c } => map3_32(&mut regs.r32, m, (d, a, b, c), int::prmt),
+            Op::Dot {
+                half,
+                a_signed,
+                b_signed,
+                d,
+                a,
+                b,
+                c,
+            } => map3_32(&mut regs.r32, m, (d, a, b, c), |x, y, z| {
+                int::dot(half, a_signed, b_signed, x, y, z)
+            }),
             Op::Lop3 { d, a, b, c, lut } => map3_32(&mut regs.r32, m, (d, a, b, c), |x, y, z| {
                 int::lop3(x, y, z, lut)
             }),

@@ -263,6 +263,33 @@ pub fn bfi(field: u64, base: u64, pos: u32, len: u32, width: u32) -> u64 {
     out
 }
 
+/// `dp4a` (`half: None`) and `dp2a.lo`/`.hi` (`half: Some(hi)`): `c` plus the products of
+/// `a`'s bytes (or 16-bit halves) with `b`'s bytes (all four, or 0-1 / 2-3), each extended by
+/// its signedness, the sum modulo 2^32.
+pub fn dot(half: Option<bool>, a_signed: bool, b_signed: bool, a: u32, b: u32, c: u32) -> u32 {
+    let part = |x: u32, bits: u32, signed: bool| -> i64 {
+        let v = x & ((1u32 << bits) - 1);
+        if signed && v >> (bits - 1) != 0 {
+            i64::from(v) - (1i64 << bits)
+        } else {
+            i64::from(v)
+        }
+    };
+    let byte = |i: u32| part(b >> (8 * i), 8, b_signed);
+    let sum: i64 = match half {
+        None => (0..4)
+            .map(|i| part(a >> (8 * i), 8, a_signed) * byte(i))
+            .sum(),
+        Some(hi) => {
+            let first = if hi { 2 } else { 0 };
+            (0..2)
+                .map(|i| part(a >> (16 * i), 16, a_signed) * byte(first + i))
+                .sum()
+        }
+    };
+    (i64::from(c) + sum) as u32
+}
+
 /// Byte permute, default mode.
 pub fn prmt(a: u32, b: u32, c: u32) -> u32 {
     let bytes = (u64::from(b) << 32) | u64::from(a);

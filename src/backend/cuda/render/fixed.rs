@@ -43,6 +43,71 @@ struct Gemm {
     /// The 16-bit format both operands are rounded to before they are multiplied (the
     /// kernel's `round_operands`): `TP_ROUND` of `kernels/gemm_core.cuh`.
     round: Option<HalfFormat>,
+    /// A strided input gradient's phases ([`DgradPhases`]): independent GEMMs of `m` rows and
+    /// at most `k` laid side by side along the grid's x, the tile's row blocks once per phase.
+    phases: Option<DgradPhases>,
+}
+
+/// The phases of a strided convolution's input gradient (`kernels/conv2d_backprop_input.cu`):
+/// input pixel `(h, w)` receives only the taps `kh` with `h + pad_top - kh·dil_h` a multiple of
+/// the stride, so the pixels split by `(h + pad_top) mod s_h` (and along w) into `s_h·s_w`
+/// GEMMs over their own taps: every `per`-th tap, at most `taps` of them, for at most `rows`
+/// pixels per axis. A 3×3 stride-2 gradient then multiplies 3 taps per pixel on average (4, 2,
+/// 2 and 4 of which 2.25 are real) instead of 9, of which the stride skips three quarters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct DgradPhases {
+    stride: [usize; 2],
+    per: [usize; 2],
+    taps: [usize; 2],
+    rows: [usize; 2],
+}
+
+impl DgradPhases {
+    fn of(cg: &ConvGeom) -> DgradPhases {
+        let axis = |i: usize, input: usize, k: usize| {
+            let s = cg.stride[i].max(1);
+            let per = s / gcd(cg.dilation[i].max(1), s);
+            (per, k.div_ceil(per), input.div_ceil(s))
+        };
+        let (ph, th, rh) = axis(0, cg.h, cg.kh);
+        let (pw, tw, rw) = axis(1, cg.w, cg.kw);
+        DgradPhases {
+            stride: [cg.stride[0].max(1), cg.stride[1].max(1)],
+            per: [ph, pw],
+            taps: [th, tw],
+            rows: [rh, rw],
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.stride[0] * self.stride[1]
+    }
+
+    /// The kernel's phase constants (none for one phase: the kernel's defaults are the plain
+    /// GEMM).
+    fn write(&self, g: &mut String, tiles_per_phase: usize) -> Result<(), RenderError> {
+        if self.count() == 1 {
+            return Ok(());
+        }
+        g.push_str(&define("TP_PHASES_H", self.stride[0]));
+        g.push_str(&define("TP_PHASES_W", self.stride[1]));
+        for (name, v) in [
+            ("TP_PHASE_TILES", tiles_per_phase),
+            ("TP_PER_H", self.per[0]),
+            ("TP_PER_W", self.per[1]),
+            ("TP_TAPS_H", self.taps[0]),
+            ("TP_TAPS_W", self.taps[1]),
+            ("TP_PH_H", self.rows[0]),
+            ("TP_PH_W", self.rows[1]),
+        ] {
+            int_const(g, name, v)?;
+        }
+        Ok(())
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// Chooses the launch of `gm` for `target` (`red_outputs` per-channel epilogue reductions; no
@@ -64,18 +129,23 @@ fn tiled(
             });
         }
     }
+    let phases = gm.phases.map_or(1, |ph| ph.count());
     let l = launch::gemm_in(
         gm.precision,
         gm.m,
         gm.n,
         gm.k,
-        gm.z,
+        gm.z * phases,
         red_outputs == 0,
         red_outputs,
         target,
     );
     let t = l.tile;
-    let [gx, gy, gz] = l.grid(gm.m, gm.n, gm.z);
+    let [tiles_per_phase, gy, gz] = l.grid(gm.m, gm.n, gm.z);
+    let gx = tiles_per_phase * phases;
+    if let Some(ph) = gm.phases {
+        ph.write(g, tiles_per_phase)?;
+    }
     let grid = [
         grid_dim(what, gx, i32::MAX as usize)?,
         grid_dim(what, gy, 65_535)?,
@@ -295,6 +365,7 @@ pub fn render(
                     && aligned16(program, &k.inputs[0]),
                 vec_b: (if mg.transpose_b { mg.k } else { mg.n }).is_multiple_of(4)
                     && aligned16(program, &k.inputs[1]),
+                phases: None,
             };
             let red = epilogue_reductions(k);
             let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, red, target)?;
@@ -324,6 +395,7 @@ pub fn render(
                 vec_b: og.is_multiple_of(4)
                     && cg.o.is_multiple_of(4)
                     && aligned16(program, &k.inputs[1]),
+                phases: None,
             };
             let red = epilogue_reductions(k);
             let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, red, target)?;
@@ -341,15 +413,17 @@ pub fn render(
             let groups = cg.groups.max(1);
             let (cgr, og) = (cg.c / groups, cg.o / groups);
             let vec = og.is_multiple_of(4) && cg.o.is_multiple_of(4);
+            let phases = DgradPhases::of(cg);
             let gm = Gemm {
                 precision: program.precision,
                 round: cg.round_operands,
-                m: cg.n * cg.h * cg.w,
+                m: cg.n * phases.rows[0] * phases.rows[1],
                 n: cgr,
-                k: cg.kh * cg.kw * og,
+                k: phases.taps[0] * phases.taps[1] * og,
                 z: groups,
                 vec_a: vec && aligned16(program, &k.inputs[0]),
                 vec_b: vec && aligned16(program, &k.inputs[1]),
+                phases: Some(phases),
             };
             let red = epilogue_reductions(k);
             let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, red, target)?;
@@ -379,6 +453,7 @@ pub fn render(
                 vec_b: og.is_multiple_of(4)
                     && cg.o.is_multiple_of(4)
                     && aligned16(program, &k.inputs[1]),
+                phases: None,
             };
             let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, 0, target)?;
             workspace_bytes = ws;
