@@ -6,7 +6,9 @@
 //! materialised) when something outside needs it — unless every consumer is a reduction over
 //! the group's space, which recomputes it in its prologue instead. A scaling by broadcast
 //! scalars that only another group reads moves into that group (`sink_scalings`), so the
-//! value before the scaling is the one written.
+//! value before the scaling is the one written. A few cheap ops on small values (batch norm's
+//! per-channel gradient terms) that only groups over much larger spaces read are recomputed
+//! per element by those groups rather than launched for a handful of values.
 //!
 //! Across devices: a node reading a value computed on another device (a *gather*, such as the
 //! average of every tower's gradient) starts a group of its own, so no kernel of one device
@@ -147,6 +149,24 @@ fn elements_read(input: &GroupInput<'_>, mut u: Value) -> usize {
 /// Largest cone (instructions of its own group) a consumer will recompute.
 const MAX_RECOMPUTED_CONE: usize = 24;
 
+/// Largest cone a consumer over a larger space recomputes per element ([`broadcast_cone`]).
+const MAX_BROADCAST_CONE: usize = 6;
+
+/// A consumer over a larger space recomputes a small group's member only when its space is at
+/// least this many times the member's (per-channel values read by a whole activation).
+const BROADCAST_RATIO: usize = 16;
+
+/// Ops a consumer recomputes per element of a larger space: about one instruction each on
+/// every backend (no division, no transcendental function).
+fn cheap(op: &Op) -> bool {
+    use crate::ir::{BinaryOp as B, UnaryOp as U};
+    match op {
+        Op::Unary(u) => matches!(u, U::Neg | U::Abs | U::Square | U::Relu),
+        Op::Binary(b) => matches!(b, B::Add | B::Sub | B::Mul | B::Maximum | B::Minimum),
+        _ => false,
+    }
+}
+
 /// The recomputation plan being decided.
 #[derive(Default)]
 struct Recompute {
@@ -192,6 +212,60 @@ impl Recompute {
         (cone.len() <= MAX_RECOMPUTED_CONE && leaves.len() <= max_leaves).then_some(leaves)
     }
 
+    /// What recomputing member `v` of a small group reads, when each of its consumers runs
+    /// over a space at least [`BROADCAST_RATIO`] times larger (reading `v` broadcast) and the
+    /// cone is a few [`cheap`] ops: those consumers compute it per element from the small
+    /// values it reads (its cone stops at members written out anyway), so it costs no launch.
+    fn broadcast_cone(
+        &self,
+        input: &GroupInput<'_>,
+        gr: &Grouping,
+        v: Value,
+        consumers: &[NodeId],
+    ) -> Option<Vec<Value>> {
+        let g = gr.group_of[&v.node];
+        let space: usize = gr.groups[g].shape.iter().product();
+        let wide = consumers.iter().all(|c| {
+            gr.group_of.get(c).is_some_and(|&h| {
+                let to = &gr.groups[h];
+                to.device == gr.groups[g].device
+                    && !to.gathers
+                    && to.shape.iter().product::<usize>() >= space * BROADCAST_RATIO
+            })
+        });
+        if !wide || gr.groups[g].gathers {
+            return None;
+        }
+        let mut cone = HashSet::new();
+        let mut leaves: Vec<Value> = Vec::new();
+        let mut stack = vec![v.node];
+        while let Some(n) = stack.pop() {
+            if !cone.insert(n) {
+                continue;
+            }
+            if !cheap(&input.graph.node(n).op) || cone.len() > MAX_BROADCAST_CONE {
+                return None;
+            }
+            for u in data_inputs(input.graph, n) {
+                // What the consumers would recompute too: unwritten members of the group, and
+                // members of other groups their own consumers recompute.
+                let recomputed = match gr.group_of.get(&u.node) {
+                    Some(&h) if h == g => !self.written.contains(&u),
+                    Some(_) => gr.absorbed.contains(&u),
+                    None => false,
+                };
+                if recomputed {
+                    stack.push(u.node);
+                } else {
+                    leaves.push(u);
+                }
+            }
+        }
+        leaves.sort();
+        leaves.dedup();
+        Some(leaves)
+    }
+
     fn absorb(&mut self, gr: &mut Grouping, v: Value, leaves: Vec<Value>) {
         gr.absorbed.insert(v);
         self.relied.extend(leaves.iter().copied());
@@ -235,6 +309,13 @@ fn decide_materialisation(
             .filter(|c| gr.group_of.get(c) != Some(&g))
             .collect();
         if external.is_empty() {
+            continue;
+        }
+        if input.fuse
+            && !input.pinned.contains(&v)
+            && let Some(leaves) = plan.broadcast_cone(input, gr, v, &external)
+        {
+            plan.absorb(gr, v, leaves);
             continue;
         }
         let fusable_consumers = external.iter().all(|&c| {

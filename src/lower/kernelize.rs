@@ -270,9 +270,10 @@ impl Former<'_> {
                 conv(conv_geom(attrs, &oshape, &ishape(1), &ishape(0))),
                 None,
             ),
-            Op::Conv2dBackpropFilter { attrs, .. } => KernelKind::Conv2dBackpropFilter(conv(
-                conv_geom(attrs, &ishape(0), &oshape, &ishape(1)),
-            )),
+            Op::Conv2dBackpropFilter { attrs, .. } => KernelKind::Conv2dBackpropFilter(
+                conv(conv_geom(attrs, &ishape(0), &oshape, &ishape(1))),
+                None,
+            ),
             Op::Pool(a) => KernelKind::Pool(pool_geom(a, &ishape(0), &oshape)),
             Op::MaxPoolGrad(a) => KernelKind::MaxPoolGrad(pool_geom(a, &ishape(0), &ishape(1))),
             Op::AvgPoolGrad { attrs, .. } => {

@@ -221,8 +221,9 @@ pub enum KernelKind {
     Conv2d(ConvGeom, Option<Epilogue>),
     /// Inputs `(dy, filter, extra...)`; output `dx`.
     Conv2dBackpropInput(ConvGeom, Option<Epilogue>),
-    /// Inputs `(x, dy)`; output `dfilter`.
-    Conv2dBackpropFilter(ConvGeom),
+    /// Inputs `(x, dy, extra...)`; output `dfilter` (through the epilogue: a weight decay's
+    /// term added as the gradient is stored).
+    Conv2dBackpropFilter(ConvGeom, Option<Epilogue>),
     /// Input `x`.
     Pool(PoolGeom),
     /// Inputs `(x, dy)`; output `dx` (each `dy` to the first maximum of its window).
@@ -295,7 +296,8 @@ impl KernelKind {
         match self {
             KernelKind::MatMul(_, e)
             | KernelKind::Conv2d(_, e)
-            | KernelKind::Conv2dBackpropInput(_, e) => e.as_ref(),
+            | KernelKind::Conv2dBackpropInput(_, e)
+            | KernelKind::Conv2dBackpropFilter(_, e) => e.as_ref(),
             _ => None,
         }
     }
@@ -489,11 +491,12 @@ impl fmt::Display for Kernel {
                 write_rounding(f, g.round_operands)?;
                 write_epilogue(f, e.as_ref())
             }
-            KernelKind::Conv2d(g, e) | KernelKind::Conv2dBackpropInput(g, e) => {
+            KernelKind::Conv2d(g, e)
+            | KernelKind::Conv2dBackpropInput(g, e)
+            | KernelKind::Conv2dBackpropFilter(g, e) => {
                 write_conv(f, g)?;
                 write_epilogue(f, e.as_ref())
             }
-            KernelKind::Conv2dBackpropFilter(g) => write_conv(f, g),
             KernelKind::Pool(g) | KernelKind::MaxPoolGrad(g) | KernelKind::AvgPoolGrad(g) => {
                 write!(
                     f,

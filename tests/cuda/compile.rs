@@ -356,7 +356,9 @@ fn work(p: &Program, k: &towerpack::lower::Kernel) -> usize {
         K::MatMul(g, _) => g.batch * g.m * g.n * g.k,
         K::Conv2d(g, _) => g.n * g.oh * g.ow * g.o * g.kh * g.kw * g.c / g.groups.max(1),
         K::Conv2dBackpropInput(g, _) => g.n * g.h * g.w * g.c * g.kh * g.kw * g.o / g.groups.max(1),
-        K::Conv2dBackpropFilter(g) => g.n * g.oh * g.ow * g.o * g.kh * g.kw * g.c / g.groups.max(1),
+        K::Conv2dBackpropFilter(g, _) => {
+            g.n * g.oh * g.ow * g.o * g.kh * g.kw * g.c / g.groups.max(1)
+        }
         K::Pool(g) | K::MaxPoolGrad(g) | K::AvgPoolGrad(g) => {
             g.n * g.h * g.w * g.c * g.window[0] * g.window[1]
         }

@@ -86,7 +86,7 @@ fn round_operands(kind: &KernelKind) -> Option<HalfFormat> {
         KernelKind::MatMul(g, _) => g.round_operands,
         KernelKind::Conv2d(g, _)
         | KernelKind::Conv2dBackpropInput(g, _)
-        | KernelKind::Conv2dBackpropFilter(g) => g.round_operands,
+        | KernelKind::Conv2dBackpropFilter(g, _) => g.round_operands,
         _ => None,
     }
 }

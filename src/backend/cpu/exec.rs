@@ -39,7 +39,7 @@ fn kernel_work(k: &Kernel, p: &Program) -> usize {
         KernelKind::MatMul(g, _) => g.batch * g.m * g.n * g.k,
         KernelKind::Conv2d(g, _)
         | KernelKind::Conv2dBackpropInput(g, _)
-        | KernelKind::Conv2dBackpropFilter(g) => {
+        | KernelKind::Conv2dBackpropFilter(g, _) => {
             g.n * g.oh * g.ow * g.o * g.kh * g.kw * (g.c / g.groups.max(1))
         }
         _ => out.max(
@@ -848,7 +848,7 @@ fn run_kernel(
                 None => backward(&cg, dy, w, dx, &none),
             }
         }
-        (KernelKind::Conv2dBackpropFilter(g), _) => {
+        (KernelKind::Conv2dBackpropFilter(g, _), _) => {
             let cg = conv_geometry(g);
             let x = slice(
                 &ins[0],
@@ -863,12 +863,23 @@ fn run_kernel(
                 "conv2d_backprop_filter",
             )?;
             let dw = slice_mut(&outs[0], "conv2d_backprop_filter")?;
-            if bf16_tiles && on_tiles(g.round_operands, &cg, ConvPass::FilterGradient) {
-                return kernels::conv2d_backward_filter_bf16(&cg, x, dy, dw);
+            let e = epilogue(step, k, ins, outs, 0);
+            let cols = g.o.max(1);
+            if let Some(e) = &e {
+                e.check(dw.len() / cols, cols)?;
             }
-            let operands = Operands::new(x, dy, g.round_operands, threads);
-            let (x, dy) = operands.get();
-            kernels::conv2d_backward_filter(&cg, x, dy, dw)
+            if bf16_tiles && on_tiles(g.round_operands, &cg, ConvPass::FilterGradient) {
+                kernels::conv2d_backward_filter_bf16(&cg, x, dy, dw)?;
+            } else {
+                let operands = Operands::new(x, dy, g.round_operands, threads);
+                let (x, dy) = operands.get();
+                kernels::conv2d_backward_filter(&cg, x, dy, dw)?;
+            }
+            // The epilogue (a weight decay's term) over the whole filter at once: it is small.
+            if let Some(e) = e {
+                e.apply(dw, 0, cols);
+            }
+            Ok(())
         }
         (KernelKind::Pool(g), _) => {
             let pg = pool_geometry(g);

@@ -1,5 +1,5 @@
-//! Epilogue fusion: an elementwise draft that consumes a convolution's or a matrix product's
-//! output (and whose other operands do not depend on it) becomes that kernel's epilogue, so the
+//! Epilogue fusion: an elementwise draft that consumes a convolution's (forward, input or
+//! filter gradient) or a matrix product's output (and whose other operands do not depend on it) becomes that kernel's epilogue, so the
 //! product is written once, already transformed.
 
 use super::{Former, Operand};
@@ -78,6 +78,7 @@ impl Former<'_> {
                         kd.kind,
                         KernelKind::Conv2d(_, None)
                             | KernelKind::Conv2dBackpropInput(_, None)
+                            | KernelKind::Conv2dBackpropFilter(_, None)
                             | KernelKind::MatMul(_, None)
                     );
                     let ok = kd.alive
@@ -156,6 +157,9 @@ impl Former<'_> {
                 KernelKind::Conv2d(g, _) => KernelKind::Conv2d(g, epilogue),
                 KernelKind::Conv2dBackpropInput(g, _) => {
                     KernelKind::Conv2dBackpropInput(g, epilogue)
+                }
+                KernelKind::Conv2dBackpropFilter(g, _) => {
+                    KernelKind::Conv2dBackpropFilter(g, epilogue)
                 }
                 KernelKind::MatMul(g, _) => KernelKind::MatMul(g, epilogue),
                 other => other,

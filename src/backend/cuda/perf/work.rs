@@ -51,7 +51,7 @@ pub fn kernel_work(program: &Program, k: &Kernel) -> Work {
         }
         KernelKind::Conv2d(g, _)
         | KernelKind::Conv2dBackpropInput(g, _)
-        | KernelKind::Conv2dBackpropFilter(g) => {
+        | KernelKind::Conv2dBackpropFilter(g, _) => {
             let macs = conv_macs(g);
             (2.0 * macs, macs)
         }

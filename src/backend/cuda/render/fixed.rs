@@ -431,7 +431,7 @@ pub fn render(
             epilogue(program, k, &mut p, &mut g)?;
             (Body::Conv2dBackpropInput, launch)
         }
-        KernelKind::Conv2dBackpropFilter(cg) => {
+        KernelKind::Conv2dBackpropFilter(cg, _) => {
             if out_len == 0 {
                 return Ok(None);
             }
