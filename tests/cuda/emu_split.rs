@@ -317,6 +317,21 @@ fn split_k_filter_gradients_and_matrix_products_match_the_cpu_and_repeat_bitwise
     }
 }
 
+/// The input gradient of the convolution `y` (of `filter`, over an `input_hw` image) for a
+/// random `dy` shaped like `y`.
+fn input_gradient(
+    c: &mut Case,
+    attrs: Conv2dAttrs,
+    y: Value,
+    filter: Value,
+    input_hw: [usize; 2],
+) -> Value {
+    let y_dims = c.g.value_type(y).shape.resolve(c.batch);
+    let dy = c.input(DType::F32, &y_dims[1..]);
+    let backward = Op::Conv2dBackpropInput { attrs, input_hw };
+    c.add("backprop_input", backward, &[dy, filter])
+}
+
 /// A convolution with batch-norm statistics of its output (mean, then the variance around it)
 /// and a backward-input convolution whose ReLU-masked output feeds four per-channel sums (batch
 /// norm's backward pass), as `tests/lower/channel_reductions.rs` builds them.
@@ -346,13 +361,7 @@ fn epilogue_case(seed: u64) -> Case {
     let variance = c.reduce(ReduceOp::Mean, vec![0, 1, 2], square);
     c.fetches.extend([y, mean, variance]);
 
-    let y_dims = c.g.value_type(y).shape.resolve(c.batch);
-    let dy = c.input(DType::F32, &y_dims[1..]);
-    let backward = Op::Conv2dBackpropInput {
-        attrs,
-        input_hw: [h, w],
-    };
-    let dx = c.add("backprop_input", backward, &[dy, filter]);
+    let dx = input_gradient(&mut c, attrs, y, filter, [h, w]);
     let zero = c.add(
         "zero",
         Op::Constant {
@@ -505,13 +514,7 @@ fn dgrad_case(seed: u64, with_sum: bool) -> Case {
     let filter = c.constant(&[kernel[0], kernel[1], channels / groups, outs]);
     // The forward convolution only gives dy its shape (nothing fetches it).
     let y = c.add("conv", Op::Conv2d(attrs), &[x, filter]);
-    let y_dims = c.g.value_type(y).shape.resolve(c.batch);
-    let dy = c.input(DType::F32, &y_dims[1..]);
-    let backward = Op::Conv2dBackpropInput {
-        attrs,
-        input_hw: [h, w],
-    };
-    let dx = c.add("backprop_input", backward, &[dy, filter]);
+    let dx = input_gradient(&mut c, attrs, y, filter, [h, w]);
     c.fetch(dx);
     if with_sum {
         let sum = c.reduce(ReduceOp::Sum, vec![0, 1, 2], dx);
