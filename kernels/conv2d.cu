@@ -16,7 +16,7 @@
 
 struct tp_conv_fwd_a {
     const float* x;
-    enum { K_FAST = true, VEC = TP_VEC_A };
+    enum { K_FAST = true, VEC = TP_VEC_A, K_RUN = TP_CG, K_TILE = 0 };  // a tap's channels
     struct Line {
         const float* image;
         int ih0, iw0;
@@ -38,7 +38,7 @@ struct tp_conv_fwd_a {
 
 struct tp_conv_fwd_b {
     const float* w;
-    enum { K_FAST = false, VEC = TP_VEC_B };
+    enum { K_FAST = false, VEC = TP_VEC_B, K_RUN = 1, K_TILE = 0 };
     typedef const float* Line;
     TP_DEV Line line(int co) const { return w + co; }
     TP_DEV const float* at(const Line& l, int k) const { return l + (tp_idx)k * TP_OUT_C; }

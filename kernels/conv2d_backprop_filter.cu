@@ -14,11 +14,31 @@
 
 struct tp_conv_bwd_filter_a {
     const float* x;
-    enum { K_FAST = false, VEC = TP_VEC_A };
+    // With TP_OUT_W a multiple of TP_BK, a K tile's pixels lie in one output row: the input row
+    // they read is found once per tile (K_TILE), and each pixel is a step along it.
+    enum { K_FAST = false, VEC = TP_VEC_A, K_RUN = 1, K_TILE = TP_OUT_W % TP_BK == 0 };
     struct Line {
         const float* channel;
         int dh, dw;
     };
+    // The input row a K tile's pixels read for this line's tap (null when the tap falls in
+    // the padding above or below) and the input column of its first pixel.
+    struct Tile {
+        const float* row;
+        int iw0;
+    };
+    TP_DEV Tile tile(const Line& l, int k0) const {
+        const int ow = k0 % TP_OUT_W, t = k0 / TP_OUT_W;
+        const int oh = t % TP_OUT_H, n = t / TP_OUT_H;
+        const int ih = oh * TP_STRIDE_H + l.dh;
+        const bool inside = ih >= 0 && ih < TP_IN_H;
+        return {inside ? l.channel + ((tp_idx)n * TP_IN_H + ih) * TP_IN_W * TP_IN_C : nullptr,
+                ow * TP_STRIDE_W + l.dw};
+    }
+    TP_DEV const float* at(const Line&, const Tile& t, int j) const {
+        const int iw = t.iw0 + j * TP_STRIDE_W;
+        return t.row && (unsigned)iw < TP_IN_W ? t.row + (tp_idx)iw * TP_IN_C : nullptr;
+    }
     TP_DEV Line line(int m) const {
         const int ci = m % TP_CG, t = m / TP_CG;
         const int kw = t % TP_K_W, kh = t / TP_K_W;
@@ -35,7 +55,7 @@ struct tp_conv_bwd_filter_a {
 
 struct tp_conv_bwd_filter_b {
     const float* dy;
-    enum { K_FAST = false, VEC = TP_VEC_B };
+    enum { K_FAST = false, VEC = TP_VEC_B, K_RUN = 1, K_TILE = 0 };
     typedef const float* Line;
     TP_DEV Line line(int co) const { return dy + co; }
     TP_DEV const float* at(const Line& l, int k) const { return l + (tp_idx)k * TP_OUT_C; }

@@ -75,7 +75,7 @@ TP_DEV tp_phase tp_phase_of(int phase) {
 struct tp_conv_bwd_input_a {
     const float* dy;
     tp_phase ph;
-    enum { K_FAST = true, VEC = TP_VEC_A };
+    enum { K_FAST = true, VEC = TP_VEC_A, K_RUN = TP_OG, K_TILE = 0 };  // a tap's channels
     struct Line {
         const float* image;
         int hp, wp;
@@ -97,7 +97,7 @@ struct tp_conv_bwd_input_a {
 struct tp_conv_bwd_input_b {
     const float* w;
     tp_phase ph;
-    enum { K_FAST = true, VEC = TP_VEC_B };
+    enum { K_FAST = true, VEC = TP_VEC_B, K_RUN = TP_OG, K_TILE = 0 };  // a tap's channels
     typedef const float* Line;
     TP_DEV Line line(int ci) const { return w + (tp_idx)ci * TP_OUT_C; }
     TP_DEV const float* at(const Line& l, int k) const {
@@ -142,7 +142,7 @@ TP_DEV tp_tap tp_tap_of(int k) {
 struct tp_conv_bwd_input_a {
     const float* dy;
     tp_phase ph;
-    enum { K_FAST = true, VEC = TP_VEC_A };
+    enum { K_FAST = true, VEC = TP_VEC_A, K_RUN = TP_OG, K_TILE = 0 };  // a tap's channels
     // The output pixel (oh0, ow0) the phase's first tap reads for this row (exact divisions:
     // the phase's taps meet the stride), or TP_NO_ROW for a row past the phase's pixels.
     struct Line {
@@ -170,7 +170,7 @@ struct tp_conv_bwd_input_a {
 struct tp_conv_bwd_input_b {
     const float* w;
     tp_phase ph;
-    enum { K_FAST = true, VEC = TP_VEC_B };
+    enum { K_FAST = true, VEC = TP_VEC_B, K_RUN = TP_OG, K_TILE = 0 };  // a tap's channels
     typedef const float* Line;
     // Input channel ci at the phase's first tap (the filter's origin for a phase without taps,
     // which reads nothing).

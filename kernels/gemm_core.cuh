@@ -15,11 +15,20 @@
 //     typedef ... Line;                      // a fixed row of A (column of B)
 //     TP_DEV Line line(int mn) const;        // once per thread and slot, outside the K loop
 //     TP_DEV const float* at(const Line&, int k) const;  // address of element k, or 0 for a zero
+//     enum { K_RUN = ..., K_TILE = 0 or 1 }; // shortcuts, see below
 //   };
 // With VEC = 4 a thread loads 4 consecutive elements at once (a float4 at the element's address)
 // along k (K_FAST) or along the lines (otherwise); the renderer only chooses it where the data
 // allow it (extents multiples of 4, 16-byte aligned), so a vector is all inside or all padding.
 // Each thread loads one line of the tile (see tp_operand), so it keeps one Line in registers.
+// K_RUN: the elements k of a K_FAST line with the same k / K_RUN are consecutive in memory and
+// all present or all zeros (a tap's channels in the convolutions; 1: nothing promised). When
+// K_RUN is a multiple of TP_BK, K is too and every K tile lies inside one run, so a thread
+// computes ONE address per tile (at its first element) and issues all its loads from it
+// together. K_TILE = 1 (K a multiple of TP_BK): what a K tile's elements of a line share is
+// found once per tile, `typename L::Tile tile(const Line&, int k0)`, and each element's
+// address from it, `at(const Line&, const Tile&, int j)` for element k0 + j. Otherwise each
+// element's address is its own at().
 //
 // After the loop, tp_gemm_output hands the tile to the epilogue. Split-K (TP_SPLIT_K > 1:
 // blockIdx.z = z * TP_SPLIT_K + split, each split covering TP_K_CHUNK of K) first combines the
@@ -55,6 +64,7 @@
 #define TP_PAD 4
 #define TP_TX (TP_BN / TP_TN)
 #define TP_TY (TP_BM / TP_TM)
+static_assert(TP_K_CHUNK % TP_BK == 0 || TP_SPLIT_K == 1, "split-K chunks start on a K tile");
 static_assert(TP_BLOCK == 256, "the GEMM tile assumes 256 threads");
 static_assert(TP_TX * TP_TY == TP_BLOCK, "a tile has one thread per register block");
 static_assert(TP_TX <= 32 && 32 % TP_TX == 0, "a warp spans whole rows of threads");
@@ -178,7 +188,8 @@ struct tp_operand {
         ELEMS = EDGE * TP_BK / VEC,
         SLOTS = (ELEMS + TP_BLOCK - 1) / TP_BLOCK,
         LINES = L::K_FAST ? EDGE : EDGE / VEC,
-        K_STEP = TP_BLOCK / LINES  // k rows (vectors along k when K_FAST) between slots
+        K_STEP = TP_BLOCK / LINES,  // k rows (vectors along k when K_FAST) between slots
+        RUN = L::K_FAST && L::K_RUN % TP_BK == 0  // a K tile is one run of the line
     };
     static_assert(TP_BLOCK % LINES == 0, "one line per thread");
     typedef tp_vec<VEC> V;
@@ -199,13 +210,52 @@ struct tp_operand {
         line = l.line(live ? mn0 + slot_mn() : 0);
     }
 
+    // The address of the run holding the tile starting at k0 (RUN), or null when the run is
+    // zeros, the line is past the extent or the tile at or past k_end (k0 and k_end are
+    // multiples of TP_BK, so the tile is either all before k_end or all past it).
+    TP_DEV const float* run(const L& l, int k0, int k_end) const {
+        return live && k0 < k_end ? l.at(line, k0) : nullptr;
+    }
+
+    // The address of element k0 + k of the line (k0 a multiple of TP_BK), or null for a zero.
+    TP_DEV const float* address(const L& l, int k0, int k_end, int k) const {
+        if constexpr (RUN) {
+            const float* r = run(l, k0, k_end);
+            return r ? r + k : nullptr;
+        } else if constexpr (L::K_TILE) {
+            return live && k0 < k_end ? l.at(line, l.tile(line, k0), k) : nullptr;
+        } else {
+            return live && k0 + k < k_end ? l.at(line, k0 + k) : nullptr;
+        }
+    }
+
     // Global loads of the tile starting at k0 (elements at or past k_end are zero).
     TP_DEV void load(const L& l, int k0, int k_end) {
+        if constexpr (RUN) {
+            const float* a = run(l, k0, k_end);
+            if (a) {
 #pragma unroll
-        for (int s = 0; s < SLOTS; ++s) {
-            const int k = k0 + slot_k(s);
-            const float* a = live && slot_used(s) && k < k_end ? l.at(line, k) : nullptr;
-            v[s] = a ? V::load(a) : V::zero();
+                for (int s = 0; s < SLOTS; ++s)
+                    v[s] = slot_used(s) ? V::load(a + slot_k(s)) : V::zero();
+            } else {
+#pragma unroll
+                for (int s = 0; s < SLOTS; ++s) v[s] = V::zero();
+            }
+        } else if constexpr (L::K_TILE) {
+            const typename L::Tile t = l.tile(line, k0);
+            const bool inside = live && k0 < k_end;
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                const float* a = inside && slot_used(s) ? l.at(line, t, slot_k(s)) : nullptr;
+                v[s] = a ? V::load(a) : V::zero();
+            }
+        } else {
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                const int k = k0 + slot_k(s);
+                const float* a = live && slot_used(s) && k < k_end ? l.at(line, k) : nullptr;
+                v[s] = a ? V::load(a) : V::zero();
+            }
         }
     }
 
@@ -268,8 +318,8 @@ struct tp_operand {
 #pragma unroll
         for (int s = 0; s < SLOTS; ++s) {
             if (!slot_used(s)) continue;
-            const int k = slot_k(s), kg = k0 + k;
-            const float* a = live && kg < k_end ? l.at(line, kg) : nullptr;
+            const int k = slot_k(s);
+            const float* a = address(l, k0, k_end, k);
             if constexpr (VEC == 1) {
                 tp_copy_async<4>(&sh[k][mn], a);
             } else if constexpr (L::K_FAST) {

@@ -9,7 +9,7 @@
 
 struct tp_matmul_a {
     const float* base;
-    enum { K_FAST = !TP_TRANS_A, VEC = TP_VEC_A };
+    enum { K_FAST = !TP_TRANS_A, VEC = TP_VEC_A, K_RUN = TP_K, K_TILE = 0 };  // a whole row
     typedef const float* Line;
     TP_DEV Line line(int r) const { return TP_TRANS_A ? base + r : base + (tp_idx)r * TP_K; }
     TP_DEV const float* at(const Line& l, int kk) const {
@@ -19,7 +19,7 @@ struct tp_matmul_a {
 
 struct tp_matmul_b {
     const float* base;
-    enum { K_FAST = TP_TRANS_B, VEC = TP_VEC_B };
+    enum { K_FAST = TP_TRANS_B, VEC = TP_VEC_B, K_RUN = TP_K, K_TILE = 0 };  // a whole column
     typedef const float* Line;
     TP_DEV Line line(int c) const { return TP_TRANS_B ? base + (tp_idx)c * TP_K : base + c; }
     TP_DEV const float* at(const Line& l, int kk) const {
