@@ -68,7 +68,11 @@ static_assert(TP_K_CHUNK % TP_BK == 0 || TP_SPLIT_K == 1, "split-K chunks start 
 static_assert(TP_BLOCK == 256, "the GEMM tile assumes 256 threads");
 static_assert(TP_TX * TP_TY == TP_BLOCK, "a tile has one thread per register block");
 static_assert(TP_TX <= 32 && 32 % TP_TX == 0, "a warp spans whole rows of threads");
-#if TP_MIN_BLOCKS > 0
+#if TP_MIN_BLOCKS == 4 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+// Below sm_90 ptxas 12.9 spills 8-12 bytes of the 16-accumulator convolution bodies at 64
+// registers where sm_90's fits them: 3 blocks (80 registers) there.
+#define TP_GEMM_BOUNDS __launch_bounds__(TP_BLOCK, 3)
+#elif TP_MIN_BLOCKS > 0
 #define TP_GEMM_BOUNDS __launch_bounds__(TP_BLOCK, TP_MIN_BLOCKS)
 #else
 #define TP_GEMM_BOUNDS __launch_bounds__(TP_BLOCK)

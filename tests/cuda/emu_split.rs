@@ -427,6 +427,15 @@ fn epilogue_reductions_of_convolutions_match_the_cpu_and_repeat_bitwise() {
 /// variables ends, and two sessions end bit for bit equal. (Steps are compared one at a time:
 /// batch norm over 2 images makes the step chaotic — variables 2e-6 apart before a step end
 /// 1e-2 apart after it, on the CPU alone.)
+///
+/// A single step can be ill-conditioned too: a ReLU input within rounding of zero lands on
+/// one side on the device and on the other on the CPU (seen: `res1.2/Relu`, 1.6e-7 on the
+/// CPU, 0 on the device, for the second step's feeds once the stage-1 tiles changed), and the
+/// gradient upstream of it then differs by 1e-3, as it would between any two summation orders
+/// (the CPU's own AVX-512 and scalar steps differ by 5e-3 on another seed's feeds). So each
+/// step also fetches every forward ReLU's input, and a step where the device and the CPU put
+/// one on opposite sides of zero is not compared (its feeds are replaced by the next seed's);
+/// two steps without such a flip must match.
 #[test]
 fn resnet20_training_steps_match_the_cpu_and_repeat_bitwise() {
     cuda_common::require_nvrtc();
@@ -456,15 +465,55 @@ fn resnet20_training_steps_match_the_cpu_and_repeat_bitwise() {
         },
     )
     .expect("cpu session");
-    for step in 0..2 {
+    // The training step, also fetching every forward ReLU's input.
+    let g = &tg.graph;
+    let relu_inputs: Vec<Value> = g
+        .node_ids()
+        .filter(|&n| {
+            matches!(g.node(n).op, Op::Unary(UnaryOp::Relu))
+                && !g.node(n).name.starts_with("gradients/")
+        })
+        .map(|n| g.inputs(n)[0])
+        .collect();
+    assert!(
+        relu_inputs.len() >= 19,
+        "ResNet-20's ReLUs: {}",
+        relu_inputs.len()
+    );
+    let fetched = tg.step.fetches.len();
+    let step_with_relus = Step::new(
+        tg.step
+            .fetches
+            .iter()
+            .copied()
+            .chain(relu_inputs.iter().copied())
+            .collect(),
+        tg.step.targets.clone(),
+    );
+    let mut steps_compared = 0;
+    for seed in 0..8 {
+        if steps_compared == 2 {
+            break;
+        }
         for (id, _) in tg.graph.variable_ids() {
             let v = a.read_variable(id).expect("read");
             cpu.write_variable(id, &v).expect("write");
         }
-        let feeds = cuda_common::feeds(&tg, batch, step);
-        cpu.run(&tg.step, &feeds).expect("cpu step");
-        a.run(&tg.step, &feeds).expect("emulated step");
-        b.run(&tg.step, &feeds).expect("emulated step");
+        let feeds = cuda_common::feeds(&tg, batch, seed);
+        let on_cpu = cpu.run(&step_with_relus, &feeds).expect("cpu step");
+        let on_device = a.run(&step_with_relus, &feeds).expect("emulated step");
+        b.run(&step_with_relus, &feeds).expect("emulated step");
+        let flips: usize = on_device[fetched..]
+            .iter()
+            .zip(&on_cpu[fetched..])
+            .map(|(d, c)| {
+                let (d, c) = (d.to_f32_vec(), c.to_f32_vec());
+                d.iter()
+                    .zip(&c)
+                    .filter(|(x, y)| (**x > 0.0) != (**y > 0.0))
+                    .count()
+            })
+            .sum();
         let mut compared = 0;
         for (id, def) in tg.graph.variable_ids() {
             let (x, y, want) = (
@@ -474,19 +523,28 @@ fn resnet20_training_steps_match_the_cpu_and_repeat_bitwise() {
             );
             assert!(
                 x.to_le_bytes() == y.to_le_bytes(),
-                "step {step}, {}: two emulated sessions differ",
+                "seed {seed}, {}: two emulated sessions differ",
                 def.name
             );
+            if flips > 0 {
+                continue;
+            }
             let err = normalized_error(&x, &want);
             assert!(
                 err <= 2e-5,
-                "step {step}, {}: error {err:.3e} against the CPU",
+                "seed {seed}, {}: error {err:.3e} against the CPU",
                 def.name
             );
             compared += 1;
         }
+        if flips > 0 {
+            eprintln!("seed {seed}: {flips} ReLU input(s) on opposite sides of zero; not compared");
+            continue;
+        }
         assert!(compared > 60, "ResNet-20's variables: {compared}");
+        steps_compared += 1;
     }
+    assert_eq!(steps_compared, 2, "steps without a ReLU flip among 8 seeds");
 }
 
 /// A convolution's input gradient of random geometry — strides 1 to 3 and dilations 1 to 3 per

@@ -165,7 +165,7 @@ fn tiled(
     g.push_str(&define(
         "TP_MIN_BLOCKS",
         if tensor {
-            t.tensor_min_blocks()
+            t.tensor_min_blocks(gm.round.is_some())
         } else {
             t.min_blocks()
         },

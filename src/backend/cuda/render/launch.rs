@@ -159,23 +159,29 @@ impl Tile {
     }
 
     /// The `minBlocksPerMultiprocessor` of the kernel's `__launch_bounds__` (`TP_MIN_BLOCKS`,
-    /// 0 for none): 16 accumulators get 2 (≤ 128 registers: ptxas 12.9's own choice for sm_90,
-    /// 80, spills in the convolution loaders), 32 get 1 (≤ 255); smaller register blocks keep
-    /// ptxas's choice (≤ 64 registers).
+    /// 0 for none): 16 accumulators get 4 (≤ 64 registers: with loaders that find a K tile's
+    /// addresses once per tile, ptxas 12.9 fits every ResNet-20 and MNIST GEMM body into 64
+    /// registers for sm_90 without spilling, where a bound of 2 let it take 89–106 and halved
+    /// the blocks an SM holds), 32 get 1 (≤ 255); smaller register blocks keep ptxas's choice
+    /// (≤ 64 registers).
     pub fn min_blocks(&self) -> usize {
         match self.tm * self.tn {
             0..=8 => 0,
-            9..=16 => 2,
+            9..=16 => 4,
             _ => 1,
         }
     }
 
-    /// [`min_blocks`](Self::min_blocks) of the tensor-core variant: as the SIMT core's, but
-    /// small register blocks get 4 (≤ 64 registers) rather than ptxas's own choice, which
-    /// spilled 4 bytes at 32 registers for the split 32×32 tile on sm_80 (ptxas 12.9).
-    pub fn tensor_min_blocks(&self) -> usize {
+    /// [`min_blocks`](Self::min_blocks) of the tensor-core variant (`half`: the native
+    /// BF16/FP16 one, operands rounded into 16-bit stages): as the SIMT core's, but small
+    /// register blocks get 4 (≤ 64 registers) rather than ptxas's own choice, which spilled 4
+    /// bytes at 32 registers for the split 32×32 tile on sm_80 (ptxas 12.9); and 16 accumulators
+    /// of the native 16-bit variant get 3 (≤ 80): it takes 71–72 registers for the 256×16
+    /// convolution tiles and spilled 4–8 bytes at 64.
+    pub fn tensor_min_blocks(&self, half: bool) -> usize {
         match self.min_blocks() {
             0 => 4,
+            4 if half => 3,
             n => n,
         }
     }
