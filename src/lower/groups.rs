@@ -190,26 +190,23 @@ impl Recompute {
     ) -> Option<Vec<Value>> {
         let g = gr.group_of[&v.node];
         let space: usize = gr.groups[g].shape.iter().product();
-        let mut cone = HashSet::new();
-        let mut leaves: Vec<Value> = Vec::new();
-        let mut stack = vec![v.node];
-        while let Some(n) = stack.pop() {
-            if !cone.insert(n) {
-                continue;
-            }
-            for u in data_inputs(input.graph, n) {
+        let (cone, leaves) = walk_cone(
+            input,
+            v.node,
+            |_, _| true,
+            |u, leaves| {
                 if gr.group_of.get(&u.node) == Some(&g) && !self.written.contains(&u) {
-                    stack.push(u.node);
-                } else if let Some(l) = self.full_leaves.get(&u) {
+                    return true;
+                }
+                if let Some(l) = self.full_leaves.get(&u) {
                     leaves.extend(l.iter().copied());
                 } else if elements_read(input, u) * 4 > space {
                     leaves.push(u);
                 }
-            }
-        }
-        leaves.sort();
-        leaves.dedup();
-        (cone.len() <= MAX_RECOMPUTED_CONE && leaves.len() <= max_leaves).then_some(leaves)
+                false
+            },
+        )?;
+        (cone <= MAX_RECOMPUTED_CONE && leaves.len() <= max_leaves).then_some(leaves)
     }
 
     /// What recomputing member `v` of a small group reads, when each of its consumers runs
@@ -236,17 +233,11 @@ impl Recompute {
         if !wide || gr.groups[g].gathers {
             return None;
         }
-        let mut cone = HashSet::new();
-        let mut leaves: Vec<Value> = Vec::new();
-        let mut stack = vec![v.node];
-        while let Some(n) = stack.pop() {
-            if !cone.insert(n) {
-                continue;
-            }
-            if !cheap(&input.graph.node(n).op) || cone.len() > MAX_BROADCAST_CONE {
-                return None;
-            }
-            for u in data_inputs(input.graph, n) {
+        let (_, leaves) = walk_cone(
+            input,
+            v.node,
+            |n, size| cheap(&input.graph.node(n).op) && size <= MAX_BROADCAST_CONE,
+            |u, leaves| {
                 // What the consumers would recompute too: unwritten members of the group, and
                 // members of other groups their own consumers recompute.
                 let recomputed = match gr.group_of.get(&u.node) {
@@ -254,15 +245,12 @@ impl Recompute {
                     Some(_) => gr.absorbed.contains(&u),
                     None => false,
                 };
-                if recomputed {
-                    stack.push(u.node);
-                } else {
+                if !recomputed {
                     leaves.push(u);
                 }
-            }
-        }
-        leaves.sort();
-        leaves.dedup();
+                recomputed
+            },
+        )?;
         Some(leaves)
     }
 
@@ -271,6 +259,38 @@ impl Recompute {
         self.relied.extend(leaves.iter().copied());
         self.full_leaves.insert(v, leaves);
     }
+}
+
+/// Walks the cone of `start` through its data inputs, depth first, each node once:
+/// `enter(n, nodes so far)` accepts each node as it joins the cone (a refusal ends the walk
+/// with `None`), and `follow(u, leaves)` says whether input `u` belongs to the cone (it is
+/// walked into) or, when not, may record what it reads in `leaves`. Returns the cone's size
+/// and its leaves, sorted and without repeats.
+fn walk_cone(
+    input: &GroupInput<'_>,
+    start: NodeId,
+    mut enter: impl FnMut(NodeId, usize) -> bool,
+    mut follow: impl FnMut(Value, &mut Vec<Value>) -> bool,
+) -> Option<(usize, Vec<Value>)> {
+    let mut cone = HashSet::new();
+    let mut leaves = Vec::new();
+    let mut stack = vec![start];
+    while let Some(n) = stack.pop() {
+        if !cone.insert(n) {
+            continue;
+        }
+        if !enter(n, cone.len()) {
+            return None;
+        }
+        for u in data_inputs(input.graph, n) {
+            if follow(u, &mut leaves) {
+                stack.push(u.node);
+            }
+        }
+    }
+    leaves.sort();
+    leaves.dedup();
+    Some((cone.len(), leaves))
 }
 
 /// Decides which members are written out. A member is *recomputed* by its consumers instead
