@@ -335,8 +335,21 @@ fn gemm_cost(
     } else {
         0.0
     };
-    waves * occ as f64 * block + combine
+    // The blocks an SM runs side by side: as many as it holds in a full wave, fewer when the
+    // grid is small — but an SM with fewer than `LATENCY_HIDING_BLOCKS` is latency bound, not
+    // faster per block.
+    let sharing = blocks
+        .div_ceil(target.multiprocessors as usize)
+        .clamp(LATENCY_HIDING_BLOCKS.min(occ), occ);
+    waves * (sharing as f64) * block + combine
 }
+
+/// How many 8-warp GEMM blocks an SM needs to hide its warps' latency: with fewer, a wave
+/// takes as long as with this many (the performance model's `serial` bound: one warp's
+/// latency exceeds the issue time of fewer than 3 blocks' warp-instructions on the GEMM
+/// bodies). Charging a small grid for the blocks it really runs lets a half-full wave take
+/// smaller tiles, and a split of K fill an SM to this many blocks.
+const LATENCY_HIDING_BLOCKS: usize = 3;
 
 /// The level-1 group size of a combine over `parts` partials: about √parts, so both levels of
 /// the combine read few partials.
