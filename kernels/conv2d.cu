@@ -52,7 +52,8 @@ struct tp_conv_fwd_out {
 };
 
 extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d(const tp_params p) {
-    const int g = blockIdx.z / TP_SPLIT_K, split = blockIdx.z % TP_SPLIT_K;
+    // One group: g is the constant 0, not a value ptxas keeps live across the K loop.
+    const int g = TP_GROUPS == 1 ? 0 : blockIdx.z / TP_SPLIT_K, split = blockIdx.z % TP_SPLIT_K;
     const tp_conv_fwd_a la = {p.x + g * TP_CG};
     const tp_conv_fwd_b lb = {p.filter + g * TP_OG};
     constexpr int M = TP_BATCH * TP_OUT_H * TP_OUT_W, K = TP_K_H * TP_K_W * TP_CG;

@@ -203,7 +203,8 @@ struct tp_conv_bwd_input_out {
 #endif
 
 extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_input(const tp_params p) {
-    const int g = blockIdx.z / TP_SPLIT_K, split = blockIdx.z % TP_SPLIT_K;
+    // One group: g is the constant 0, not a value ptxas keeps live across the K loop.
+    const int g = TP_GROUPS == 1 ? 0 : blockIdx.z / TP_SPLIT_K, split = blockIdx.z % TP_SPLIT_K;
 #if TP_PHASES == 1
     const int phase = 0, tile = blockIdx.x;
 #else

@@ -35,7 +35,9 @@
 // splits' partial tiles in a fixed order (kernels/split.cuh) and only the combining block goes
 // on. Per-channel epilogue reductions (TP_EPI_RED > 0) sum the reduced epilogue outputs over the
 // block's rows (threads, then a warp butterfly, then warps in order), then combine the blocks of
-// a column tile in a fixed order and finish them (tp_epi_finish).
+// a column tile in a fixed order and finish them (tp_epi_finish); with a split of K too, the
+// combining blocks of the row tiles are the column tile's members, and their partials have
+// their own workspace (red_ws, red_ws_count) after the split's.
 //
 // With TP_TF32 (Precision::Tf32, and Bf16/Fp16 on devices with tensor cores) tp_gemm_tile is
 // the tensor-core variant further down: for TF32 the same loaders and f32 stages filled by
@@ -648,7 +650,7 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
 // of column j), combined over the blocks of the column tile; the combining block finishes them.
 template <class O>
 TP_DEV void tp_gemm_reduce_columns(const tp_params& p, const O& out, int N, int n0,
-                                   float red[TP_TN][TP_EPI_RED]) {
+                                   float red[TP_TN][TP_EPI_RED], unsigned int slot) {
     constexpr int P = TP_EPI_RED * TP_BN, E = (P + TP_BLOCK - 1) / TP_BLOCK;
     __shared__ float warp_sums[TP_BLOCK / 32][P];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tx = threadIdx.x % TP_TX;
@@ -673,8 +675,19 @@ TP_DEV void tp_gemm_reduce_columns(const tp_params& p, const O& out, int N, int 
             for (int w = 0; w < TP_BLOCK / 32; ++w) part[e] += warp_sums[w][idx];
         }
     }
-    if (!tp_split_combine<E>(part, p.ws, p.ws_count, blockIdx.z * gridDim.y + blockIdx.y,
-                             blockIdx.x, gridDim.x, TP_RED_GROUP, P))
+    // One block per row tile arrives here: the one that combined its splits of K, whichever
+    // split it computed. The column tile (z, blockIdx.y) and the row tile come from the output
+    // tile's `slot`, not from blockIdx: ptxas keeps blockIdx's values in registers across the
+    // K loop otherwise, and spills at 64 registers with a split of K.
+#if TP_SPLIT_K > 1
+    float* const ws = p.red_ws;
+    unsigned int* const count = p.red_ws_count;
+#else
+    float* const ws = p.ws;
+    unsigned int* const count = p.ws_count;
+#endif
+    if (!tp_split_combine<E>(part, ws, count, slot / gridDim.x, slot % gridDim.x, gridDim.x,
+                             TP_RED_GROUP, P))
         return;
 #pragma unroll
     for (int e = 0; e < E; ++e) {
@@ -687,8 +700,9 @@ TP_DEV void tp_gemm_reduce_columns(const tp_params& p, const O& out, int N, int 
 // Hands every in-range element of the tile to the epilogue (after combining the splits of K).
 // `out` maps (m, n) to the flat output index and n to its channel, and says which rows below M
 // are outputs at all (`valid`: every one but for the phases of a strided input gradient);
-// `slot` numbers the output tile among the launch's tiles (for the split's workspace), `split`
-// is this block's part of K.
+// `slot` numbers the output tile among the launch's tiles, (z · gridDim.y + blockIdx.y) ·
+// gridDim.x + blockIdx.x (the split's workspace; the epilogue reductions' column tile and
+// member), `split` is this block's part of K.
 template <class O>
 TP_DEV void tp_gemm_output(const tp_params& p, const O& out, int M, int N, int m0, int n0,
                            unsigned int slot, unsigned int split, float acc[TP_TM][TP_TN]) {
@@ -721,6 +735,6 @@ TP_DEV void tp_gemm_output(const tp_params& p, const O& out, int M, int N, int m
         }
     }
 #if TP_EPI_RED > 0
-    tp_gemm_reduce_columns(p, out, N, n0, red);
+    tp_gemm_reduce_columns(p, out, N, n0, red, slot);
 #endif
 }

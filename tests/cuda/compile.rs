@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use towerpack::backend::cuda::nvrtc::{Arch, Compiler};
 use towerpack::backend::cuda::render::{self, KernelPlan, RenderedKernel};
-use towerpack::lower::Program;
+use towerpack::lower::{Precision, Program};
 
 fn compiler() -> &'static Compiler {
     static C: OnceLock<Compiler> = OnceLock::new();
@@ -147,6 +147,48 @@ fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
             insta::assert_snapshot!(format!("cuda_registers_{name}"), table);
         });
     }
+}
+
+/// The GEMM-family kernels (convolutions and matrix products) of ResNet-20's b128 training
+/// step in TF32, BF16 and FP16, as rendered for an H100 — tensor-core bodies, split K with
+/// epilogue reductions — assemble for sm_80 and sm_90 without spills: the launch bounds that
+/// give them 3 or 4 blocks per SM hold in every precision, not only in fp32.
+#[test]
+fn every_tensor_core_gemm_of_resnet20_b128_assembles_without_spills() {
+    let mut spills = Vec::new();
+    for precision in [Precision::Tf32, Precision::Bf16, Precision::Fp16] {
+        let tg = cuda_common::resnet20();
+        let options = towerpack::lower::LowerOptions {
+            epilogue_reductions: true,
+            precision,
+            ..towerpack::lower::LowerOptions::default()
+        };
+        let p = towerpack::lower::lower(&tg.graph, &tg.step, 128, &options).expect("lower");
+        let mut gemms = 0;
+        for (source, (r, ids)) in distinct(&p) {
+            let file = r.body.file();
+            if !(file.starts_with("conv2d") || file == "matmul.cu") {
+                continue;
+            }
+            gemms += 1;
+            for arch in [Arch(80), Arch(90)] {
+                let ptx = compiler()
+                    .compile(&p.kernels[ids[0]].name, &source, arch)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let rep = assemble(&ptx, arch);
+                if rep.spill_stores + rep.spill_loads + rep.stack > 0 {
+                    let what = label(&p, &ids);
+                    spills.push(format!("{precision} {what} on {}: {rep:?}", arch.sm()));
+                }
+            }
+        }
+        assert!(gemms >= 10, "{precision}: {gemms} GEMM kernels");
+    }
+    assert!(
+        spills.is_empty(),
+        "register spills or stack use:\n{}",
+        spills.join("\n")
+    );
 }
 
 #[test]

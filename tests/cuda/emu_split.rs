@@ -389,8 +389,9 @@ fn epilogue_case(seed: u64) -> Case {
 
 #[test]
 fn epilogue_reductions_of_convolutions_match_the_cpu_and_repeat_bitwise() {
-    // Blocks per channel tile of every convolution with epilogue reductions.
-    let mut members = Vec::new();
+    // Blocks per channel tile of every convolution with epilogue reductions, and its splits
+    // of K.
+    let (mut members, mut splits) = (Vec::new(), Vec::new());
     for seed in 0..6 {
         let c = epilogue_case(seed);
         // A large GPU's shapes (small tiles at this size: many blocks per channel tile, a
@@ -404,15 +405,20 @@ fn epilogue_reductions_of_convolutions_match_the_cpu_and_repeat_bitwise() {
                 .map(|e| e.reductions.len())
                 .sum();
             assert_eq!(reductions, 5, "seed {seed}: in epilogues\n{program}");
-            let blocks: Vec<u32> = launches(&program, sms)
+            let reducing: Vec<(u32, usize)> = launches(&program, sms)
                 .iter()
                 .filter(|(_, _, g)| define(g, "TP_EPI_RED").is_some_and(|r| r > 0))
-                .map(|(_, grid, _)| grid[0])
+                .map(|(_, grid, g)| (grid[0], defined(g, "TP_SPLIT_K")))
                 .collect();
-            assert_eq!(blocks.len(), 2, "seed {seed}");
-            members.extend(blocks);
+            assert_eq!(reducing.len(), 2, "seed {seed}");
+            members.extend(reducing.iter().map(|r| r.0));
+            splits.extend(reducing.iter().map(|r| r.1));
         }
     }
+    // Split K and reduced in the epilogue at once (the row tiles' combining blocks are the
+    // channel tile's members), and not split.
+    assert!(splits.iter().any(|&s| s > 1), "{splits:?}");
+    assert!(splits.contains(&1), "{splits:?}");
     // Single blocks, one-level and two-level combines (groups of about √members) all ran.
     assert!(
         members.contains(&1) || members.iter().any(|&b| b <= 8),

@@ -110,8 +110,8 @@ fn gcd(a: usize, b: usize) -> usize {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 
-/// Chooses the launch of `gm` for `target` (`red_outputs` per-channel epilogue reductions; no
-/// split of K with them), writes the GEMM constants into `g` and the workspace fields into `p`;
+/// Chooses the launch of `gm` for `target` (`red_outputs` per-channel epilogue reductions),
+/// writes the GEMM constants into `g` and the workspace fields into `p`;
 /// returns the launch dimensions and the workspace bytes.
 fn tiled(
     g: &mut String,
@@ -136,7 +136,7 @@ fn tiled(
         gm.n,
         gm.k,
         gm.z * phases,
-        red_outputs == 0,
+        true,
         red_outputs,
         target,
     );
@@ -184,37 +184,24 @@ fn tiled(
     if let Some(format) = gm.round {
         g.push_str(&define("TP_ROUND", round_code(format)));
     }
-    // The combine's slots, members, group and partial length, when partials cross blocks.
-    let combine = if l.split.parts > 1 {
-        Some((gx * gy * gm.z, l.split.parts, l.group, t.bm * t.bn))
-    } else if red_outputs > 0 {
+    // The combines' slots, members, group and partial length, when partials cross blocks: the
+    // split's partial tiles, then the epilogue reductions' per-row-tile sums.
+    let mut workspace = 0;
+    if l.split.parts > 1 {
+        let (bytes, counters) =
+            launch::combine_workspace(gx * gy * gm.z, l.split.parts, l.group, t.bm * t.bn);
+        workspace_fields(p, "ws", 0, counters);
+        workspace = bytes;
+    }
+    if red_outputs > 0 {
         let group = launch::combine_group(gx);
         g.push_str(&define("TP_RED_GROUP", group));
-        Some((gy * gm.z, gx, group, red_outputs * t.bn))
-    } else {
-        None
-    };
-    let workspace = match combine {
-        Some((slots, members, group, len)) => {
-            let (bytes, counters) = launch::combine_workspace(slots, members, group, len);
-            p.push(
-                "ws",
-                FieldKind::Workspace {
-                    offset: 0,
-                    elem: "float",
-                },
-            )
-            .push(
-                "ws_count",
-                FieldKind::Workspace {
-                    offset: counters,
-                    elem: "unsigned int",
-                },
-            );
-            bytes
-        }
-        None => 0,
-    };
+        let (bytes, counters) = launch::combine_workspace(gy * gm.z, gx, group, red_outputs * t.bn);
+        let at = workspace.next_multiple_of(256);
+        let name = if l.split.parts > 1 { "red_ws" } else { "ws" };
+        workspace_fields(p, name, at, at + counters);
+        workspace = at + bytes;
+    }
     Ok((
         LaunchDims {
             grid,
@@ -223,6 +210,25 @@ fn tiled(
         },
         workspace,
     ))
+}
+
+/// The partials (`name`, floats at `offset`) and arrival counters (`name_count` at `counters`)
+/// of a combine in the launch's workspace.
+fn workspace_fields(p: &mut ParamStruct, name: &str, offset: usize, counters: usize) {
+    p.push(
+        name,
+        FieldKind::Workspace {
+            offset,
+            elem: "float",
+        },
+    )
+    .push(
+        format!("{name}_count"),
+        FieldKind::Workspace {
+            offset: counters,
+            elem: "unsigned int",
+        },
+    );
 }
 
 /// `TP_ROUND` of `kernels/gemm_core.cuh` for operands rounded to `format`.

@@ -573,7 +573,7 @@ mod tests {
             (8192, 64, 576),
         ] {
             for red in [0, 4] {
-                let g = gemm_in(Precision::Tf32, m, n, k, 1, red == 0, red, &h100);
+                let g = gemm_in(Precision::Tf32, m, n, k, 1, true, red, &h100);
                 assert!(g.tile.tensor_warps().is_some(), "{g:?}");
                 assert!(g.tile.tensor_shared_bytes(red) <= MAX_SHARED, "{g:?}");
             }
@@ -590,25 +590,32 @@ mod tests {
         for (m, n, k) in [(3, 5, 7), (131_072, 16, 144), (144, 16, 131_072)] {
             for red in [0, 4] {
                 for precision in [Precision::Bf16, Precision::Fp16] {
-                    let on = |t: &Target| gemm_in(precision, m, n, k, 1, red == 0, red, t);
+                    let on = |t: &Target| gemm_in(precision, m, n, k, 1, true, red, t);
                     // With tensor cores: TF32's launch (the same tiles, the same cost).
-                    let tf32 = gemm_in(Precision::Tf32, m, n, k, 1, red == 0, red, &h100);
+                    let tf32 = gemm_in(Precision::Tf32, m, n, k, 1, true, red, &h100);
                     assert_eq!(on(&h100), tf32);
                     // Without: FP32's (the SIMT tiles, all 13 of them candidates).
-                    assert_eq!(on(&old_gpu), gemm(m, n, k, 1, red == 0, red, &old_gpu));
+                    assert_eq!(on(&old_gpu), gemm(m, n, k, 1, true, red, &old_gpu));
                 }
             }
         }
     }
 
     #[test]
-    fn the_forward_convolution_takes_a_tall_tile_and_no_split() {
+    fn the_forward_convolution_takes_a_tall_tile_and_splits_k_only_when_short_of_blocks() {
         let h100 = Target::default();
         let g = gemm(131_072, 16, 144, 1, true, 0, &h100);
         assert_eq!(g.split.parts, 1);
         assert_eq!((g.tile.bm, g.tile.bn), (256, 16));
-        // Stage 3 (8×8×64 at batch 128, batch-norm mean in the epilogue: no split): a tile
-        // small enough that every SM gets a block, rather than 64×64 tiles on 128 blocks.
+        // Stage 3 (8×8×64 at batch 128, batch-norm mean in the epilogue): 16-accumulator
+        // tiles with K split so that every SM runs enough blocks to hide their latency.
+        let g = gemm(8192, 64, 576, 1, true, 1, &h100);
+        let blocks: usize = g.grid(8192, 64, 1).iter().product();
+        assert!(g.split.parts > 1, "{g:?}");
+        assert!(g.tile.tm * g.tile.tn >= 16, "{g:?}");
+        assert!(blocks >= 3 * h100.multiprocessors as usize, "{g:?}");
+        // Without a split: a tile small enough that every SM gets a block, rather than 64×64
+        // tiles on 128 blocks.
         let g = gemm(8192, 64, 576, 1, false, 1, &h100);
         let blocks: usize = g.grid(8192, 64, 1).iter().product();
         assert!(blocks >= h100.multiprocessors as usize, "{g:?}");
