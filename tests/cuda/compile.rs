@@ -8,7 +8,7 @@
 //! the emulated device. Needs NVRTC and ptxas (CI installs both); a
 //! missing one fails these tests with a message saying so.
 
-use crate::cuda_common::{self, assemble};
+use crate::cuda_common::{self, Report, assemble};
 
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -106,6 +106,17 @@ fn generated_kernel_text_of_the_example_programs() {
     }
 }
 
+/// Kernel `ids[0]` of `p` (its `source`) compiled by NVRTC and assembled by ptxas for `arch`:
+/// ptxas's report, and whether it spilled registers or used a stack.
+fn assembled(p: &Program, ids: &[usize], source: &str, arch: Arch) -> (Report, bool) {
+    let ptx = compiler()
+        .compile(&p.kernels[ids[0]].name, source, arch)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rep = assemble(&ptx, arch);
+    let spilled = rep.spill_stores + rep.spill_loads + rep.stack > 0;
+    (rep, spilled)
+}
+
 #[test]
 fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
     for (name, p) in programs() {
@@ -115,11 +126,8 @@ fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
         for (source, (r, ids)) in distinct(p) {
             let mut cells = Vec::new();
             for arch in [Arch(80), Arch(90)] {
-                let ptx = compiler()
-                    .compile(&p.kernels[ids[0]].name, &source, arch)
-                    .unwrap_or_else(|e| panic!("{e}"));
-                let rep = assemble(&ptx, arch);
-                if rep.spill_stores + rep.spill_loads + rep.stack > 0 {
+                let (rep, spilled) = assembled(p, &ids, &source, arch);
+                if spilled {
                     spills.push(format!("{} on {}: {rep:?}", label(p, &ids), arch.sm()));
                 }
                 cells.push(format!("{}, {} B", rep.registers, rep.shared));
@@ -172,11 +180,8 @@ fn every_tensor_core_gemm_of_resnet20_b128_assembles_without_spills() {
             }
             gemms += 1;
             for arch in [Arch(80), Arch(90)] {
-                let ptx = compiler()
-                    .compile(&p.kernels[ids[0]].name, &source, arch)
-                    .unwrap_or_else(|e| panic!("{e}"));
-                let rep = assemble(&ptx, arch);
-                if rep.spill_stores + rep.spill_loads + rep.stack > 0 {
+                let (rep, spilled) = assembled(&p, &ids, &source, arch);
+                if spilled {
                     let what = label(&p, &ids);
                     spills.push(format!("{precision} {what} on {}: {rep:?}", arch.sm()));
                 }
