@@ -39,7 +39,7 @@ extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_reduce(const tp_params
     tp_acc acc;
     tp_init(acc);
     if (o < TP_OUT) {
-#pragma unroll 1
+#pragma unroll 4
         for (tp_idx r = r0 + lane_r; r < r1; r += LANES) tp_fold(p, acc, o, r);
     }
     part[threadIdx.x] = acc;
@@ -56,7 +56,7 @@ extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_reduce(const tp_params
     __threadfence();
     tp_init(acc);
     if (o < TP_OUT) {
-#pragma unroll 1
+#pragma unroll 4
         for (unsigned int s = lane_r; s < TP_SPLIT; s += LANES) {
             tp_acc other;
             tp_ws_load(&p.ws[(tp_idx)s * TP_OUT + o], other);
