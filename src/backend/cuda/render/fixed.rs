@@ -136,6 +136,8 @@ fn tiled(
         gm.n,
         gm.k,
         gm.z * phases,
+        // Every GEMM may split K, epilogue reductions or not (the combining block of a
+        // tile's splits is the row tile's member of the column combine).
         true,
         red_outputs,
         target,
