@@ -167,7 +167,7 @@ fn tiled(
     g.push_str(&define(
         "TP_MIN_BLOCKS",
         if tensor {
-            t.tensor_min_blocks(gm.round.is_some())
+            t.tensor_min_blocks()
         } else {
             t.min_blocks()
         },

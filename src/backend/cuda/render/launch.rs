@@ -172,16 +172,17 @@ impl Tile {
         }
     }
 
-    /// [`min_blocks`](Self::min_blocks) of the tensor-core variant (`half`: the native
-    /// BF16/FP16 one, operands rounded into 16-bit stages): as the SIMT core's, but small
+    /// [`min_blocks`](Self::min_blocks) of the tensor-core variants (TF32, and the native
+    /// BF16/FP16 one with operands rounded into 16-bit stages): as the SIMT core's, but small
     /// register blocks get 4 (≤ 64 registers) rather than ptxas's own choice, which spilled 4
-    /// bytes at 32 registers for the split 32×32 tile on sm_80 (ptxas 12.9); and 16 accumulators
-    /// of the native 16-bit variant get 3 (≤ 80): it takes 71–72 registers for the 256×16
-    /// convolution tiles and spilled 4–8 bytes at 64.
-    pub fn tensor_min_blocks(&self, half: bool) -> usize {
+    /// bytes at 32 registers for the split 32×32 tile on sm_80 (ptxas 12.9). 16 accumulators
+    /// get 4 in every variant: the native 16-bit bodies took 71–72 registers and spilled 4–8
+    /// bytes at 64 until the epilogue's column combine stopped keeping `blockIdx`'s values live
+    /// across the K loop (`kernels/gemm_core.cuh`); now they fit 64 on sm_90 (sm_80: 3 blocks,
+    /// `TP_GEMM_BOUNDS`).
+    pub fn tensor_min_blocks(&self) -> usize {
         match self.min_blocks() {
             0 => 4,
-            4 if half => 3,
             n => n,
         }
     }
