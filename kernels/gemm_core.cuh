@@ -35,9 +35,9 @@
 // splits' partial tiles in a fixed order (kernels/split.cuh) and only the combining block goes
 // on. Per-channel epilogue reductions (TP_EPI_RED > 0) sum the reduced epilogue outputs over the
 // block's rows (threads, then a warp butterfly, then warps in order), then combine the blocks of
-// a column tile in a fixed order and finish them (tp_epi_finish); with a split of K too, the
-// combining blocks of the row tiles are the column tile's members, and their partials have
-// their own workspace (red_ws, red_ws_count) after the split's.
+// a column tile in a fixed order and finish them (tp_epi_finish) through their own workspace
+// (red_ws, red_ws_count; the split's is ws, ws_count); with a split of K too, the combining
+// blocks of the row tiles are the column tile's members.
 //
 // With TP_TF32 (Precision::Tf32, and Bf16/Fp16 on devices with tensor cores) tp_gemm_tile is
 // the tensor-core variant further down: for TF32 the same loaders and f32 stages filled by
@@ -679,15 +679,8 @@ TP_DEV void tp_gemm_reduce_columns(const tp_params& p, const O& out, int N, int 
     // split it computed. The column tile (z, blockIdx.y) and the row tile come from the output
     // tile's `slot`, not from blockIdx: ptxas keeps blockIdx's values in registers across the
     // K loop otherwise, and spills at 64 registers with a split of K.
-#if TP_SPLIT_K > 1
-    float* const ws = p.red_ws;
-    unsigned int* const count = p.red_ws_count;
-#else
-    float* const ws = p.ws;
-    unsigned int* const count = p.ws_count;
-#endif
-    if (!tp_split_combine<E>(part, ws, count, slot / gridDim.x, slot % gridDim.x, gridDim.x,
-                             TP_RED_GROUP, P))
+    if (!tp_split_combine<E>(part, p.red_ws, p.red_ws_count, slot / gridDim.x, slot % gridDim.x,
+                             gridDim.x, TP_RED_GROUP, P))
         return;
 #pragma unroll
     for (int e = 0; e < E; ++e) {

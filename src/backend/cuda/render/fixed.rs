@@ -200,8 +200,7 @@ fn tiled(
         g.push_str(&define("TP_RED_GROUP", group));
         let (bytes, counters) = launch::combine_workspace(gy * gm.z, gx, group, red_outputs * t.bn);
         let at = workspace.next_multiple_of(256);
-        let name = if l.split.parts > 1 { "red_ws" } else { "ws" };
-        workspace_fields(p, name, at, at + counters);
+        workspace_fields(p, "red_ws", at, at + counters);
         workspace = at + bytes;
     }
     Ok((
