@@ -72,3 +72,48 @@ fn the_example_with_device_cuda_prints_one_error_and_exits_non_zero() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// Runs the mnist example on the emulated device with `TOWERPACK_NVRTC` set to `nvrtc` and
+/// returns its one error line, after checking it exits 1 without a panic.
+fn error_with_nvrtc(nvrtc: &std::ffi::OsStr) -> String {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(example("mnist"))
+        .env("TOWERPACK_NVRTC", nvrtc)
+        .env("TOWERPACK_CUDA_CACHE", dir.path().join("ptx"))
+        .args(["--device", "cuda-emu", "--max-epoch", "1", "--logdir"])
+        .arg(dir.path().join("log"))
+        .output()
+        .expect("run the example");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "one error line: {stderr}");
+    errors[0].to_string()
+}
+
+#[test]
+fn an_nvrtc_path_that_does_not_load_is_one_error_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("libnvrtc.so.13");
+    let error = error_with_nvrtc(missing.as_os_str());
+    assert!(
+        error.contains("TOWERPACK_NVRTC is set")
+            && error.contains(&missing.display().to_string())
+            && error.contains("cannot open shared object file"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_library_without_nvrtc_s_functions_is_one_error_naming_the_function() {
+    // libm loads everywhere and has no NVRTC symbols.
+    let error = error_with_nvrtc("libm.so.6".as_ref());
+    assert!(
+        error.contains("libm.so.6 has no nvrtcVersion") && error.contains("dlsym failed"),
+        "{error}"
+    );
+}

@@ -20,8 +20,8 @@ pub enum CudaError {
     NoDevice { found: usize, needed: usize },
     /// NVRTC cannot be loaded.
     #[error(
-        "NVRTC (libnvrtc.so.12) cannot be loaded: {reason}; install it with \
-         `pip install nvidia-cuda-nvrtc-cu12==12.9.86` or set TOWERPACK_NVRTC to the library's path"
+        "NVRTC cannot be loaded: {reason}; install the CUDA toolkit's NVRTC (12 or 13), or \
+         `pip install nvidia-cuda-nvrtc-cu12==12.9.86`, or set TOWERPACK_NVRTC to the library's path"
     )]
     NoNvrtc { reason: String },
     /// NVRTC rejected a kernel: its log and the source it was given.

@@ -134,6 +134,11 @@ impl CudaSession {
     ) -> Result<CudaSession, BackendError> {
         verify(&graph)?;
         let compiler = Compiler::new(options.cache_dir.clone())?;
+        log::info!(
+            target: "towerpack",
+            "CUDA kernels compile with {}",
+            nvrtc::describe()?
+        );
         let layout = StateLayout::new(&graph);
         let devices = driver.devices();
         if layout.arena_bytes.len() > devices {

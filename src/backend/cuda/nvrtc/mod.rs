@@ -2,10 +2,11 @@
 //! disk under a SHA-256 of (NVRTC version, options, source), so a program's kernels compile once
 //! per machine.
 //!
-//! The library is looked up, in order: the path in `TOWERPACK_NVRTC`; the system's search path
-//! (`LD_LIBRARY_PATH`, ...); the `nvidia-cuda-nvrtc-cu12` wheel of `python3`'s environment.
+//! [`library`] finds NVRTC 12 or 13 (the order it looks in is there) and binds its C API.
 //! Options are fixed: C++17 and `--fmad=false` (every `a * b + c` rounds twice, as the reference
 //! executor computes; kernels that want FMA call `fmaf`).
+
+mod library;
 
 use super::error::CudaError;
 use sha2::{Digest, Sha256};
@@ -36,87 +37,36 @@ impl Arch {
 /// The fixed NVRTC options besides the architecture.
 pub const OPTIONS: [&str; 2] = ["--std=c++17", "--fmad=false"];
 
-static LIBRARY: OnceLock<Result<(), String>> = OnceLock::new();
+static LIBRARY: OnceLock<Result<library::Nvrtc, String>> = OnceLock::new();
+
+/// The loaded NVRTC (found once per process), or why there is none.
+fn nvrtc() -> Result<&'static library::Nvrtc, CudaError> {
+    LIBRARY
+        .get_or_init(library::find)
+        .as_ref()
+        .map_err(|reason| CudaError::NoNvrtc {
+            reason: reason.clone(),
+        })
+}
 
 /// Makes NVRTC loadable (once per process), or says why it is not.
 pub fn ensure_nvrtc() -> Result<(), CudaError> {
-    LIBRARY
-        .get_or_init(find_library)
-        .clone()
-        .map_err(|reason| CudaError::NoNvrtc { reason })
-}
-
-fn find_library() -> Result<(), String> {
-    let explicit = std::env::var_os("TOWERPACK_NVRTC").map(PathBuf::from);
-    if let Some(path) = &explicit {
-        open_global(path)?;
-    }
-    // SAFETY: probing loads the library by name and drops it; NVRTC has no unsafe initialisers.
-    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        return Ok(());
-    }
-    if explicit.is_some() {
-        return Err("TOWERPACK_NVRTC is set but cudarc still cannot load NVRTC".into());
-    }
-    let path = wheel_library()?;
-    open_global(&path)?;
-    // SAFETY: as above.
-    if unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} loaded, but not under the name cudarc looks for",
-            path.display()
-        ))
-    }
-}
-
-/// Loads a library with global symbols and keeps it loaded for the life of the process, so a
-/// later `dlopen` by soname (cudarc's) finds it.
-fn open_global(path: &Path) -> Result<(), String> {
-    use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
-    // SAFETY: loading NVRTC runs no initialisers with preconditions; it is never unloaded.
-    let lib = unsafe { Library::open(Some(path), RTLD_NOW | RTLD_GLOBAL) }
-        .map_err(|e| format!("cannot load {}: {e}", path.display()))?;
-    std::mem::forget(lib);
-    Ok(())
-}
-
-/// `libnvrtc.so.12` of the `nvidia-cuda-nvrtc-cu12` wheel, asking `python3` where it is.
-fn wheel_library() -> Result<PathBuf, String> {
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import nvidia.cuda_nvrtc as m; print(list(m.__path__)[0])",
-        ])
-        .output()
-        .map_err(|e| format!("not on the library path, and python3 cannot be run ({e})"))?;
-    if !out.status.success() {
-        return Err(
-            "not on the library path, nor in python3's nvidia-cuda-nvrtc-cu12 wheel".into(),
-        );
-    }
-    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let path = Path::new(&dir).join("lib").join("libnvrtc.so.12");
-    if path.exists() {
-        Ok(path)
-    } else {
-        Err(format!("{} does not exist", path.display()))
-    }
+    nvrtc().map(|_| ())
 }
 
 /// The NVRTC version, `(major, minor)`.
 pub fn version() -> Result<(i32, i32), CudaError> {
-    ensure_nvrtc()?;
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: NVRTC is loaded (checked above); the pointers are valid for the call.
-    let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
-    if r != cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
-        return Err(CudaError::NoNvrtc {
-            reason: format!("nvrtcVersion failed: {r:?}"),
-        });
-    }
-    Ok((major, minor))
+    Ok(nvrtc()?.version)
+}
+
+/// Where NVRTC was loaded from (a path, or the soname the search path resolved) and its
+/// version, e.g. `libnvrtc.so (NVRTC 13.0)`: for the reports of a run.
+pub fn describe() -> Result<String, CudaError> {
+    let n = nvrtc()?;
+    Ok(format!(
+        "{} (NVRTC {}.{})",
+        n.source, n.version.0, n.version.1
+    ))
 }
 
 /// Compiles kernels to PTX with caching.
@@ -223,29 +173,21 @@ fn store(file: &Path, ptx: &str) -> Result<(), CudaError> {
 
 /// One NVRTC compilation; a rejected source comes back with NVRTC's log and the source.
 pub fn nvrtc_compile(kernel: &str, source: &str, arch: Arch) -> Result<String, CudaError> {
-    ensure_nvrtc()?;
+    let nvrtc = nvrtc()?;
     let mut options: Vec<String> = OPTIONS.iter().map(|s| s.to_string()).collect();
     options.push(format!("--gpu-architecture={}", arch.compute()));
-    let opts = cudarc::nvrtc::CompileOptions {
-        options,
-        name: Some(format!("{}.cu", kernel_file_name(kernel))),
-        ..Default::default()
-    };
-    match cudarc::nvrtc::compile_ptx_with_opts(source, opts) {
-        Ok(ptx) => Ok(ptx.to_src()),
-        Err(cudarc::nvrtc::CompileError::CompileError { log, .. }) => Err(CudaError::Compile {
+    let name = format!("{}.cu", kernel_file_name(kernel));
+    nvrtc
+        .compile(source, &name, &options)
+        .map_err(|failure| CudaError::Compile {
             kernel: kernel.to_string(),
             arch: arch.compute(),
-            log: log.to_string_lossy().into_owned(),
+            log: match failure {
+                library::Failure::Rejected { log } => log,
+                library::Failure::Call { call, message } => format!("{call}: {message}"),
+            },
             source_text: source.to_string(),
-        }),
-        Err(e) => Err(CudaError::Compile {
-            kernel: kernel.to_string(),
-            arch: arch.compute(),
-            log: format!("{e:?}"),
-            source_text: source.to_string(),
-        }),
-    }
+        })
 }
 
 /// A file-name-safe version of a scoped kernel name.
