@@ -18,7 +18,10 @@ pub struct Target {
     /// The fewest reduced points each lane of a block folds when a reduction is split (a split
     /// block reads at least `lanes × min_lane_iterations` points per output).
     pub min_lane_iterations: usize,
-    /// The shortest range of K one block of a split GEMM covers.
+    /// The shortest range of K one block of a split GEMM covers: two K tiles by default, so
+    /// the two shared stages still overlap one tile's loads with the other's products. (It was
+    /// eight tiles: a small GEMM over a K of 128 — a linear layer's weight gradient at batch
+    /// 128 — then ran in one block; whether splitting pays is [`gemm`]'s cost's decision.)
     pub min_split_k: usize,
     /// Forces the GEMM tile (when it fits the shared memory): tests run every tile this way.
     pub tile: Option<Tile>,
@@ -54,7 +57,7 @@ impl Target {
         Target {
             multiprocessors: multiprocessors.max(1),
             min_lane_iterations: 8,
-            min_split_k: 8 * GEMM_BK,
+            min_split_k: 2 * GEMM_BK,
             tile: None,
             tensor_cores: true,
         }
@@ -338,10 +341,11 @@ fn gemm_cost(
     };
     // The blocks an SM runs side by side: as many as it holds in a full wave, fewer when the
     // grid is small — but an SM with fewer than `LATENCY_HIDING_BLOCKS` is latency bound, not
-    // faster per block.
+    // faster per block, whether the grid is small or the tile leaves room for fewer.
     let sharing = blocks
         .div_ceil(target.multiprocessors as usize)
-        .clamp(LATENCY_HIDING_BLOCKS.min(occ), occ);
+        .min(occ)
+        .max(LATENCY_HIDING_BLOCKS);
     waves * (sharing as f64) * block + combine
 }
 
@@ -631,5 +635,31 @@ mod tests {
             &Target::with_multiprocessors(16),
         );
         assert!(small.tile.tm * small.tile.tn >= 16, "{small:?}");
+    }
+
+    #[test]
+    fn a_small_gemm_over_a_short_k_splits_it_rather_than_run_one_block() {
+        let h100 = Target::default();
+        // ResNet-20's classifier weight gradient at batch 128: 64 × 10 outputs over K = 128.
+        for precision in [Precision::Fp32, Precision::Bf16] {
+            let g = gemm_in(precision, 64, 10, 128, 1, true, 0, &h100);
+            assert!(g.split.parts >= 2, "{precision:?}: {g:?}");
+            assert!(g.split.chunk >= 2 * GEMM_BK, "{precision:?}: {g:?}");
+        }
+    }
+
+    #[test]
+    fn a_tile_an_sm_holds_once_is_charged_as_latency_bound() {
+        // 32 accumulators per thread: one block per SM. A wave of them takes as long as
+        // `LATENCY_HIDING_BLOCKS` blocks' issue, so it costs more than a wave of 16-accumulator
+        // tiles of the same total work that an SM holds four of.
+        let h100 = Target::default();
+        let (big, small) = (tile(128, 64, 8, 4), tile(64, 64, 4, 4));
+        assert_eq!(big.blocks_per_sm(), 1);
+        let whole = Split::whole(288);
+        let cost = |t: &Tile, m| gemm_cost(false, t, &whole, 1, m, 64, 1, &h100);
+        let per_output = |t: &Tile, m: usize| cost(t, m) / (m * 64) as f64;
+        let m = 128 * 132;
+        assert!(per_output(&big, m) > per_output(&small, m));
     }
 }
