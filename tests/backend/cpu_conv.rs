@@ -491,3 +491,58 @@ fn direct_kernels_match_the_naive_convolution_and_agree_bitwise_across_levels() 
         }
     }
 }
+
+/// The `*_rounded` passes (operands rounded to bf16 / f16 as the kernels copy them) give
+/// bitwise what the plain passes give on operands rounded beforehand — the f32 products and sums
+/// of the same 16-bit values — at every SIMD level, on random geometries (the direct kernels
+/// and the im2col fallback, which groups > 1 take) and ResNet-20's shapes.
+#[test]
+fn rounded_passes_multiply_exactly_the_rounded_operands() {
+    use towerpack::backend::cpu::kernels::{
+        conv2d_backward_filter_rounded, conv2d_backward_input_rounded, conv2d_forward_rounded,
+    };
+    use towerpack::lower::HalfFormat;
+    let round = |format: HalfFormat, xs: &[f32]| -> Vec<f32> {
+        xs.iter().map(|&x| format.round(x)).collect()
+    };
+    let mut stage = Conv2dGeometry::new(2, [8, 8], 16, 32, [3, 3]);
+    stage.padding = Padding2d::uniform(1);
+    stage.strides = [2, 2];
+    let mut first = Conv2dGeometry::new(2, [8, 8], 3, 16, [3, 3]);
+    first.padding = Padding2d::uniform(1);
+    let mut r = rng(11);
+    let mut geometries: Vec<Conv2dGeometry> = (0..40).map(|_| random_geometry(&mut r)).collect();
+    geometries.extend([stage, first]);
+    at_every_level(|| {
+        for (case, g) in geometries.iter().enumerate() {
+            let mut r = rng(500 + case as u64);
+            // Values past f16's range and below its normals, to round in every regime.
+            let mut x = random_vec(&mut r, g.input_len());
+            x.iter_mut().step_by(7).for_each(|v| *v *= 1e5);
+            x.iter_mut().skip(3).step_by(11).for_each(|v| *v *= 1e-6);
+            let w = random_vec(&mut r, g.filter_len());
+            let dy = random_vec(&mut r, g.output_len());
+            for format in [HalfFormat::Bf16, HalfFormat::F16] {
+                let what = format!("{format} {:?} {g:?}", SimdLevel::current());
+                let (xr, wr, dyr) = (round(format, &x), round(format, &w), round(format, &dy));
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+
+                let (mut want, mut got) = (vec![0.0; g.output_len()], vec![1.0; g.output_len()]);
+                conv2d_forward(g, &xr, &wr, &mut want, &NoEpilogue).unwrap();
+                conv2d_forward_rounded(g, &x, &w, &mut got, &NoEpilogue, Some(format)).unwrap();
+                assert_eq!(bits(&got), bits(&want), "forward {what}");
+
+                let (mut want, mut got) = (vec![0.0; g.input_len()], vec![1.0; g.input_len()]);
+                conv2d_backward_input(g, &dyr, &wr, &mut want, &NoEpilogue).unwrap();
+                conv2d_backward_input_rounded(g, &dy, &w, &mut got, &NoEpilogue, Some(format))
+                    .unwrap();
+                assert_eq!(bits(&got), bits(&want), "backward input {what}");
+
+                let (mut want, mut got) = (vec![0.0; g.filter_len()], vec![1.0; g.filter_len()]);
+                conv2d_backward_filter(g, &xr, &dyr, &mut want).unwrap();
+                conv2d_backward_filter_rounded(g, &x, &dy, &mut got, Some(format)).unwrap();
+                assert_eq!(bits(&got), bits(&want), "backward filter {what}");
+            }
+        }
+    });
+}

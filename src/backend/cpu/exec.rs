@@ -628,7 +628,7 @@ fn epilogue<'a>(
     }
 }
 
-/// The two operands of a GEMM as it multiplies them: themselves, or copies rounded to the
+/// The two operands of a matrix product as it multiplies them: themselves, or copies rounded to the
 /// 16-bit format of the kernel's `round_operands`.
 enum Operands<'a> {
     Plain(&'a [f32], &'a [f32]),
@@ -695,10 +695,6 @@ impl Drop for RoundedOperand {
         ROUNDED_POOL.with(|p| p.borrow_mut().push(buf));
     }
 }
-
-/// A convolution pass with an epilogue: its two operands, its output.
-type ConvWithEpilogue =
-    fn(&Conv2dGeometry, &[f32], &[f32], &mut [f32], &dyn Epilogue) -> Result<(), KernelError>;
 
 /// Whether a convolution pass whose operands round to `round` runs on the bf16 AMX tiles: bf16
 /// operands and a geometry the tile kernels take at the SIMD level in force, and run faster.
@@ -797,22 +793,23 @@ fn run_kernel(
             let x = slice(&ins[0], &k.inputs[0], cg.input_len(), "conv2d")?;
             let w = slice(&ins[1], &k.inputs[1], cg.filter_len(), "conv2d")?;
             let tiles = bf16_tiles && on_tiles(g.round_operands, &cg, ConvPass::Forward);
-            let round = if tiles { None } else { g.round_operands };
-            let operands = Operands::new(x, w, round, threads);
-            let (x, w) = operands.get();
             let y = slice_mut(&outs[0], "conv2d")?;
-            let forward: ConvWithEpilogue = if tiles {
-                kernels::conv2d_forward_bf16
-            } else {
-                kernels::conv2d_forward
+            // The vector kernels round the operands themselves as they copy them; the tiles
+            // take bf16 as they pack.
+            let forward = |y: &mut [f32], e: &dyn kernels::Epilogue| {
+                if tiles {
+                    kernels::conv2d_forward_bf16(&cg, x, w, y, e)
+                } else {
+                    kernels::conv2d_forward_rounded(&cg, x, w, y, e, g.round_operands)
+                }
             };
             match epilogue(step, k, ins, outs, 0) {
                 Some(e) => {
-                    forward(&cg, x, w, y, &e)?;
+                    forward(y, &e)?;
                     e.finish(cg.output_len() / g.o.max(1), g.o);
                     Ok(())
                 }
-                None => forward(&cg, x, w, y, &none),
+                None => forward(y, &none),
             }
         }
         (KernelKind::Conv2dBackpropInput(g, _), _) => {
@@ -830,22 +827,21 @@ fn run_kernel(
                 "conv2d_backprop_input",
             )?;
             let tiles = bf16_tiles && on_tiles(g.round_operands, &cg, ConvPass::InputGradient);
-            let round = if tiles { None } else { g.round_operands };
-            let operands = Operands::new(dy, w, round, threads);
-            let (dy, w) = operands.get();
             let dx = slice_mut(&outs[0], "conv2d_backprop_input")?;
-            let backward: ConvWithEpilogue = if tiles {
-                kernels::conv2d_backward_input_bf16
-            } else {
-                kernels::conv2d_backward_input
+            let backward = |dx: &mut [f32], e: &dyn kernels::Epilogue| {
+                if tiles {
+                    kernels::conv2d_backward_input_bf16(&cg, dy, w, dx, e)
+                } else {
+                    kernels::conv2d_backward_input_rounded(&cg, dy, w, dx, e, g.round_operands)
+                }
             };
             match epilogue(step, k, ins, outs, 0) {
                 Some(e) => {
-                    backward(&cg, dy, w, dx, &e)?;
+                    backward(dx, &e)?;
                     e.finish(cg.input_len() / g.c.max(1), g.c);
                     Ok(())
                 }
-                None => backward(&cg, dy, w, dx, &none),
+                None => backward(dx, &none),
             }
         }
         (KernelKind::Conv2dBackpropFilter(g, _), _) => {
@@ -871,9 +867,7 @@ fn run_kernel(
             if bf16_tiles && on_tiles(g.round_operands, &cg, ConvPass::FilterGradient) {
                 kernels::conv2d_backward_filter_bf16(&cg, x, dy, dw)?;
             } else {
-                let operands = Operands::new(x, dy, g.round_operands, threads);
-                let (x, dy) = operands.get();
-                kernels::conv2d_backward_filter(&cg, x, dy, dw)?;
+                kernels::conv2d_backward_filter_rounded(&cg, x, dy, dw, g.round_operands)?;
             }
             // The epilogue (a weight decay's term) over the whole filter at once: it is small.
             if let Some(e) = e {

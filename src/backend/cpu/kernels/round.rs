@@ -18,6 +18,16 @@ pub fn round_operand(format: HalfFormat, xs: &[f32], out: &mut [f32]) {
     format.round_into(xs, out);
 }
 
+/// Copies `src` into `dst` (as long), rounded to `format` when there is one: how a kernel that
+/// copies an operand anyway (a padded image, a filter re-laid out) applies the autocast's
+/// rounding on the way, with no pass of its own over the operand.
+pub fn copy_operand(format: Option<HalfFormat>, src: &[f32], dst: &mut [f32]) {
+    match format {
+        Some(format) => round_operand(format, src, dst),
+        None => dst.copy_from_slice(src),
+    }
+}
+
 /// f32 → f16 (nearest even) → f32 on eight lanes at a time with F16C; the tail in software.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx,f16c")]

@@ -7,11 +7,12 @@
 
 use rayon::prelude::*;
 
-use super::{Conv2dGeometry, ConvAlgorithm, block_rows, check_operands, im2col};
+use super::{Conv2dGeometry, ConvAlgorithm, block_rows, check_operands, im2col, rounded_copy};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::gemm::{MatRef, sgemm_on};
 use crate::backend::cpu::kernels::parallel::{split_range, threads, worth_parallel};
 use crate::backend::cpu::kernels::simd::carry;
+use crate::lower::HalfFormat;
 
 /// `dw = ∂conv2d/∂w · dy` for the convolution `g`: `x` is `[N, H, W, C]`, `dy` is
 /// `[N, OH, OW, O]`, `dw` is the HWIO filter `[KH, KW, C/groups, O]` (overwritten).
@@ -32,10 +33,36 @@ pub fn conv2d_backward_filter_with(
     dy: &[f32],
     dw: &mut [f32],
 ) -> Result<(), KernelError> {
+    backward_filter_on(algorithm, g, x, dy, dw, None)
+}
+
+/// [`conv2d_backward_filter`] of `x` and `dy` rounded to `round`'s 16-bit format (see
+/// [`conv2d_forward_rounded`](super::conv2d_forward_rounded)): the direct kernels round each
+/// image as they copy it.
+pub fn conv2d_backward_filter_rounded(
+    g: &Conv2dGeometry,
+    x: &[f32],
+    dy: &[f32],
+    dw: &mut [f32],
+    round: Option<HalfFormat>,
+) -> Result<(), KernelError> {
+    backward_filter_on(ConvAlgorithm::Auto, g, x, dy, dw, round)
+}
+
+fn backward_filter_on(
+    algorithm: ConvAlgorithm,
+    g: &Conv2dGeometry,
+    x: &[f32],
+    dy: &[f32],
+    dw: &mut [f32],
+    round: Option<HalfFormat>,
+) -> Result<(), KernelError> {
     if algorithm.use_direct(g)? {
         #[cfg(target_arch = "x86_64")]
-        return super::direct::backward_filter(g, x, dy, dw);
+        return super::direct::backward_filter(g, x, dy, dw, round);
     }
+    let (x, dy) = (rounded_copy(x, round), rounded_copy(dy, round));
+    let (x, dy) = (&*x, &*dy);
     let out_hw = check_operands("conv2d_backward_filter", g, x.len(), dw.len(), dy.len())?;
     let rows = g.batch * out_hw[0] * out_hw[1];
     let parts = if worth_parallel(2 * g.macs()) {

@@ -6,11 +6,12 @@
 //! scatter-add the patches into `dx` (col2im), one image per task.
 
 use super::forward::{conv2d_forward_with, gemm_overwrite};
-use super::{Conv2dGeometry, ConvAlgorithm, Padding2d, block_rows, check_operands};
+use super::{Conv2dGeometry, ConvAlgorithm, Padding2d, block_rows, check_operands, rounded_copy};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::gemm::MatRef;
 use crate::backend::cpu::kernels::parallel::{for_each_row_block, scratch_of, worth_parallel};
+use crate::lower::HalfFormat;
 
 /// `dx = epilogue(∂conv2d/∂x · dy)` for the convolution `g` (see
 /// [`conv2d_forward`](super::conv2d_forward) for the layouts): `dy` is `[N, OH, OW, O]`, `w` is
@@ -34,13 +35,41 @@ pub fn conv2d_backward_input_with(
     dx: &mut [f32],
     epilogue: &dyn Epilogue,
 ) -> Result<(), KernelError> {
+    backward_input_on(algorithm, g, dy, w, dx, epilogue, None)
+}
+
+/// [`conv2d_backward_input`] of `dy` and `w` rounded to `round`'s 16-bit format (see
+/// [`conv2d_forward_rounded`](super::conv2d_forward_rounded)): the direct kernels round as they
+/// pad `dy` and transpose the filter.
+pub fn conv2d_backward_input_rounded(
+    g: &Conv2dGeometry,
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    epilogue: &dyn Epilogue,
+    round: Option<HalfFormat>,
+) -> Result<(), KernelError> {
+    backward_input_on(ConvAlgorithm::Auto, g, dy, w, dx, epilogue, round)
+}
+
+fn backward_input_on(
+    algorithm: ConvAlgorithm,
+    g: &Conv2dGeometry,
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    epilogue: &dyn Epilogue,
+    round: Option<HalfFormat>,
+) -> Result<(), KernelError> {
     let out_hw = check_operands("conv2d_backward_input", g, dx.len(), w.len(), dy.len())?;
     let rows = g.batch * g.in_hw[0] * g.in_hw[1];
     epilogue.check(rows, g.in_channels)?;
     if algorithm.use_direct(g)? {
         #[cfg(target_arch = "x86_64")]
-        return super::direct_input::backward_input(g, out_hw, dy, w, dx, epilogue);
+        return super::direct_input::backward_input(g, out_hw, dy, w, dx, epilogue, round);
     }
+    let (dy, w) = (rounded_copy(dy, round), rounded_copy(w, round));
+    let (dy, w) = (&*dy, &*w);
     if let Some(transposed) = transposed_geometry(g, out_hw) {
         let flipped = flip_filter(g, w);
         return conv2d_forward_with(

@@ -15,7 +15,9 @@ use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::parallel::{
     for_each_row_block, scratch_of, split_range, threads, worth_parallel,
 };
+use crate::backend::cpu::kernels::round::copy_operand;
 use crate::backend::cpu::kernels::simd::{SimdLevel, carry};
+use crate::lower::HalfFormat;
 use rayon::prelude::*;
 
 /// Whether the direct kernels can run this convolution at the SIMD level in force (AVX2 or
@@ -50,15 +52,16 @@ pub(super) fn padded_hw(g: &Conv2dGeometry) -> [usize; 2] {
     [g.in_hw[0] + p.top + p.bottom, g.in_hw[1] + p.left + p.right]
 }
 
-/// Copies one `[H, W, C]` image into the middle of a zeroed padded buffer.
-fn pad_image(g: &Conv2dGeometry, image: &[f32], padded: &mut [f32]) {
+/// Copies one `[H, W, C]` image into the middle of a zeroed padded buffer, rounded to `round`'s
+/// format when there is one.
+fn pad_image(g: &Conv2dGeometry, image: &[f32], padded: &mut [f32], round: Option<HalfFormat>) {
     let c = g.in_channels;
     let [_, wp] = padded_hw(g);
     let row_len = g.in_hw[1] * c;
     padded.fill(0.0);
     for (ih, row) in image.chunks_exact(row_len.max(1)).enumerate() {
         let start = ((ih + g.padding.top) * wp + g.padding.left) * c;
-        padded[start..start + row_len].copy_from_slice(row);
+        copy_operand(round, row, &mut padded[start..start + row_len]);
     }
 }
 
@@ -105,15 +108,17 @@ pub(super) fn pixel_origins(g: &Conv2dGeometry, out_hw: [usize; 2]) -> Vec<usize
     origins
 }
 
-/// The forward convolution (see [`super::conv2d_forward`]); `supported(g)` must hold.
+/// The forward convolution (see [`super::conv2d_forward`]); `supported(g)` must hold. With
+/// `round`, both operands are rounded to its format as they are copied (padded image, filter).
 pub(super) fn forward(
     g: &Conv2dGeometry,
     x: &[f32],
     w: &[f32],
     y: &mut [f32],
     epilogue: &dyn Epilogue,
+    round: Option<HalfFormat>,
 ) -> Result<(), KernelError> {
-    at_level!(forward_with(g, x, w, y, epilogue))
+    at_level!(forward_with(g, x, w, y, epilogue, round))
 }
 
 fn forward_with<K: TileKernels>(
@@ -122,6 +127,7 @@ fn forward_with<K: TileKernels>(
     w: &[f32],
     y: &mut [f32],
     epilogue: &dyn Epilogue,
+    round: Option<HalfFormat>,
 ) -> Result<(), KernelError> {
     let out_hw = check_operands("conv2d_forward", g, x.len(), w.len(), y.len())?;
     let (c, o) = (g.in_channels, g.out_channels);
@@ -135,12 +141,12 @@ fn forward_with<K: TileKernels>(
     let segs = segments(g);
     // Filter rows padded to whole vectors where the microkernels need it.
     let w_stride = row_stride::<K>(o);
-    let w = with_row_stride(w, o, w_stride);
+    let w = with_row_stride(w, o, w_stride, round);
     let parallel = worth_parallel(2 * g.macs()) && g.batch > 1;
     for_each_row_block(y, o, out_rows, parallel, |y_image, first_row, scratch| {
         let n = first_row / out_rows;
         let padded = scratch_of(scratch, hp * wp * c);
-        pad_image(g, &x[n * image_len..(n + 1) * image_len], padded);
+        pad_image(g, &x[n * image_len..(n + 1) * image_len], padded, round);
         forward_image::<K>(g, out_hw, &segs, padded, &w, w_stride, y_image);
         if !epilogue.is_identity() {
             epilogue.apply(y_image, first_row, o);
@@ -181,14 +187,16 @@ fn forward_image<K: TileKernels>(
 }
 
 /// The filter gradient (see [`super::conv2d_backward_filter`]); `supported(g)` must hold. Images
-/// are split into one range per thread; partial gradients are summed in range order.
+/// are split into one range per thread; partial gradients are summed in range order. With
+/// `round`, each image of both operands is rounded to its format as it is copied.
 pub(super) fn backward_filter(
     g: &Conv2dGeometry,
     x: &[f32],
     dy: &[f32],
     dw: &mut [f32],
+    round: Option<HalfFormat>,
 ) -> Result<(), KernelError> {
-    at_level!(backward_filter_with(g, x, dy, dw))
+    at_level!(backward_filter_with(g, x, dy, dw, round))
 }
 
 fn backward_filter_with<K: TileKernels>(
@@ -196,6 +204,7 @@ fn backward_filter_with<K: TileKernels>(
     x: &[f32],
     dy: &[f32],
     dw: &mut [f32],
+    round: Option<HalfFormat>,
 ) -> Result<(), KernelError> {
     let out_hw = check_operands("conv2d_backward_filter", g, x.len(), dw.len(), dy.len())?;
     let parts = if worth_parallel(2 * g.macs()) {
@@ -215,9 +224,14 @@ fn backward_filter_with<K: TileKernels>(
         let image_len = g.in_hw[0] * g.in_hw[1] * g.in_channels;
         let dy_len = origins.len() * o;
         for n in images {
-            pad_image(g, &x[n * image_len..(n + 1) * image_len], &mut padded);
+            pad_image(
+                g,
+                &x[n * image_len..(n + 1) * image_len],
+                &mut padded,
+                round,
+            );
             // `dy` rows padded to whole vectors where the microkernels need it.
-            let dy_image = with_row_stride(&dy[n * dy_len..(n + 1) * dy_len], o, dy_stride);
+            let dy_image = with_row_stride(&dy[n * dy_len..(n + 1) * dy_len], o, dy_stride, round);
             filter_image::<K>(&segs, &origins, &padded, &dy_image, dy_stride, o, dw);
         }
     };

@@ -10,6 +10,8 @@ use super::tiles::{Segment, TileKernels, row_stride, tile_row};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::parallel::{for_each_row_block, scratch_of, worth_parallel};
+use crate::backend::cpu::kernels::round::copy_operand;
+use crate::lower::HalfFormat;
 
 /// One dimension's phase: the `dx` positions `phase + stride·i` for `i < count`, and each
 /// contributing tap `k` with the `dy` offset `off` (position `i + off`).
@@ -47,6 +49,8 @@ fn phases(g: &Conv2dGeometry, d: usize, out_len: usize) -> (Vec<Phase>, [usize; 
 
 /// `dx` for the convolution `g` (see [`super::conv2d_backward_input`]); `direct::supported(g)`
 /// must hold and the operands must have been checked against `g` (`out_hw` is its output size).
+/// With `round`, both operands are rounded to its format as they are copied (padded `dy`,
+/// transposed filter).
 pub(super) fn backward_input(
     g: &Conv2dGeometry,
     out_hw: [usize; 2],
@@ -54,8 +58,9 @@ pub(super) fn backward_input(
     w: &[f32],
     dx: &mut [f32],
     epilogue: &dyn Epilogue,
+    round: Option<HalfFormat>,
 ) -> Result<(), KernelError> {
-    at_level!(backward_input_with(g, out_hw, dy, w, dx, epilogue))
+    at_level!(backward_input_with(g, out_hw, dy, w, dx, epilogue, round))
 }
 
 fn backward_input_with<K: TileKernels>(
@@ -65,6 +70,7 @@ fn backward_input_with<K: TileKernels>(
     w: &[f32],
     dx: &mut [f32],
     epilogue: &dyn Epilogue,
+    round: Option<HalfFormat>,
 ) -> Result<(), KernelError> {
     let (c, o) = (g.in_channels, g.out_channels);
     let [h, wd] = g.in_hw;
@@ -83,7 +89,8 @@ fn backward_input_with<K: TileKernels>(
     for tap in 0..taps {
         for ci in 0..c {
             for oi in 0..o {
-                w_t[(tap * o + oi) * w_stride + ci] = w[(tap * c + ci) * o + oi];
+                let v = w[(tap * c + ci) * o + oi];
+                w_t[(tap * o + oi) * w_stride + ci] = round.map_or(v, |f| f.round(v));
             }
         }
     }
@@ -104,6 +111,7 @@ fn backward_input_with<K: TileKernels>(
                 wp,
                 o,
                 padded,
+                round,
             );
             for row in rows.iter().filter(|r| r.count > 0) {
                 for col in cols.iter().filter(|c| c.count > 0) {
@@ -145,7 +153,7 @@ fn backward_input_with<K: TileKernels>(
 }
 
 /// Copies one `[OH, OW, O]` image of `dy` into a zeroed buffer with `before = [top, left]`
-/// padding and rows `wp` pixels wide.
+/// padding and rows `wp` pixels wide, rounded to `round`'s format when there is one.
 fn pad_dy(
     image: &[f32],
     out_hw: [usize; 2],
@@ -153,6 +161,7 @@ fn pad_dy(
     wp: usize,
     o: usize,
     padded: &mut [f32],
+    round: Option<HalfFormat>,
 ) {
     padded.fill(0.0);
     let row_len = out_hw[1] * o;
@@ -161,6 +170,6 @@ fn pad_dy(
     }
     for (oh, row) in image.chunks_exact(row_len).enumerate() {
         let start = ((oh + before[0]) * wp + before[1]) * o;
-        padded[start..start + row_len].copy_from_slice(row);
+        copy_operand(round, row, &mut padded[start..start + row_len]);
     }
 }

@@ -1,11 +1,12 @@
 //! The forward convolution: `y = conv(x, w)` then the epilogue, one block of output rows at a
 //! time (im2col of the block, GEMM against the filter, epilogue while the block is hot).
 
-use super::{Conv2dGeometry, ConvAlgorithm, block_rows, check_operands, im2col};
+use super::{Conv2dGeometry, ConvAlgorithm, block_rows, check_operands, im2col, rounded_copy};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::gemm::{MatRef, sgemm_on};
 use crate::backend::cpu::kernels::parallel::{for_each_row_block, scratch_of, worth_parallel};
+use crate::lower::HalfFormat;
 
 /// `y = epilogue(conv2d(x, w))`: `x` is NHWC `[N, H, W, C]`, `w` is HWIO
 /// `[KH, KW, C/groups, O]`, `y` is NHWC `[N, OH, OW, O]`. `epilogue` sees blocks of `y`'s rows
@@ -29,11 +30,39 @@ pub fn conv2d_forward_with(
     y: &mut [f32],
     epilogue: &dyn Epilogue,
 ) -> Result<(), KernelError> {
+    forward_on(algorithm, g, x, w, y, epilogue, None)
+}
+
+/// [`conv2d_forward`] of `x` and `w` rounded to `round`'s 16-bit format (the autocast's
+/// operands: f32 products and sums of the rounded values), or of themselves without one. The
+/// direct kernels round as they copy the operands anyway (the padded image, the filter's
+/// rows), so rounding costs no pass of its own; the im2col path multiplies rounded copies.
+pub fn conv2d_forward_rounded(
+    g: &Conv2dGeometry,
+    x: &[f32],
+    w: &[f32],
+    y: &mut [f32],
+    epilogue: &dyn Epilogue,
+    round: Option<HalfFormat>,
+) -> Result<(), KernelError> {
+    forward_on(ConvAlgorithm::Auto, g, x, w, y, epilogue, round)
+}
+
+fn forward_on(
+    algorithm: ConvAlgorithm,
+    g: &Conv2dGeometry,
+    x: &[f32],
+    w: &[f32],
+    y: &mut [f32],
+    epilogue: &dyn Epilogue,
+    round: Option<HalfFormat>,
+) -> Result<(), KernelError> {
     if algorithm.use_direct(g)? {
         #[cfg(target_arch = "x86_64")]
-        return super::direct::forward(g, x, w, y, epilogue);
+        return super::direct::forward(g, x, w, y, epilogue, round);
     }
-    im2col_forward(g, x, w, y, epilogue)
+    let (x, w) = (rounded_copy(x, round), rounded_copy(w, round));
+    im2col_forward(g, &x, &w, y, epilogue)
 }
 
 /// The portable forward pass: blocked im2col + GEMM.

@@ -37,12 +37,30 @@ mod forward;
 #[cfg(target_arch = "x86_64")]
 mod tiles;
 
-pub use backward_filter::{conv2d_backward_filter, conv2d_backward_filter_with};
-pub use backward_input::{conv2d_backward_input, conv2d_backward_input_with};
-pub use forward::{conv2d_forward, conv2d_forward_with};
+pub use backward_filter::{
+    conv2d_backward_filter, conv2d_backward_filter_rounded, conv2d_backward_filter_with,
+};
+pub use backward_input::{
+    conv2d_backward_input, conv2d_backward_input_rounded, conv2d_backward_input_with,
+};
+pub use forward::{conv2d_forward, conv2d_forward_rounded, conv2d_forward_with};
 
 use super::epilogue::Epilogue;
 use super::{KernelError, parallel, shape_error};
+use crate::lower::HalfFormat;
+
+/// `x` rounded to `round`'s 16-bit format in a copy, or `x` itself without one: the operands of
+/// the paths that do not copy them anyway.
+fn rounded_copy(x: &[f32], round: Option<HalfFormat>) -> std::borrow::Cow<'_, [f32]> {
+    match round {
+        Some(format) => {
+            let mut out = vec![0.0; x.len()];
+            super::round::round_operand(format, x, &mut out);
+            std::borrow::Cow::Owned(out)
+        }
+        None => std::borrow::Cow::Borrowed(x),
+    }
+}
 
 /// A pass of a convolution, as the bf16 tile kernels ([`amx`]) tell them apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

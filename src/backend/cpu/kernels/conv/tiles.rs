@@ -6,7 +6,9 @@
 //! instruction set (one FMA chain per output element, segments and taps in order), so the
 //! AVX-512 and AVX2 paths give bit-identical results.
 
+use crate::backend::cpu::kernels::round::copy_operand;
 use crate::backend::cpu::kernels::simd::SimdLevel;
+use crate::lower::HalfFormat;
 
 /// One contiguous run of the reduction: for `j in 0..len`, the input value `a_off + j` elements
 /// past a pixel's window origin multiplies filter row `k0 + j` (a row holds the output channels).
@@ -120,14 +122,15 @@ pub(super) fn row_stride<K: TileKernels>(channels: usize) -> usize {
     }
 }
 
-/// `rows` rows of `channels` values copied to rows of `stride` (zeros after each row), or the
-/// rows themselves when `stride == channels`.
+/// `rows` rows of `channels` values copied to rows of `stride` (zeros after each row) and
+/// rounded to `round`'s format when there is one, or the rows themselves when neither is needed.
 pub(super) fn with_row_stride(
     data: &[f32],
     channels: usize,
     stride: usize,
+    round: Option<HalfFormat>,
 ) -> std::borrow::Cow<'_, [f32]> {
-    if stride == channels || channels == 0 {
+    if channels == 0 || (stride == channels && round.is_none()) {
         return std::borrow::Cow::Borrowed(data);
     }
     let rows = data.len() / channels;
@@ -136,7 +139,7 @@ pub(super) fn with_row_stride(
         .chunks_exact_mut(stride)
         .zip(data.chunks_exact(channels))
     {
-        dst[..channels].copy_from_slice(src);
+        copy_operand(round, src, &mut dst[..channels]);
     }
     std::borrow::Cow::Owned(out)
 }
