@@ -16,10 +16,12 @@
 //! applied" flag are added to the graph's [`LOSS_SCALE_COLLECTION`] for the trainer's monitor.
 
 use super::OptimError;
-use super::process::{all_finite, all_finite_times, device};
+use super::process::{all_finite_times, device};
 use super::rule::VariableUpdate;
 use super::state::{self, constant, ensure_unassigned, get_or_create, read};
-use crate::ir::{BinaryOp, Graph, Initializer, Op, TensorType, Value, VarFlags, VarId};
+use crate::ir::{
+    BinaryOp, Graph, Initializer, IrError, Op, Shape, TensorType, Value, VarFlags, VarId,
+};
 use crate::tensor::DType;
 
 /// The loss-scale variable.
@@ -128,28 +130,20 @@ pub fn unscale(
 ) -> Result<Vec<(VarId, Value)>, OptimError> {
     let var = config.scale_variable(graph)?;
     let mut out = Vec::with_capacity(grads.len());
+    // One reciprocal per device and dtype, shared by its gradients (so `gate` can tell the
+    // gradients scaled alike apart by their factor).
+    let mut inverses: Vec<((Option<u16>, DType), Value)> = Vec::new();
     for &(v, g) in grads {
         let dev = device(graph, g);
         let scope = format!("LossScale/unscale/{}", graph.variable(v).name);
-        let s = read(graph, var, &format!("{scope}/scale"), dev)?;
-        let inv = state::node(
-            graph,
-            &format!("{scope}/inverse"),
-            Op::Unary(crate::ir::UnaryOp::Recip),
-            &[s],
-            dev,
-        )?;
         let dtype = graph.value_type(g).dtype;
-        let inv = if dtype == DType::F32 {
-            inv
-        } else {
-            state::node(
-                graph,
-                &format!("{scope}/cast"),
-                Op::Cast { to: dtype },
-                &[inv],
-                dev,
-            )?
+        let inv = match inverses.iter().find(|(k, _)| *k == (dev, dtype)) {
+            Some(&(_, inv)) => inv,
+            None => {
+                let inv = inverse(graph, var, "LossScale/unscale", dev, dtype)?;
+                inverses.push(((dev, dtype), inv));
+                inv
+            }
         };
         let u = state::node(
             graph,
@@ -162,6 +156,83 @@ pub fn unscale(
         out.push((v, u));
     }
     Ok(out)
+}
+
+/// What the gradients one check counts over share: their device and the factor they are
+/// unscaled by (none for a gradient that is not).
+type CheckedAlike = (Option<u16>, Option<Value>);
+
+/// `values` flattened to one dimension and joined end to end (one value: just flattened), on
+/// `device`: what one reduction can count over.
+fn join_flat(
+    graph: &mut Graph,
+    scope: &str,
+    values: &[Value],
+    device: Option<u16>,
+) -> Result<Value, OptimError> {
+    let mut flat = Vec::with_capacity(values.len());
+    for &v in values {
+        let t = graph.value_type(v);
+        let Some(len) = t.shape.num_elements() else {
+            return Err(OptimError::Ir(IrError::Invalid {
+                node: scope.to_string(),
+                message: format!(
+                    "a gradient of dynamic shape {:?} cannot be checked",
+                    t.shape
+                ),
+            }));
+        };
+        flat.push(if t.rank() == 1 {
+            v
+        } else {
+            let shape = Shape::fixed(&[len]);
+            state::node(
+                graph,
+                &format!("{scope}/flat"),
+                Op::Reshape { shape },
+                &[v],
+                device,
+            )?
+        });
+    }
+    if flat.len() == 1 {
+        return Ok(flat[0]);
+    }
+    state::node(
+        graph,
+        &format!("{scope}/joined"),
+        Op::Concat { axis: 0 },
+        &flat,
+        device,
+    )
+}
+
+/// `1 / scale` read on `device`, as `dtype`, named under `scope`.
+fn inverse(
+    graph: &mut Graph,
+    var: VarId,
+    scope: &str,
+    device: Option<u16>,
+    dtype: DType,
+) -> Result<Value, OptimError> {
+    let s = read(graph, var, &format!("{scope}/scale"), device)?;
+    let inv = state::node(
+        graph,
+        &format!("{scope}/inverse"),
+        Op::Unary(crate::ir::UnaryOp::Recip),
+        &[s],
+        device,
+    )?;
+    if dtype == DType::F32 {
+        return Ok(inv);
+    }
+    state::node(
+        graph,
+        &format!("{scope}/cast"),
+        Op::Cast { to: dtype },
+        &[inv],
+        device,
+    )
 }
 
 /// `updates` applied only when every gradient of `grads` is finite (else each variable keeps its
@@ -184,22 +255,31 @@ pub fn gate(
     )?;
     ensure_unassigned(graph, scale_var)?;
     ensure_unassigned(graph, good_var)?;
-    // Every gradient finite: the `and` of one check per gradient (each a reduction on the
-    // gradient's device). A gradient still as `unscale` made it, `g · (1/scale)`, is checked as
-    // `|g| · (1/scale)`: the same value, but the unscaled product then has one reader, the
+    // Every gradient finite. A gradient still as `unscale` made it, `g · (1/scale)`, is checked
+    // as `|g| · (1/scale)`: the same value, but the unscaled product then has one reader, the
     // update, which fuses it (checking the product itself would make the lowering write every
-    // unscaled gradient out, and the updates could not merge into one arena kernel).
-    let mut applied: Option<Value> = None;
-    for &(v, g) in grads {
-        let name = format!("LossScale/finite/{}", graph.variable(v).name);
+    // unscaled gradient out, and the updates could not merge into one arena kernel). The
+    // gradients checked alike (same device, same factor) are flattened and joined, so ONE
+    // reduction counts their non-finite values rather than one per gradient shape.
+    let mut checks: Vec<(CheckedAlike, Vec<Value>)> = Vec::new();
+    for &(_, g) in grads {
         let unscaled = graph.collection(UNSCALED_GRADIENTS_COLLECTION).contains(&g)
             && graph.node(g.node).op == Op::Binary(BinaryOp::Mul);
-        let ok = match graph.inputs(g.node).as_slice() {
-            &[scaled, inverse] if unscaled => {
-                all_finite_times(graph, &name, scaled, Some(inverse))?
-            }
-            _ => all_finite(graph, &name, g)?,
+        let (operand, factor) = match graph.inputs(g.node).as_slice() {
+            &[scaled, inverse] if unscaled => (scaled, Some(inverse)),
+            _ => (g, None),
         };
+        let key = (device(graph, operand), factor);
+        match checks.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, operands)) => operands.push(operand),
+            None => checks.push((key, vec![operand])),
+        }
+    }
+    let mut applied: Option<Value> = None;
+    for (i, ((dev, factor), operands)) in checks.into_iter().enumerate() {
+        let scope = format!("LossScale/finite/{i}");
+        let joined = join_flat(graph, &scope, &operands, dev)?;
+        let ok = all_finite_times(graph, &scope, joined, factor)?;
         applied = Some(match applied {
             None => ok,
             Some(a) => state::node(

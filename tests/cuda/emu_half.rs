@@ -520,6 +520,51 @@ fn train_config_precision_bf16_reaches_the_device_through_the_trainer() {
     );
 }
 
+/// fp16 through the trainer adds the dynamic loss scale: every gradient checked by one join and
+/// one count, the updates gated on the verdict. The device runs those kernels and trains like
+/// the CPU in fp16, and keeps the same scale (no overflow here: the scale stays 2¹⁶).
+#[test]
+fn train_config_precision_fp16_with_its_loss_scale_trains_on_the_device_like_the_cpu() {
+    use towerpack::optim::LOSS_SCALE;
+    use towerpack::train::{BackendChoice, SimpleTrainer, TrainConfig, launch_train_with_config};
+    cuda_common::require_nvrtc();
+    let run = |backend: BackendChoice| {
+        let c: TrainConfig = train_common::bare(train_common::config(
+            train_common::mlp_model(0.1),
+            train_common::train_flow(96, 32, 3),
+            None,
+        ))
+        .backend(backend)
+        .precision(Precision::Fp16)
+        .max_epoch(1);
+        launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train")
+    };
+    let dev = run(cuda_common::backend(1));
+    let cpu = run(BackendChoice::Cpu { threads: 2 });
+    let mut scale_seen = false;
+    for (id, def) in cpu.session.graph().variable_ids() {
+        let read = |r: &towerpack::train::TrainReport| {
+            r.session.read_variable(id).expect("read").to_f64_vec()
+        };
+        let (d, c) = (read(&dev), read(&cpu));
+        if def.name == LOSS_SCALE {
+            assert_eq!(d, c, "the loss scale");
+            assert_eq!(c, [65536.0], "no step was skipped");
+            scale_seen = true;
+            continue;
+        }
+        let scale = c.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
+        for (i, (x, y)) in d.iter().zip(&c).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-2 * scale,
+                "{}[{i}]: fp16 on the device {x} vs fp16 on the cpu {y}",
+                def.name
+            );
+        }
+    }
+    assert!(scale_seen, "an fp16 run has a loss scale variable");
+}
+
 #[test]
 fn every_tile_simt_and_tensor_core_rounds_its_operands_and_multiplies_within_the_bound() {
     use towerpack::backend::Step;
