@@ -260,7 +260,9 @@ pub fn gate(
     // update, which fuses it (checking the product itself would make the lowering write every
     // unscaled gradient out, and the updates could not merge into one arena kernel). The
     // gradients checked alike (same device, same factor) are flattened and joined, so ONE
-    // reduction counts their non-finite values rather than one per gradient shape.
+    // reduction counts their non-finite values rather than one per gradient shape. The join is a
+    // copy of the gradients (scratch as large as the parameters, reused by the planner once the
+    // count has read it): one pass of memory traffic for the launches of a reduction per shape.
     let mut checks: Vec<(CheckedAlike, Vec<Value>)> = Vec::new();
     for &(_, g) in grads {
         let unscaled = graph.collection(UNSCALED_GRADIENTS_COLLECTION).contains(&g)
