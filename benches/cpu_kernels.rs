@@ -333,15 +333,16 @@ fn bench_conv_algorithms(r: &Report) {
                 let label = format!("{label}-{level}");
                 level.run(|| {
                     let secs = time(0.1, 3, || {
-                        conv2d_forward_with(algo, &g, &x, &w, &mut y, &NoEpilogue).unwrap()
+                        conv2d_forward_with(algo, &g, &x, &w, &mut y, &NoEpilogue, None).unwrap()
                     });
                     r.line(&format!("fwd-{label}"), name, secs, flops);
                     let secs = time(0.1, 3, || {
-                        conv2d_backward_input_with(algo, &g, &dy, &w, &mut dx, &NoEpilogue).unwrap()
+                        conv2d_backward_input_with(algo, &g, &dy, &w, &mut dx, &NoEpilogue, None)
+                            .unwrap()
                     });
                     r.line(&format!("bwdin-{label}"), name, secs, flops);
                     let secs = time(0.1, 3, || {
-                        conv2d_backward_filter_with(algo, &g, &x, &dy, &mut dw).unwrap()
+                        conv2d_backward_filter_with(algo, &g, &x, &dy, &mut dw, None).unwrap()
                     });
                     r.line(&format!("bwdw-{label}"), name, secs, flops);
                 });

@@ -163,7 +163,8 @@ fn kernels_called_at_a_level_run_that_path_on_every_thread() {
         assert_eq!(simd::take_levels_run(), vec![level], "forced {level}");
         let direct = level.run(|| {
             let mut y = vec![0.0; g.output_len()];
-            conv2d_forward_with(ConvAlgorithm::Direct, &g, &x, &w, &mut y, &NoEpilogue).is_ok()
+            conv2d_forward_with(ConvAlgorithm::Direct, &g, &x, &w, &mut y, &NoEpilogue, None)
+                .is_ok()
         });
         assert_eq!(direct, level >= SimdLevel::Avx2, "direct conv at {level}");
         simd::take_levels_run();

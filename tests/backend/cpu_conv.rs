@@ -61,15 +61,15 @@ fn check_all_passes(g: &Conv2dGeometry, seed: u64, atol: f32) {
     for algorithm in algorithms_for(g) {
         let what = format!("{algorithm:?} {g:?}");
         let mut y = vec![f32::NAN; g.output_len()];
-        conv2d_forward_with(algorithm, g, &x, &w, &mut y, &NoEpilogue).unwrap();
+        conv2d_forward_with(algorithm, g, &x, &w, &mut y, &NoEpilogue, None).unwrap();
         assert_close(&format!("forward {what}"), &y, &want_y, atol, 1e-4);
 
         let mut dx = vec![f32::NAN; g.input_len()];
-        conv2d_backward_input_with(algorithm, g, &dy, &w, &mut dx, &NoEpilogue).unwrap();
+        conv2d_backward_input_with(algorithm, g, &dy, &w, &mut dx, &NoEpilogue, None).unwrap();
         assert_close(&format!("backward input {what}"), &dx, &want_dx, atol, 1e-4);
 
         let mut dw = vec![f32::NAN; g.filter_len()];
-        conv2d_backward_filter_with(algorithm, g, &x, &dy, &mut dw).unwrap();
+        conv2d_backward_filter_with(algorithm, g, &x, &dy, &mut dw, None).unwrap();
         assert_close(
             &format!("backward filter {what}"),
             &dw,
@@ -185,7 +185,7 @@ fn channel_epilogue_applies_scale_shift_residual_and_relu() {
             }
             for algorithm in algorithms_for(&g) {
                 let mut y = vec![0.0; g.output_len()];
-                conv2d_forward_with(algorithm, &g, &x, &w, &mut y, &epilogue).unwrap();
+                conv2d_forward_with(algorithm, &g, &x, &w, &mut y, &epilogue, None).unwrap();
                 assert_close(
                     &format!("fused forward {algorithm:?} {g:?}"),
                     &y,
@@ -244,7 +244,7 @@ fn closure_epilogues_see_every_row_once_with_its_index() {
         {
             let mut y = vec![0.0; g.output_len()];
             with_threads(threads, || {
-                conv2d_forward_with(algorithm, &g, &x, &w, &mut y, &tag)
+                conv2d_forward_with(algorithm, &g, &x, &w, &mut y, &tag, None)
             })
             .unwrap();
             let plain = naive_conv_forward(&g, &x, &w);
@@ -343,7 +343,7 @@ fn moments_epilogue_gathers_the_batch_statistics_of_the_fused_output() {
                 let epilogue = MomentsEpilogue::new(inner, 16);
                 let mut y = vec![0.0; g.output_len()];
                 with_threads(threads, || {
-                    conv2d_forward_with(algorithm, &g, &x, &w, &mut y, &epilogue)
+                    conv2d_forward_with(algorithm, &g, &x, &w, &mut y, &epilogue, None)
                 })
                 .unwrap();
                 assert_close(
@@ -414,11 +414,11 @@ fn direct_passes(
         with_threads(threads, || {
             let direct = ConvAlgorithm::Direct;
             let mut y = vec![f32::NAN; g.output_len()];
-            conv2d_forward_with(direct, g, x, w, &mut y, &NoEpilogue).unwrap();
+            conv2d_forward_with(direct, g, x, w, &mut y, &NoEpilogue, None).unwrap();
             let mut dx = vec![f32::NAN; g.input_len()];
-            conv2d_backward_input_with(direct, g, dy, w, &mut dx, &NoEpilogue).unwrap();
+            conv2d_backward_input_with(direct, g, dy, w, &mut dx, &NoEpilogue, None).unwrap();
             let mut dw = vec![f32::NAN; g.filter_len()];
-            conv2d_backward_filter_with(direct, g, x, dy, &mut dw).unwrap();
+            conv2d_backward_filter_with(direct, g, x, dy, &mut dw, None).unwrap();
             (y, dx, dw)
         })
     })
@@ -492,16 +492,14 @@ fn direct_kernels_match_the_naive_convolution_and_agree_bitwise_across_levels() 
     }
 }
 
-/// The `*_rounded` passes (operands rounded to bf16 / f16 as the kernels copy them) give
+/// The passes given a 16-bit format (operands rounded to bf16 / f16 as the kernels copy them) give
 /// bitwise what the plain passes give on operands rounded beforehand — the f32 products and sums
 /// of the same 16-bit values — at every SIMD level, on random geometries (the direct kernels
 /// and the im2col fallback, which groups > 1 take) and ResNet-20's shapes.
 #[test]
 fn rounded_passes_multiply_exactly_the_rounded_operands() {
-    use towerpack::backend::cpu::kernels::{
-        conv2d_backward_filter_rounded, conv2d_backward_input_rounded, conv2d_forward_rounded,
-    };
     use towerpack::lower::HalfFormat;
+    let auto = ConvAlgorithm::Auto;
     let round = |format: HalfFormat, xs: &[f32]| -> Vec<f32> {
         xs.iter().map(|&x| format.round(x)).collect()
     };
@@ -529,18 +527,18 @@ fn rounded_passes_multiply_exactly_the_rounded_operands() {
 
                 let (mut want, mut got) = (vec![0.0; g.output_len()], vec![1.0; g.output_len()]);
                 conv2d_forward(g, &xr, &wr, &mut want, &NoEpilogue).unwrap();
-                conv2d_forward_rounded(g, &x, &w, &mut got, &NoEpilogue, Some(format)).unwrap();
+                conv2d_forward_with(auto, g, &x, &w, &mut got, &NoEpilogue, Some(format)).unwrap();
                 assert_eq!(bits(&got), bits(&want), "forward {what}");
 
                 let (mut want, mut got) = (vec![0.0; g.input_len()], vec![1.0; g.input_len()]);
                 conv2d_backward_input(g, &dyr, &wr, &mut want, &NoEpilogue).unwrap();
-                conv2d_backward_input_rounded(g, &dy, &w, &mut got, &NoEpilogue, Some(format))
+                conv2d_backward_input_with(auto, g, &dy, &w, &mut got, &NoEpilogue, Some(format))
                     .unwrap();
                 assert_eq!(bits(&got), bits(&want), "backward input {what}");
 
                 let (mut want, mut got) = (vec![0.0; g.filter_len()], vec![1.0; g.filter_len()]);
                 conv2d_backward_filter(g, &xr, &dyr, &mut want).unwrap();
-                conv2d_backward_filter_rounded(g, &x, &dy, &mut got, Some(format)).unwrap();
+                conv2d_backward_filter_with(auto, g, &x, &dy, &mut got, Some(format)).unwrap();
                 assert_eq!(bits(&got), bits(&want), "backward filter {what}");
             }
         }

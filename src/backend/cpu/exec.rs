@@ -711,6 +711,7 @@ fn run_kernel(
     bf16_tiles: bool,
 ) -> Result<(), KernelError> {
     let none = kernels::NoEpilogue;
+    let auto = kernels::ConvAlgorithm::Auto;
     match (&k.kind, step) {
         (KernelKind::Elementwise { .. }, Step::Fused(f, points)) => {
             let points = *points;
@@ -800,7 +801,7 @@ fn run_kernel(
                 if tiles {
                     kernels::conv2d_forward_bf16(&cg, x, w, y, e)
                 } else {
-                    kernels::conv2d_forward_rounded(&cg, x, w, y, e, g.round_operands)
+                    kernels::conv2d_forward_with(auto, &cg, x, w, y, e, g.round_operands)
                 }
             };
             match epilogue(step, k, ins, outs, 0) {
@@ -832,7 +833,7 @@ fn run_kernel(
                 if tiles {
                     kernels::conv2d_backward_input_bf16(&cg, dy, w, dx, e)
                 } else {
-                    kernels::conv2d_backward_input_rounded(&cg, dy, w, dx, e, g.round_operands)
+                    kernels::conv2d_backward_input_with(auto, &cg, dy, w, dx, e, g.round_operands)
                 }
             };
             match epilogue(step, k, ins, outs, 0) {
@@ -867,7 +868,7 @@ fn run_kernel(
             if bf16_tiles && on_tiles(g.round_operands, &cg, ConvPass::FilterGradient) {
                 kernels::conv2d_backward_filter_bf16(&cg, x, dy, dw)?;
             } else {
-                kernels::conv2d_backward_filter_rounded(&cg, x, dy, dw, g.round_operands)?;
+                kernels::conv2d_backward_filter_with(auto, &cg, x, dy, dw, g.round_operands)?;
             }
             // The epilogue (a weight decay's term) over the whole filter at once: it is small.
             if let Some(e) = e {

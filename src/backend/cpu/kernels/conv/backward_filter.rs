@@ -22,34 +22,14 @@ pub fn conv2d_backward_filter(
     dy: &[f32],
     dw: &mut [f32],
 ) -> Result<(), KernelError> {
-    conv2d_backward_filter_with(ConvAlgorithm::Auto, g, x, dy, dw)
+    conv2d_backward_filter_with(ConvAlgorithm::Auto, g, x, dy, dw, None)
 }
 
-/// [`conv2d_backward_filter`] with a pinned algorithm.
+/// [`conv2d_backward_filter`] with a pinned algorithm, of `x` and `dy` rounded to `round`'s
+/// 16-bit format when there is one (see
+/// [`conv2d_forward_with`](super::conv2d_forward_with)): the direct kernels round each image
+/// as they copy it.
 pub fn conv2d_backward_filter_with(
-    algorithm: ConvAlgorithm,
-    g: &Conv2dGeometry,
-    x: &[f32],
-    dy: &[f32],
-    dw: &mut [f32],
-) -> Result<(), KernelError> {
-    backward_filter_on(algorithm, g, x, dy, dw, None)
-}
-
-/// [`conv2d_backward_filter`] of `x` and `dy` rounded to `round`'s 16-bit format (see
-/// [`conv2d_forward_rounded`](super::conv2d_forward_rounded)): the direct kernels round each
-/// image as they copy it.
-pub fn conv2d_backward_filter_rounded(
-    g: &Conv2dGeometry,
-    x: &[f32],
-    dy: &[f32],
-    dw: &mut [f32],
-    round: Option<HalfFormat>,
-) -> Result<(), KernelError> {
-    backward_filter_on(ConvAlgorithm::Auto, g, x, dy, dw, round)
-}
-
-fn backward_filter_on(
     algorithm: ConvAlgorithm,
     g: &Conv2dGeometry,
     x: &[f32],

@@ -23,36 +23,13 @@ pub fn conv2d_backward_input(
     dx: &mut [f32],
     epilogue: &dyn Epilogue,
 ) -> Result<(), KernelError> {
-    conv2d_backward_input_with(ConvAlgorithm::Auto, g, dy, w, dx, epilogue)
+    conv2d_backward_input_with(ConvAlgorithm::Auto, g, dy, w, dx, epilogue, None)
 }
 
-/// [`conv2d_backward_input`] with a pinned algorithm.
+/// [`conv2d_backward_input`] with a pinned algorithm, of `dy` and `w` rounded to `round`'s
+/// 16-bit format when there is one (see [`conv2d_forward_with`]): the direct kernels round as
+/// they pad `dy` and transpose the filter.
 pub fn conv2d_backward_input_with(
-    algorithm: ConvAlgorithm,
-    g: &Conv2dGeometry,
-    dy: &[f32],
-    w: &[f32],
-    dx: &mut [f32],
-    epilogue: &dyn Epilogue,
-) -> Result<(), KernelError> {
-    backward_input_on(algorithm, g, dy, w, dx, epilogue, None)
-}
-
-/// [`conv2d_backward_input`] of `dy` and `w` rounded to `round`'s 16-bit format (see
-/// [`conv2d_forward_rounded`](super::conv2d_forward_rounded)): the direct kernels round as they
-/// pad `dy` and transpose the filter.
-pub fn conv2d_backward_input_rounded(
-    g: &Conv2dGeometry,
-    dy: &[f32],
-    w: &[f32],
-    dx: &mut [f32],
-    epilogue: &dyn Epilogue,
-    round: Option<HalfFormat>,
-) -> Result<(), KernelError> {
-    backward_input_on(ConvAlgorithm::Auto, g, dy, w, dx, epilogue, round)
-}
-
-fn backward_input_on(
     algorithm: ConvAlgorithm,
     g: &Conv2dGeometry,
     dy: &[f32],
@@ -79,6 +56,7 @@ fn backward_input_on(
             &flipped,
             dx,
             epilogue,
+            None,
         );
     }
     col2im_backward(g, out_hw, dy, w, dx, epilogue)

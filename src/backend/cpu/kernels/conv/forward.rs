@@ -18,37 +18,15 @@ pub fn conv2d_forward(
     y: &mut [f32],
     epilogue: &dyn Epilogue,
 ) -> Result<(), KernelError> {
-    conv2d_forward_with(ConvAlgorithm::Auto, g, x, w, y, epilogue)
+    conv2d_forward_with(ConvAlgorithm::Auto, g, x, w, y, epilogue, None)
 }
 
-/// [`conv2d_forward`] with a pinned algorithm.
+/// [`conv2d_forward`] with a pinned algorithm, of `x` and `w` rounded to `round`'s 16-bit
+/// format when there is one (the autocast's operands: f32 products and sums of the rounded
+/// values). The direct kernels round as they copy the operands anyway (the padded image, the
+/// filter's rows), so rounding costs no pass of its own; the im2col path multiplies rounded
+/// copies.
 pub fn conv2d_forward_with(
-    algorithm: ConvAlgorithm,
-    g: &Conv2dGeometry,
-    x: &[f32],
-    w: &[f32],
-    y: &mut [f32],
-    epilogue: &dyn Epilogue,
-) -> Result<(), KernelError> {
-    forward_on(algorithm, g, x, w, y, epilogue, None)
-}
-
-/// [`conv2d_forward`] of `x` and `w` rounded to `round`'s 16-bit format (the autocast's
-/// operands: f32 products and sums of the rounded values), or of themselves without one. The
-/// direct kernels round as they copy the operands anyway (the padded image, the filter's
-/// rows), so rounding costs no pass of its own; the im2col path multiplies rounded copies.
-pub fn conv2d_forward_rounded(
-    g: &Conv2dGeometry,
-    x: &[f32],
-    w: &[f32],
-    y: &mut [f32],
-    epilogue: &dyn Epilogue,
-    round: Option<HalfFormat>,
-) -> Result<(), KernelError> {
-    forward_on(ConvAlgorithm::Auto, g, x, w, y, epilogue, round)
-}
-
-fn forward_on(
     algorithm: ConvAlgorithm,
     g: &Conv2dGeometry,
     x: &[f32],

@@ -37,13 +37,9 @@ mod forward;
 #[cfg(target_arch = "x86_64")]
 mod tiles;
 
-pub use backward_filter::{
-    conv2d_backward_filter, conv2d_backward_filter_rounded, conv2d_backward_filter_with,
-};
-pub use backward_input::{
-    conv2d_backward_input, conv2d_backward_input_rounded, conv2d_backward_input_with,
-};
-pub use forward::{conv2d_forward, conv2d_forward_rounded, conv2d_forward_with};
+pub use backward_filter::{conv2d_backward_filter, conv2d_backward_filter_with};
+pub use backward_input::{conv2d_backward_input, conv2d_backward_input_with};
+pub use forward::{conv2d_forward, conv2d_forward_with};
 
 use super::epilogue::Epilogue;
 use super::{KernelError, parallel, shape_error};
