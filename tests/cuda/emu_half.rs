@@ -480,21 +480,28 @@ fn a_small_convnet_with_batch_norm_trains_in_bf16_on_the_device_like_the_cpu() {
     );
 }
 
+/// One epoch of the trainer's MLP (3 steps of 32) on `backend` in `precision`.
+fn trained_mlp(
+    backend: towerpack::train::BackendChoice,
+    precision: Precision,
+) -> towerpack::train::TrainReport {
+    use towerpack::train::{SimpleTrainer, TrainConfig, launch_train_with_config};
+    let c: TrainConfig = train_common::bare(train_common::config(
+        train_common::mlp_model(0.1),
+        train_common::train_flow(96, 32, 3),
+        None,
+    ))
+    .backend(backend)
+    .precision(precision)
+    .max_epoch(1);
+    launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train")
+}
+
 #[test]
 fn train_config_precision_bf16_reaches_the_device_through_the_trainer() {
-    use towerpack::train::{BackendChoice, SimpleTrainer, TrainConfig, launch_train_with_config};
+    use towerpack::train::BackendChoice;
     cuda_common::require_nvrtc();
-    let run = |backend: BackendChoice, precision: Precision| {
-        let c: TrainConfig = train_common::bare(train_common::config(
-            train_common::mlp_model(0.1),
-            train_common::train_flow(96, 32, 3),
-            None,
-        ))
-        .backend(backend)
-        .precision(precision)
-        .max_epoch(1);
-        launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train")
-    };
+    let run = trained_mlp;
     let bf16 = run(cuda_common::backend(1), Precision::Bf16);
     let fp32 = run(cuda_common::backend(1), Precision::Fp32);
     let cpu = run(BackendChoice::Cpu { threads: 2 }, Precision::Bf16);
@@ -526,21 +533,10 @@ fn train_config_precision_bf16_reaches_the_device_through_the_trainer() {
 #[test]
 fn train_config_precision_fp16_with_its_loss_scale_trains_on_the_device_like_the_cpu() {
     use towerpack::optim::LOSS_SCALE;
-    use towerpack::train::{BackendChoice, SimpleTrainer, TrainConfig, launch_train_with_config};
+    use towerpack::train::BackendChoice;
     cuda_common::require_nvrtc();
-    let run = |backend: BackendChoice| {
-        let c: TrainConfig = train_common::bare(train_common::config(
-            train_common::mlp_model(0.1),
-            train_common::train_flow(96, 32, 3),
-            None,
-        ))
-        .backend(backend)
-        .precision(Precision::Fp16)
-        .max_epoch(1);
-        launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train")
-    };
-    let dev = run(cuda_common::backend(1));
-    let cpu = run(BackendChoice::Cpu { threads: 2 });
+    let dev = trained_mlp(cuda_common::backend(1), Precision::Fp16);
+    let cpu = trained_mlp(BackendChoice::Cpu { threads: 2 }, Precision::Fp16);
     let mut scale_seen = false;
     for (id, def) in cpu.session.graph().variable_ids() {
         let read = |r: &towerpack::train::TrainReport| {
