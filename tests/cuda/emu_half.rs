@@ -58,7 +58,6 @@
 //! within `10⁻²` relative); the measured errors are printed.
 
 use crate::cuda_common;
-use crate::train_common;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -74,6 +73,8 @@ const HALVES: [(Precision, HalfFormat, &str); 2] = [
 ];
 
 use crate::gemm_case::{Case, cpu_session, device_session, lowering};
+use crate::trainer_runs::{assert_like_the_cpu, trained_mlp, variables};
+use towerpack::train::BackendChoice;
 
 /// (4K + 8)·2⁻²⁴: see the module docs.
 fn beta(k: usize) -> f64 {
@@ -480,49 +481,20 @@ fn a_small_convnet_with_batch_norm_trains_in_bf16_on_the_device_like_the_cpu() {
     );
 }
 
-/// One epoch of the trainer's MLP (3 steps of 32) on `backend` in `precision`.
-fn trained_mlp(
-    backend: towerpack::train::BackendChoice,
-    precision: Precision,
-) -> towerpack::train::TrainReport {
-    use towerpack::train::{SimpleTrainer, TrainConfig, launch_train_with_config};
-    let c: TrainConfig = train_common::bare(train_common::config(
-        train_common::mlp_model(0.1),
-        train_common::train_flow(96, 32, 3),
-        None,
-    ))
-    .backend(backend)
-    .precision(precision)
-    .max_epoch(1);
-    launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train")
-}
-
 #[test]
 fn train_config_precision_bf16_reaches_the_device_through_the_trainer() {
-    use towerpack::train::BackendChoice;
     cuda_common::require_nvrtc();
-    let run = trained_mlp;
-    let bf16 = run(cuda_common::backend(1), Precision::Bf16);
-    let fp32 = run(cuda_common::backend(1), Precision::Fp32);
-    let cpu = run(BackendChoice::Cpu { threads: 2 }, Precision::Bf16);
-    let mut differs = false;
-    for (id, def) in cpu.session.graph().variable_ids() {
-        let read = |r: &towerpack::train::TrainReport| {
-            r.session.read_variable(id).expect("read").to_f64_vec()
-        };
-        let (b, f, c) = (read(&bf16), read(&fp32), read(&cpu));
-        differs |= b != f;
-        let scale = c.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
-        for (i, (x, y)) in b.iter().zip(&c).enumerate() {
-            assert!(
-                (x - y).abs() <= 1e-2 * scale,
-                "{}[{i}]: bf16 on the device {x} vs bf16 on the cpu {y}",
-                def.name
-            );
-        }
+    let bf16 = variables(&trained_mlp(cuda_common::backend(1), Precision::Bf16));
+    let fp32 = variables(&trained_mlp(cuda_common::backend(1), Precision::Fp32));
+    let cpu = variables(&trained_mlp(
+        BackendChoice::Cpu { threads: 2 },
+        Precision::Bf16,
+    ));
+    for ((name, b), (_, c)) in bf16.iter().zip(&cpu) {
+        assert_like_the_cpu("bf16", name, b, c);
     }
     assert!(
-        differs,
+        bf16 != fp32,
         "TrainConfig::precision(Bf16) changed nothing on the device"
     );
 }
@@ -533,29 +505,20 @@ fn train_config_precision_bf16_reaches_the_device_through_the_trainer() {
 #[test]
 fn train_config_precision_fp16_with_its_loss_scale_trains_on_the_device_like_the_cpu() {
     use towerpack::optim::LOSS_SCALE;
-    use towerpack::train::BackendChoice;
     cuda_common::require_nvrtc();
-    let dev = trained_mlp(cuda_common::backend(1), Precision::Fp16);
-    let cpu = trained_mlp(BackendChoice::Cpu { threads: 2 }, Precision::Fp16);
+    let dev = variables(&trained_mlp(cuda_common::backend(1), Precision::Fp16));
+    let cpu = variables(&trained_mlp(
+        BackendChoice::Cpu { threads: 2 },
+        Precision::Fp16,
+    ));
     let mut scale_seen = false;
-    for (id, def) in cpu.session.graph().variable_ids() {
-        let read = |r: &towerpack::train::TrainReport| {
-            r.session.read_variable(id).expect("read").to_f64_vec()
-        };
-        let (d, c) = (read(&dev), read(&cpu));
-        if def.name == LOSS_SCALE {
+    for ((name, d), (_, c)) in dev.iter().zip(&cpu) {
+        if name == LOSS_SCALE {
             assert_eq!(d, c, "the loss scale");
-            assert_eq!(c, [65536.0], "no step was skipped");
+            assert_eq!(c, &[65536.0], "no step was skipped");
             scale_seen = true;
-            continue;
-        }
-        let scale = c.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
-        for (i, (x, y)) in d.iter().zip(&c).enumerate() {
-            assert!(
-                (x - y).abs() <= 1e-2 * scale,
-                "{}[{i}]: fp16 on the device {x} vs fp16 on the cpu {y}",
-                def.name
-            );
+        } else {
+            assert_like_the_cpu("fp16", name, d, c);
         }
     }
     assert!(scale_seen, "an fp16 run has a loss scale variable");

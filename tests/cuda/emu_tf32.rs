@@ -48,7 +48,6 @@
 //! (CTAs run on several host threads, so the combining block of a split changes between runs).
 
 use crate::cuda_common;
-use crate::train_common;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -550,40 +549,20 @@ fn every_tensor_core_tile_assembles_without_spills_and_multiplies_within_the_bou
 
 #[test]
 fn train_config_precision_reaches_the_device_through_the_trainer() {
-    use towerpack::train::{BackendChoice, SimpleTrainer, TrainConfig, launch_train_with_config};
+    use crate::trainer_runs::{assert_like_the_cpu, trained_mlp, variables};
+    use towerpack::train::BackendChoice;
     cuda_common::require_nvrtc();
-    let run = |backend: BackendChoice, precision: Precision| {
-        let c: TrainConfig = train_common::bare(train_common::config(
-            train_common::mlp_model(0.1),
-            train_common::train_flow(96, 32, 3),
-            None,
-        ))
-        .backend(backend)
-        .precision(precision)
-        .max_epoch(1);
-        launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train")
-    };
-    let tf32 = run(cuda_common::backend(1), Precision::Tf32);
-    let fp32 = run(cuda_common::backend(1), Precision::Fp32);
-    let cpu = run(BackendChoice::Cpu { threads: 2 }, Precision::Tf32);
-    let mut differs = false;
-    for (id, def) in cpu.session.graph().variable_ids() {
-        let read = |r: &towerpack::train::TrainReport| {
-            r.session.read_variable(id).expect("read").to_f64_vec()
-        };
-        let (t, f, c) = (read(&tf32), read(&fp32), read(&cpu));
-        differs |= t != f;
-        let scale = c.iter().fold(1e-3f64, |m, v| m.max(v.abs()));
-        for (i, (x, y)) in t.iter().zip(&c).enumerate() {
-            assert!(
-                (x - y).abs() <= 1e-2 * scale,
-                "{}[{i}]: tf32 on the device {x} vs cpu {y}",
-                def.name
-            );
-        }
+    let tf32 = variables(&trained_mlp(cuda_common::backend(1), Precision::Tf32));
+    let fp32 = variables(&trained_mlp(cuda_common::backend(1), Precision::Fp32));
+    let cpu = variables(&trained_mlp(
+        BackendChoice::Cpu { threads: 2 },
+        Precision::Tf32,
+    ));
+    for ((name, t), (_, c)) in tf32.iter().zip(&cpu) {
+        assert_like_the_cpu("tf32", name, t, c);
     }
     assert!(
-        differs,
+        tf32 != fp32,
         "TrainConfig::precision(Tf32) changed nothing on the device"
     );
 }

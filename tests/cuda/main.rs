@@ -21,3 +21,4 @@ mod emu_training;
 mod gemm_case;
 mod no_gpu;
 mod perf_model;
+mod trainer_runs;

@@ -50,37 +50,15 @@ fn example(name: &str) -> PathBuf {
     path
 }
 
-#[test]
-fn the_example_with_device_cuda_prints_one_error_and_exits_non_zero() {
+/// Runs the mnist example for one epoch on `device` (with `env` set, the PTX cache in a fresh
+/// directory) and returns its one error line, after checking that it exits 1 without a panic.
+/// Log lines (`[date @towerpack] ...`) may precede it; exactly one line is the error.
+fn the_one_error(device: &str, env: &[(&str, &std::ffi::OsStr)]) -> String {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = Command::new(example("mnist"))
-        .args(["--device", "cuda", "--max-epoch", "1", "--logdir"])
-        .arg(dir.path().join("log"))
-        .output()
-        .expect("run the example");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
-    // Log lines (`[date @towerpack] ...`) may precede it; exactly one line is the error.
-    let errors: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.starts_with("error: "))
-        .collect();
-    assert_eq!(errors.len(), 1, "one error line: {stderr}");
-    assert!(
-        errors[0].contains("backend `cuda` is unavailable") && errors[0].contains("cuda-emu"),
-        "{stderr}"
-    );
-    assert!(!stderr.contains("panicked"), "{stderr}");
-}
-
-/// Runs the mnist example on the emulated device with `TOWERPACK_NVRTC` set to `nvrtc` and
-/// returns its one error line, after checking it exits 1 without a panic.
-fn error_with_nvrtc(nvrtc: &std::ffi::OsStr) -> String {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(example("mnist"))
-        .env("TOWERPACK_NVRTC", nvrtc)
+        .envs(env.iter().copied())
         .env("TOWERPACK_CUDA_CACHE", dir.path().join("ptx"))
-        .args(["--device", "cuda-emu", "--max-epoch", "1", "--logdir"])
+        .args(["--device", device, "--max-epoch", "1", "--logdir"])
         .arg(dir.path().join("log"))
         .output()
         .expect("run the example");
@@ -93,6 +71,20 @@ fn error_with_nvrtc(nvrtc: &std::ffi::OsStr) -> String {
         .collect();
     assert_eq!(errors.len(), 1, "one error line: {stderr}");
     errors[0].to_string()
+}
+
+#[test]
+fn the_example_with_device_cuda_prints_one_error_and_exits_non_zero() {
+    let error = the_one_error("cuda", &[]);
+    assert!(
+        error.contains("backend `cuda` is unavailable") && error.contains("cuda-emu"),
+        "{error}"
+    );
+}
+
+/// The emulated device's run with `TOWERPACK_NVRTC` set to `nvrtc`: its one error line.
+fn error_with_nvrtc(nvrtc: &std::ffi::OsStr) -> String {
+    the_one_error("cuda-emu", &[("TOWERPACK_NVRTC", nvrtc)])
 }
 
 #[test]
