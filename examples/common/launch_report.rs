@@ -75,9 +75,10 @@ pub fn training_program_in(
     precision: Precision,
 ) -> Result<Program, Box<dyn Error>> {
     let (graph, step) = training_step_in(model, batch, seed, precision)?;
+    let cuda = CudaOptions::default();
     let options = LowerOptions {
         precision,
-        ..CudaOptions::default().lower
+        ..cuda.lowering()
     };
     Ok(lower(&graph, &step, batch, &options)?)
 }

@@ -19,6 +19,7 @@ mod epilogue_reductions;
 mod epilogues;
 mod expr_builder;
 mod geometry;
+mod prologues;
 mod reductions;
 
 use expr_builder::{ExprBuilder, dedupe};
@@ -265,6 +266,7 @@ impl Former<'_> {
             Op::Conv2d(attrs) => KernelKind::Conv2d(
                 conv(conv_geom(attrs, &ishape(0), &ishape(1), &oshape)),
                 None,
+                None,
             ),
             Op::Conv2dBackpropInput { attrs, .. } => KernelKind::Conv2dBackpropInput(
                 conv(conv_geom(attrs, &oshape, &ishape(1), &ishape(0))),
@@ -272,6 +274,7 @@ impl Former<'_> {
             ),
             Op::Conv2dBackpropFilter { attrs, .. } => KernelKind::Conv2dBackpropFilter(
                 conv(conv_geom(attrs, &ishape(0), &oshape, &ishape(1))),
+                None,
                 None,
             ),
             Op::Pool(a) => KernelKind::Pool(pool_geom(a, &ishape(0), &oshape)),
@@ -359,15 +362,28 @@ impl Former<'_> {
     }
 }
 
-/// Forms the kernels of `sg` for batch size `batch`.
-/// With `epilogue_reductions`, per-channel reductions of convolution outputs join the
-/// convolutions' epilogues (see [`Epilogue::reductions`]).
-pub fn kernelize(
-    sg: &StepGraph,
-    batch: usize,
-    fuse: bool,
-    epilogue_reductions: bool,
-) -> Result<Kernelized, LowerError> {
+/// Which draft fusions [`kernelize`] makes beyond elementwise groups.
+#[derive(Clone, Copy, Debug)]
+pub struct Fusions {
+    /// Fuse at all (elementwise groups, reductions, epilogues).
+    pub fuse: bool,
+    /// Per-channel reductions of convolution outputs join the convolutions' epilogues (see
+    /// [`Epilogue::reductions`]).
+    pub epilogue_reductions: bool,
+    /// Convolutions compute their input in a prologue (see [`Prologue`]).
+    pub conv_prologues: bool,
+}
+
+/// Forms the kernels of `sg` for batch size `batch`, fusing as `fusions` says.
+///
+/// [`Epilogue::reductions`]: super::Epilogue::reductions
+/// [`Prologue`]: super::Prologue
+pub fn kernelize(sg: &StepGraph, batch: usize, fusions: Fusions) -> Result<Kernelized, LowerError> {
+    let Fusions {
+        fuse,
+        epilogue_reductions,
+        conv_prologues,
+    } = fusions;
     let graph = &sg.graph;
     let order = sg.live_nodes()?;
     let pos: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
@@ -446,6 +462,9 @@ pub fn kernelize(
         f.fuse_epilogues(&external);
         if epilogue_reductions {
             f.fuse_epilogue_reductions();
+        }
+        if conv_prologues {
+            f.fuse_prologues(&external);
         }
     }
     Ok(Kernelized {

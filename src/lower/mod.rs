@@ -51,7 +51,7 @@ pub use pipeline::{Dump, Lowered, Pass, PassContext, PassReport, Pipeline};
 pub use precision::{HalfFormat, Precision, PrecisionParseError};
 pub use program::{
     Bucket, Buffer, BufferId, ConvGeom, Epilogue, Kernel, KernelKind, MatMulGeom, PoolGeom,
-    Program, Region, Storage, View,
+    Program, Prologue, Region, Storage, View,
 };
 pub use verify::{VerifyError, verify};
 
@@ -75,6 +75,12 @@ pub struct LowerOptions {
     /// run them (the CUDA kernels combine the blocks' sums in a fixed order); the CUDA trainer
     /// lowers with them, `CudaOptions::default` still without.
     pub epilogue_reductions: bool,
+    /// Let convolutions compute their input as they read it (a [`Prologue`]: batch norm's apply
+    /// and ReLU) instead of an elementwise kernel writing it out and every reader loading it
+    /// back; readers that are fused expressions recompute it inline (needs `fuse`). The CPU
+    /// backend runs them; the CUDA kernels have no prologues yet, so the CUDA backend lowers
+    /// without them whatever this says.
+    pub conv_prologues: bool,
     /// Let the kernel computing a variable's new value write it straight into the variable's
     /// storage when nothing reads the old value afterwards (else a write-back copies it at the
     /// end of the step).
@@ -100,6 +106,7 @@ impl Default for LowerOptions {
             arena_fusion: true,
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             epilogue_reductions: true,
+            conv_prologues: true,
             in_place_assigns: true,
             verify: true,
             precision: Precision::Fp32,

@@ -412,7 +412,12 @@ impl Pass for Kernelize {
     fn run(&self, ir: Lowered, cx: &PassContext) -> Result<(Lowered, Option<usize>), LowerError> {
         let sg = graph_of(self.name(), ir)?;
         let o = cx.options;
-        let kernels = kernelize::kernelize(&sg, cx.batch, o.fuse, o.epilogue_reductions)?;
+        let fusions = kernelize::Fusions {
+            fuse: o.fuse,
+            epilogue_reductions: o.epilogue_reductions,
+            conv_prologues: o.conv_prologues,
+        };
+        let kernels = kernelize::kernelize(&sg, cx.batch, fusions)?;
         let count = kernels.drafts.iter().filter(|d| d.alive).count();
         // Bucketed all-reduces are planned on the whole graph: the same on every participant
         // of a job whatever its step.

@@ -200,6 +200,33 @@ impl Epilogue {
     }
 }
 
+/// A fused elementwise computation that produces a convolution's input `x` as the kernel reads
+/// it, instead of a kernel of its own writing `x` out (batch norm's apply and ReLU before a
+/// convolution: [`LowerOptions::conv_prologues`]).
+///
+/// `Load(0)` reads the kernel's input 0 — a tensor of `x`'s shape, through an identity view —
+/// and `Load(j)` for `j ≥ 1` reads the kernel's input `first_input + j - 1` through its view over
+/// `x`'s space (per-channel values, scalars). `expr` has one `f32` output: `x` at that point.
+/// Zero padding pads `x`, the prologue's result, not its operands.
+///
+/// [`LowerOptions::conv_prologues`]: super::LowerOptions::conv_prologues
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prologue {
+    pub expr: FusedExpr,
+    pub first_input: usize,
+}
+
+impl Prologue {
+    /// The kernel input `Load(j)` of [`Prologue::expr`] reads.
+    pub fn input_of(&self, load: usize) -> usize {
+        if load == 0 {
+            0
+        } else {
+            self.first_input + load - 1
+        }
+    }
+}
+
 /// What a kernel computes. Inputs and outputs are listed on the [`Kernel`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum KernelKind {
@@ -217,13 +244,14 @@ pub enum KernelKind {
     },
     /// Inputs `(a, b, extra...)`.
     MatMul(MatMulGeom, Option<Epilogue>),
-    /// Inputs `(x, filter, extra...)`.
-    Conv2d(ConvGeom, Option<Epilogue>),
+    /// Inputs `(x, filter, extra...)`; with a [`Prologue`], `x` is computed from input 0 and
+    /// the prologue's inputs (the last ones).
+    Conv2d(ConvGeom, Option<Epilogue>, Option<Prologue>),
     /// Inputs `(dy, filter, extra...)`; output `dx`.
     Conv2dBackpropInput(ConvGeom, Option<Epilogue>),
     /// Inputs `(x, dy, extra...)`; output `dfilter` (through the epilogue: a weight decay's
-    /// term added as the gradient is stored).
-    Conv2dBackpropFilter(ConvGeom, Option<Epilogue>),
+    /// term added as the gradient is stored). With a [`Prologue`], as [`KernelKind::Conv2d`].
+    Conv2dBackpropFilter(ConvGeom, Option<Epilogue>, Option<Prologue>),
     /// Input `x`.
     Pool(PoolGeom),
     /// Inputs `(x, dy)`; output `dx` (each `dy` to the first maximum of its window).
@@ -295,11 +323,28 @@ impl KernelKind {
     pub fn epilogue(&self) -> Option<&Epilogue> {
         match self {
             KernelKind::MatMul(_, e)
-            | KernelKind::Conv2d(_, e)
+            | KernelKind::Conv2d(_, e, _)
             | KernelKind::Conv2dBackpropInput(_, e)
-            | KernelKind::Conv2dBackpropFilter(_, e) => e.as_ref(),
+            | KernelKind::Conv2dBackpropFilter(_, e, _) => e.as_ref(),
             _ => None,
         }
+    }
+
+    /// The prologue computing a convolution's input `x`, if it has one.
+    pub fn prologue(&self) -> Option<&Prologue> {
+        match self {
+            KernelKind::Conv2d(_, _, p) | KernelKind::Conv2dBackpropFilter(_, _, p) => p.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The positions among a kernel's `inputs` inputs that its epilogue's `Load(1..)` read: after
+    /// the main inputs, before a prologue's.
+    pub fn epilogue_inputs(&self, inputs: usize) -> std::ops::Range<usize> {
+        let end = self
+            .prologue()
+            .map_or(inputs, |p| p.first_input.min(inputs));
+        self.main_inputs().min(end)..end
     }
 
     /// Number of inputs the kernel itself reads before any epilogue inputs.
@@ -491,9 +536,18 @@ impl fmt::Display for Kernel {
                 write_rounding(f, g.round_operands)?;
                 write_epilogue(f, e.as_ref())
             }
-            KernelKind::Conv2d(g, e)
-            | KernelKind::Conv2dBackpropInput(g, e)
-            | KernelKind::Conv2dBackpropFilter(g, e) => {
+            KernelKind::Conv2d(g, e, p) | KernelKind::Conv2dBackpropFilter(g, e, p) => {
+                write_conv(f, g)?;
+                if let Some(p) = p {
+                    write!(
+                        f,
+                        "\n      prologue (inputs 0, {}..): {}",
+                        p.first_input, p.expr
+                    )?;
+                }
+                write_epilogue(f, e.as_ref())
+            }
+            KernelKind::Conv2dBackpropInput(g, e) => {
                 write_conv(f, g)?;
                 write_epilogue(f, e.as_ref())
             }

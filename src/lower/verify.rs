@@ -278,24 +278,47 @@ impl<'a> Verifier<'a> {
         Ok(())
     }
 
-    /// Views over a known iteration space stay inside their buffers.
+    /// Views over a known iteration space stay inside their buffers: a fused kernel's over its
+    /// space, an epilogue's over the kernel's output, a prologue's over the input it computes.
     fn check_views(&self, k: u32) -> Result<(), VerifyError> {
         let kernel = &self.p.kernels[k as usize];
-        let space: Option<(&[usize], &[View])> = match &kernel.kind {
+        let inputs = &kernel.inputs;
+        let mut spaces: Vec<(Vec<usize>, Vec<&View>)> = Vec::new();
+        match &kernel.kind {
             KernelKind::Elementwise { shape, .. } | KernelKind::Reduce { shape, .. } => {
-                Some((shape, &kernel.inputs))
+                spaces.push((shape.clone(), inputs.iter().collect()));
             }
-            other => match (other.epilogue(), kernel.outputs.first()) {
-                (Some(_), Some(&out)) => {
-                    let main = other.main_inputs().min(kernel.inputs.len());
-                    Some((&self.p.buffer(out).shape, &kernel.inputs[main..]))
+            other => {
+                let prologue = other.prologue();
+                if let (Some(_), Some(&out)) = (other.epilogue(), kernel.outputs.first()) {
+                    let views = inputs[other.epilogue_inputs(inputs.len())].iter().collect();
+                    spaces.push((self.p.buffer(out).shape.clone(), views));
                 }
-                _ => None,
-            },
-        };
-        let Some((shape, views)) = space else {
-            return Ok(());
-        };
+                if let (
+                    Some(p),
+                    KernelKind::Conv2d(g, ..) | KernelKind::Conv2dBackpropFilter(g, ..),
+                ) = (prologue, other)
+                {
+                    let views = (0..p.expr.operand_count().max(1))
+                        .filter_map(|j| inputs.get(p.input_of(j)))
+                        .collect();
+                    spaces.push((vec![g.n, g.h, g.w, g.c], views));
+                }
+            }
+        }
+        for (shape, views) in spaces {
+            self.check_views_over(k, &shape, &views)?;
+        }
+        Ok(())
+    }
+
+    /// `views` over `shape` stay inside their buffers (see [`Verifier::check_views`]).
+    fn check_views_over(
+        &self,
+        k: u32,
+        shape: &[usize],
+        views: &[&View],
+    ) -> Result<(), VerifyError> {
         if shape.contains(&0) {
             return Ok(());
         }

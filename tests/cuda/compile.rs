@@ -43,7 +43,7 @@ fn resnet20_b128() -> Program {
     let tg = cuda_common::resnet20();
     let options = towerpack::lower::LowerOptions {
         epilogue_reductions: true,
-        ..towerpack::lower::LowerOptions::default()
+        ..towerpack::backend::cuda::CudaOptions::default().lowering()
     };
     towerpack::lower::lower(&tg.graph, &tg.step, 128, &options).expect("lower")
 }
@@ -169,7 +169,7 @@ fn every_tensor_core_gemm_of_resnet20_b128_assembles_without_spills() {
         let options = towerpack::lower::LowerOptions {
             epilogue_reductions: true,
             precision,
-            ..towerpack::lower::LowerOptions::default()
+            ..towerpack::backend::cuda::CudaOptions::default().lowering()
         };
         let p = towerpack::lower::lower(&tg.graph, &tg.step, 128, &options).expect("lower");
         let mut gemms = 0;
@@ -401,9 +401,9 @@ fn work(p: &Program, k: &towerpack::lower::Kernel) -> usize {
     match &k.kind {
         K::Elementwise { shape, .. } | K::Reduce { shape, .. } => shape.iter().product(),
         K::MatMul(g, _) => g.batch * g.m * g.n * g.k,
-        K::Conv2d(g, _) => g.n * g.oh * g.ow * g.o * g.kh * g.kw * g.c / g.groups.max(1),
+        K::Conv2d(g, ..) => g.n * g.oh * g.ow * g.o * g.kh * g.kw * g.c / g.groups.max(1),
         K::Conv2dBackpropInput(g, _) => g.n * g.h * g.w * g.c * g.kh * g.kw * g.o / g.groups.max(1),
-        K::Conv2dBackpropFilter(g, _) => {
+        K::Conv2dBackpropFilter(g, ..) => {
             g.n * g.oh * g.ow * g.o * g.kh * g.kw * g.c / g.groups.max(1)
         }
         K::Pool(g) | K::MaxPoolGrad(g) | K::AvgPoolGrad(g) => {
@@ -512,8 +512,13 @@ fn every_gemm_tile_assembles_without_spills_and_multiplies_on_the_emulated_devic
         };
         let c = Value::first(g.add_node("c", op, &[a, b]).expect("matmul"));
         let step = Step::new(vec![c], Vec::new());
-        let p = towerpack::lower::lower(&g, &step, m, &towerpack::lower::LowerOptions::default())
-            .expect("lower");
+        let p = towerpack::lower::lower(
+            &g,
+            &step,
+            m,
+            &towerpack::backend::cuda::CudaOptions::default().lowering(),
+        )
+        .expect("lower");
         let index = p
             .kernels
             .iter()
@@ -618,4 +623,33 @@ fn every_gemm_tile_assembles_without_spills_and_multiplies_on_the_emulated_devic
     insta::with_settings!({snapshot_path => "../../snapshots", prepend_module_to_snapshot => false}, {
         insta::assert_snapshot!("cuda_registers_gemm_tiles", table);
     });
+}
+
+/// A program lowered with convolution prologues (`LowerOptions::conv_prologues`, the CPU's
+/// default) does not render for CUDA, whose kernels have none: a typed error naming the kernel
+/// and the option, never a panic; `CudaOptions::lowering` turns them off.
+#[test]
+fn a_convolution_with_a_prologue_is_a_render_error_naming_the_option() {
+    let tg = cuda_common::resnet20();
+    let cpu = towerpack::lower::lower(&tg.graph, &tg.step, 2, &Default::default()).expect("lower");
+    let errors: Vec<String> = (0..cpu.kernels.len())
+        .filter(|&i| cpu.kernels[i].kind.prologue().is_some())
+        .map(|i| match render::render_kernel(&cpu, i) {
+            Ok(_) => panic!("kernel {} rendered with its prologue", cpu.kernels[i].name),
+            Err(e) => e.to_string(),
+        })
+        .collect();
+    assert_eq!(
+        errors.len(),
+        38,
+        "ResNet-20: 19 convolutions, forward and filter gradient"
+    );
+    assert!(
+        errors[0].contains("prologue") && errors[0].contains("conv_prologues"),
+        "{}",
+        errors[0]
+    );
+    let cuda = towerpack::backend::cuda::CudaOptions::default().lowering();
+    let p = towerpack::lower::lower(&tg.graph, &tg.step, 2, &cuda).expect("lower");
+    assert!(p.kernels.iter().all(|k| k.kind.prologue().is_none()));
 }

@@ -85,9 +85,9 @@ fn beta(k: usize) -> f64 {
 fn round_operands(kind: &KernelKind) -> Option<HalfFormat> {
     match kind {
         KernelKind::MatMul(g, _) => g.round_operands,
-        KernelKind::Conv2d(g, _)
+        KernelKind::Conv2d(g, ..)
         | KernelKind::Conv2dBackpropInput(g, _)
-        | KernelKind::Conv2dBackpropFilter(g, _) => g.round_operands,
+        | KernelKind::Conv2dBackpropFilter(g, ..) => g.round_operands,
         _ => None,
     }
 }

@@ -237,7 +237,7 @@ fn every_kernel_of_the_cuda_resnet20_step_on_few_multiprocessors_matches_the_cpu
     let tg = cuda_common::resnet20();
     let lower = LowerOptions {
         epilogue_reductions: true,
-        ..LowerOptions::default()
+        ..towerpack::backend::cuda::CudaOptions::default().lowering()
     };
     let p = towerpack::lower::lower(&tg.graph, &tg.step, 2, &lower).expect("lower");
     let mut tiles = BTreeSet::new();

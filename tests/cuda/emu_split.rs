@@ -112,7 +112,7 @@ impl Case {
 fn lowering(epilogue_reductions: bool) -> LowerOptions {
     LowerOptions {
         epilogue_reductions,
-        ..LowerOptions::default()
+        ..towerpack::backend::cuda::CudaOptions::default().lowering()
     }
 }
 

@@ -99,7 +99,7 @@ impl Case {
 pub(crate) fn lowering(precision: Precision) -> LowerOptions {
     LowerOptions {
         precision,
-        ..LowerOptions::default()
+        ..towerpack::backend::cuda::CudaOptions::default().lowering()
     }
 }
 

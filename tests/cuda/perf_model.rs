@@ -403,7 +403,7 @@ fn the_tf32_resnet20_b128_step_is_predicted_faster_than_fp32() {
             launch_report::training_step_in(resnet20(), 128, 1, precision).expect("step");
         let options = LowerOptions {
             precision,
-            ..towerpack::backend::cuda::CudaOptions::default().lower
+            ..towerpack::backend::cuda::CudaOptions::default().lowering()
         };
         let program = lower(&graph, &step, 128, &options).expect("lower");
         let rows = perf::launch_report(&program, &compiler, &H100_SXM, true).expect("report");

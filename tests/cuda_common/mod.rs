@@ -76,7 +76,7 @@ pub fn has_devices(n: usize, test: &str) -> bool {
 pub fn cuda_lowering() -> LowerOptions {
     LowerOptions {
         epilogue_reductions: false,
-        ..LowerOptions::default()
+        ..towerpack::backend::cuda::CudaOptions::default().lowering()
     }
 }
 

@@ -6,7 +6,9 @@ use crate::model_steps;
 
 use model_steps::{TrainGraph, feeds, mlp, training_graph};
 use towerpack::backend::Session;
-use towerpack::backend::cpu::kernels::{Conv2dGeometry, ConvPass, Padding2d, bf16_tiles_preferred};
+use towerpack::backend::cpu::kernels::{
+    Conv2dGeometry, ConvPass, Padding2d, SimdLevel, bf16_tiles_preferred,
+};
 use towerpack::backend::cpu::{AmxUse, CpuOptions, CpuSession};
 use towerpack::backend::reference::ReferenceSession;
 use towerpack::lower::{KernelKind, LowerOptions, Precision, Storage, autocast, lower};
@@ -65,17 +67,17 @@ fn run_steps(
     precision: Precision,
     lower: Option<LowerOptions>,
 ) -> Vec<HostTensor> {
-    run_steps_with(tg, batch, steps, precision, lower, AmxUse::Auto)
+    run_steps_with(tg, batch, steps, precision, lower, CpuOptions::default())
 }
 
-/// [`run_steps`] with the CPU session's use of AMX tiles for bf16 convolutions.
+/// [`run_steps`] with the CPU session's other options from `cpu` (AMX tiles, SIMD level).
 fn run_steps_with(
     tg: &TrainGraph,
     batch: usize,
     steps: u64,
     precision: Precision,
     lower: Option<LowerOptions>,
-    amx: AmxUse,
+    cpu: CpuOptions,
 ) -> Vec<HostTensor> {
     let mut session: Box<dyn Session> = match lower {
         Some(lower) => Box::new(
@@ -83,8 +85,7 @@ fn run_steps_with(
                 tg.graph.clone(),
                 CpuOptions {
                     lower: LowerOptions { precision, ..lower },
-                    amx,
-                    ..CpuOptions::default()
+                    ..cpu
                 },
             )
             .expect("cpu"),
@@ -118,6 +119,65 @@ fn run_steps_with(
         out.push(session.read_variable(id).expect("read"));
     }
     out
+}
+
+/// CPU options using AMX tiles for bf16 convolutions as `amx` says.
+fn amx(amx: AmxUse) -> CpuOptions {
+    CpuOptions {
+        amx,
+        ..CpuOptions::default()
+    }
+}
+
+/// Convolution prologues (`LowerOptions::conv_prologues`) move batch norm's apply and ReLU
+/// into the convolutions that read the activation, and into the epilogues that recompute it:
+/// the same f32 operations on the same values, so ResNet-8's training steps are bitwise those
+/// of the program that writes the activation out — in fp32 and bf16 (on AMX tiles where the CPU
+/// has them), at every SIMD level this CPU runs (the portable path computes the whole input
+/// first, the direct kernels one image at a time).
+#[test]
+fn conv_prologues_change_no_bit_of_the_training_steps() {
+    let m = CifarResNet::new(1);
+    let tg = training_graph(m.inputs(), |x| m.build(x));
+    let lowering = |conv_prologues| LowerOptions {
+        conv_prologues,
+        ..LowerOptions::default()
+    };
+    let program = lower(&tg.graph, &tg.step, 4, &lowering(true)).expect("lower");
+    let with_prologue = program
+        .kernels
+        .iter()
+        .filter(|k| k.kind.prologue().is_some())
+        .count();
+    assert_eq!(
+        with_prologue, 14,
+        "ResNet-8: 7 convolutions, forward and filter gradient"
+    );
+    let bits = |ts: &[HostTensor]| -> Vec<Vec<u64>> {
+        ts.iter()
+            .map(|t| t.to_f64_vec().iter().map(|x| x.to_bits()).collect())
+            .collect()
+    };
+    for simd in SimdLevel::ALL
+        .into_iter()
+        .filter(|&l| l <= SimdLevel::max())
+    {
+        for precision in [Precision::Fp32, Precision::Bf16] {
+            let run = |on| {
+                let cpu = CpuOptions {
+                    simd: Some(simd),
+                    ..CpuOptions::default()
+                };
+                run_steps_with(&tg, 4, 3, precision, Some(lowering(on)), cpu)
+            };
+            let (fused, written) = (run(true), run(false));
+            assert!(
+                bits(&fused) == bits(&written),
+                "{simd:?} {precision:?}: the steps differ with prologues (largest difference {})",
+                max_relative(&fused, &written)
+            );
+        }
+    }
 }
 
 /// The largest difference of `a` and `b` relative to the largest magnitude of `b`, per tensor.
@@ -199,7 +259,7 @@ fn bf16_and_fp16_training_steps_match_the_reference() {
     let tg = training_graph(resnet.inputs(), |x| resnet.build(x));
     let lowered = Some(LowerOptions::default());
     for precision in [Precision::Bf16, Precision::Fp16] {
-        let fused = run_steps_with(&tg, 8, 1, precision, lowered, AmxUse::Off);
+        let fused = run_steps_with(&tg, 8, 1, precision, lowered, amx(AmxUse::Off));
         let explicit = run_steps(&tg, 8, 1, precision, Some(unfused));
         let d = max_relative(&fused, &explicit);
         eprintln!("resnet8 {precision}: absorbed vs explicit casts {d:.1e}");
@@ -212,9 +272,9 @@ fn bf16_and_fp16_training_steps_match_the_reference() {
         return;
     }
     // Variables as initialised (no step), then after one step on either kernels.
-    let start = run_steps_with(&tg, 8, 0, Precision::Bf16, lowered, AmxUse::Off);
-    let vector = run_steps_with(&tg, 8, 1, Precision::Bf16, lowered, AmxUse::Off);
-    let tiles = run_steps_with(&tg, 8, 1, Precision::Bf16, lowered, AmxUse::Auto);
+    let start = run_steps_with(&tg, 8, 0, Precision::Bf16, lowered, amx(AmxUse::Off));
+    let vector = run_steps_with(&tg, 8, 1, Precision::Bf16, lowered, amx(AmxUse::Off));
+    let tiles = run_steps_with(&tg, 8, 1, Precision::Bf16, lowered, amx(AmxUse::Auto));
     let d_loss = max_relative(&tiles[..1], &vector[..1]);
     let update = |run: &[HostTensor]| -> Vec<f64> {
         run[1..]

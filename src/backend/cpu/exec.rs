@@ -37,9 +37,9 @@ fn kernel_work(k: &Kernel, p: &Program) -> usize {
             shape.iter().product()
         }
         KernelKind::MatMul(g, _) => g.batch * g.m * g.n * g.k,
-        KernelKind::Conv2d(g, _)
+        KernelKind::Conv2d(g, ..)
         | KernelKind::Conv2dBackpropInput(g, _)
-        | KernelKind::Conv2dBackpropFilter(g, _) => {
+        | KernelKind::Conv2dBackpropFilter(g, ..) => {
             g.n * g.oh * g.ow * g.o * g.kh * g.kw * (g.c / g.groups.max(1))
         }
         _ => out.max(
@@ -58,8 +58,12 @@ enum Step {
     /// A fused update kernel of [`Program::buckets`], on the streaming engine.
     Bucket(BucketProgram, usize),
     Reduce(ReduceProgram),
-    /// A fixed-function kernel, with its epilogue compiled if it has one.
-    Fixed(Option<FusedProgram>),
+    /// A fixed-function kernel, with its epilogue and its prologue (a convolution's input
+    /// computed as it is read) compiled where it has them.
+    Fixed {
+        epilogue: Option<FusedProgram>,
+        prologue: Option<FusedProgram>,
+    },
 }
 
 /// A program ready to run against a session's state.
@@ -87,6 +91,87 @@ fn kernel_error(k: &Kernel, e: impl std::fmt::Display) -> BackendError {
         op: k.kind.name().to_string(),
         message: e.to_string(),
     }
+}
+
+/// Compiles the prologue `p` of convolution `k`: its expression over the input's `[N, H, W, C]`
+/// space, operand `j` read through kernel input [`Prologue::input_of`]`(j)`.
+fn prologue_program(
+    k: &Kernel,
+    p: &crate::lower::Prologue,
+    program: &Program,
+) -> Result<FusedProgram, BackendError> {
+    let (KernelKind::Conv2d(g, ..) | KernelKind::Conv2dBackpropFilter(g, ..)) = &k.kind else {
+        return Err(kernel_error(k, "only convolutions take a prologue"));
+    };
+    let mut views = Vec::new();
+    for j in 0..p.expr.operand_count().max(1) {
+        let input = p.input_of(j);
+        let Some(v) = k.inputs.get(input) else {
+            return Err(kernel_error(
+                k,
+                format!("prologue operand {j} reads input {input}, which the kernel does not have"),
+            ));
+        };
+        views.push((v.offset, v.strides.as_slice()));
+    }
+    let x_len = g.n * g.h * g.w * g.c;
+    if program.buffer(k.inputs[0].buffer).len() < x_len {
+        return Err(kernel_error(k, "the prologue's input 0 is smaller than x"));
+    }
+    let f = FusedProgram::new(&p.expr, &[g.n, g.h, g.w, g.c], &views);
+    if !f.single_f32_output() {
+        return Err(kernel_error(
+            k,
+            "a prologue computes one f32 value per point of x",
+        ));
+    }
+    Ok(f)
+}
+
+/// A convolution's input computed by its prologue as the kernel reads it.
+struct PrologueInput<'a> {
+    program: &'a FusedProgram,
+    inputs: Vec<RawBuf>,
+}
+
+impl kernels::ComputeInput for PrologueInput<'_> {
+    fn compute(&self, start: usize, out: &mut [f32]) {
+        // SAFETY: every operand's reach over the whole input was checked at preparation
+        // (`check_bounds`), and the kernels ask for ranges inside the input.
+        unsafe { self.program.run_into(start, &self.inputs, out) }
+    }
+}
+
+/// The prologue input of convolution `k`, if it has a prologue.
+fn prologue_input<'a>(step: &'a Step, k: &Kernel, ins: &[RawBuf]) -> Option<PrologueInput<'a>> {
+    let (
+        Step::Fixed {
+            prologue: Some(program),
+            ..
+        },
+        Some(p),
+    ) = (step, k.kind.prologue())
+    else {
+        return None;
+    };
+    let inputs = (0..program.operands())
+        .map(|j| ins[p.input_of(j)])
+        .collect();
+    Some(PrologueInput { program, inputs })
+}
+
+/// A convolution's input `x`: computed by its prologue, or its input 0.
+fn conv_input<'a>(
+    computed: &'a Option<PrologueInput<'_>>,
+    ins: &'a [RawBuf],
+    k: &'a Kernel,
+    len: usize,
+    what: &'static str,
+) -> Result<kernels::ConvInput<'a>, KernelError> {
+    Ok(match computed {
+        Some(c) => kernels::ConvInput::Computed { len, compute: c },
+        None => kernels::ConvInput::Tensor(slice(&ins[0], &k.inputs[0], len, what)?),
+    })
 }
 
 fn views_of(k: &Kernel, skip: usize) -> Vec<(usize, &[usize])> {
@@ -154,15 +239,23 @@ impl Prepared {
                     &views_of(k, 0),
                 )),
                 kind => {
-                    let epi = kind.epilogue().map(|e| {
+                    let epilogue = kind.epilogue().map(|e| {
                         let out_shape = &program.buffers[k.outputs[0].0 as usize].shape;
                         // Operand 0 is the kernel's own result, contiguous over the output.
                         let own = crate::lower::program::contiguous_strides(out_shape);
                         let mut views: Vec<(usize, &[usize])> = vec![(0, own.as_slice())];
-                        views.extend(views_of(k, kind.main_inputs()));
+                        views.extend(
+                            k.inputs[kind.epilogue_inputs(k.inputs.len())]
+                                .iter()
+                                .map(|v| (v.offset, v.strides.as_slice())),
+                        );
                         FusedProgram::new(&e.expr, out_shape, &views)
                     });
-                    Step::Fixed(epi)
+                    let prologue = match kind.prologue() {
+                        Some(p) => Some(prologue_program(k, p, &program)?),
+                        None => None,
+                    };
+                    Step::Fixed { epilogue, prologue }
                 }
             };
             steps.push(step);
@@ -193,38 +286,59 @@ impl Prepared {
                 self.check_bucket(k, b, *points)?;
                 continue;
             }
-            let (prog, points) = match step {
-                Step::Fused(f, n) => (f, *n),
+            match step {
+                Step::Fused(f, n) => self.check_operands(k, f, *n, Some)?,
                 Step::Reduce(r) => {
                     let KernelKind::Reduce { shape, .. } = &k.kind else {
                         continue;
                     };
-                    (r.prologue(), shape.iter().product())
+                    self.check_operands(k, r.prologue(), shape.iter().product(), Some)?;
                 }
-                Step::Fixed(Some(f)) => {
-                    self.check_epilogue_outputs(k)?;
-                    (f, self.program.buffers[k.outputs[0].0 as usize].len())
+                Step::Fixed { epilogue, prologue } => {
+                    if let Some(f) = epilogue {
+                        self.check_epilogue_outputs(k)?;
+                        let points = self.program.buffers[k.outputs[0].0 as usize].len();
+                        // Operand 0 is the kernel's own result.
+                        let main = k.kind.main_inputs();
+                        self.check_operands(k, f, points, |i| (i > 0).then(|| main + i - 1))?;
+                    }
+                    if let (Some(f), Some(p)) = (prologue, k.kind.prologue()) {
+                        let points = self.program.buffers[k.inputs[0].buffer.0 as usize].len();
+                        self.check_operands(k, f, points, |i| Some(p.input_of(i)))?;
+                    }
                 }
-                Step::Fixed(None) | Step::Bucket(..) => continue,
+                Step::Bucket(..) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that each operand `i` of `prog`, run over `points`, stays inside the buffer of
+    /// the kernel input `input_of(i)` (`None`: an operand that is no kernel input).
+    fn check_operands(
+        &self,
+        k: &Kernel,
+        prog: &FusedProgram,
+        points: usize,
+        input_of: impl Fn(usize) -> Option<usize>,
+    ) -> Result<(), BackendError> {
+        for i in 0..prog.operands() {
+            let Some(input) = input_of(i) else { continue };
+            let Some(v) = k.inputs.get(input) else {
+                return Err(kernel_error(
+                    k,
+                    format!("operand {i} reads input {input}, which the kernel does not have"),
+                ));
             };
-            for i in 0..prog.operands() {
-                // Map operand i of the fused program to the kernel input it reads.
-                let input = match step {
-                    Step::Fixed(Some(_)) if i == 0 => continue,
-                    Step::Fixed(Some(_)) => k.kind.main_inputs() + i - 1,
-                    _ => i,
-                };
-                let v = &k.inputs[input];
-                let len = self.program.buffers[v.buffer.0 as usize].len();
-                if prog.access(i).extent(points) > len {
-                    return Err(kernel_error(
-                        k,
-                        format!(
-                            "operand {input} reads past the end of buffer {} ({len} elements)",
-                            v.buffer
-                        ),
-                    ));
-                }
+            let len = self.program.buffers[v.buffer.0 as usize].len();
+            if prog.access(i).extent(points) > len {
+                return Err(kernel_error(
+                    k,
+                    format!(
+                        "operand {input} reads past the end of buffer {} ({len} elements)",
+                        v.buffer
+                    ),
+                ));
             }
         }
         Ok(())
@@ -610,10 +724,16 @@ fn epilogue<'a>(
     base: usize,
 ) -> Option<FusedEpilogue<'a>> {
     match (step, k.kind.epilogue()) {
-        (Step::Fixed(Some(program)), Some(e)) => {
+        (
+            Step::Fixed {
+                epilogue: Some(program),
+                ..
+            },
+            Some(e),
+        ) => {
             // Operand 0 is the rows themselves; the placeholder is never read.
             let mut inputs = vec![outs[0]];
-            inputs.extend_from_slice(&ins[k.kind.main_inputs()..]);
+            inputs.extend_from_slice(&ins[k.kind.epilogue_inputs(ins.len())]);
             Some(FusedEpilogue {
                 program,
                 inputs,
@@ -789,9 +909,10 @@ fn run_kernel(
             }
             Ok(())
         }
-        (KernelKind::Conv2d(g, _), _) => {
+        (KernelKind::Conv2d(g, ..), _) => {
             let cg = conv_geometry(g);
-            let x = slice(&ins[0], &k.inputs[0], cg.input_len(), "conv2d")?;
+            let computed = prologue_input(step, k, ins);
+            let x = conv_input(&computed, ins, k, cg.input_len(), "conv2d")?;
             let w = slice(&ins[1], &k.inputs[1], cg.filter_len(), "conv2d")?;
             let tiles = bf16_tiles && on_tiles(g.round_operands, &cg, ConvPass::Forward);
             let y = slice_mut(&outs[0], "conv2d")?;
@@ -845,14 +966,10 @@ fn run_kernel(
                 None => backward(dx, &none),
             }
         }
-        (KernelKind::Conv2dBackpropFilter(g, _), _) => {
+        (KernelKind::Conv2dBackpropFilter(g, ..), _) => {
             let cg = conv_geometry(g);
-            let x = slice(
-                &ins[0],
-                &k.inputs[0],
-                cg.input_len(),
-                "conv2d_backprop_filter",
-            )?;
+            let computed = prologue_input(step, k, ins);
+            let x = conv_input(&computed, ins, k, cg.input_len(), "conv2d_backprop_filter")?;
             let dy = slice(
                 &ins[1],
                 &k.inputs[1],

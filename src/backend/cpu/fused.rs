@@ -269,6 +269,32 @@ impl FusedProgram {
         }
     }
 
+    /// Evaluates points `start..start + out.len()` into `out`, from the expression's one output
+    /// (of class `f32`: [`FusedProgram::single_f32_output`]). A convolution's prologue computes
+    /// its input image by image with it.
+    ///
+    /// # Safety
+    /// As [`FusedProgram::run`] for the inputs.
+    pub unsafe fn run_into(&self, start: usize, inputs: &[RawBuf], out: &mut [f32]) {
+        let Some(&v) = self.expr.outputs.first() else {
+            return;
+        };
+        let lanes = self.slots[v as usize] * CHUNK;
+        let end = start + out.len();
+        // SAFETY: forwarded from the caller's contract.
+        self.with_regs(|regs, idx| unsafe {
+            self.chunk_loop(regs, idx, start, end, inputs, None, |regs, s, n, _| {
+                out[s - start..s - start + n].copy_from_slice(&regs.f32[lanes..lanes + n]);
+            })
+        })
+    }
+
+    /// Whether the expression has exactly one output, of class `f32` (what
+    /// [`FusedProgram::run_into`] needs).
+    pub fn single_f32_output(&self) -> bool {
+        matches!(self.expr.outputs.as_slice(), [v] if self.classes[*v as usize] == Class::F32)
+    }
+
     /// Evaluates points `start..end` chunk by chunk and hands each chunk's outputs (as `f32`
     /// lanes; other classes are converted) to `sink(chunk_start, lanes)`.
     ///

@@ -57,6 +57,18 @@ impl Default for CudaOptions {
     }
 }
 
+impl CudaOptions {
+    /// The lowering options the CUDA session lowers with: [`CudaOptions::lower`] less what its
+    /// kernels lack (convolution prologues, [`LowerOptions::conv_prologues`]). A program lowered
+    /// with them renders; tests and reports that lower by themselves use this.
+    pub fn lowering(&self) -> LowerOptions {
+        LowerOptions {
+            conv_prologues: false,
+            ..self.lower
+        }
+    }
+}
+
 /// A prepared program and its captured step.
 struct Entry {
     prepared: Prepared,
@@ -224,8 +236,8 @@ impl CudaSession {
 
     fn entry(&mut self, step: &Step, batch: usize) -> Result<&mut Entry, BackendError> {
         if self.programs.get(step, batch).is_none() {
-            let program =
-                lower(&self.graph, step, batch, &self.options.lower).map_err(BackendError::from)?;
+            let program = lower(&self.graph, step, batch, &self.options.lowering())
+                .map_err(BackendError::from)?;
             let prepared = self.prepare(program)?;
             let writebacks = self.writebacks(&prepared);
             let graph = if self.options.graphs {

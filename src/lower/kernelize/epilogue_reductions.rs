@@ -160,7 +160,7 @@ impl Former<'_> {
         let (r_outputs, r_anchor) = (self.drafts[r].outputs.clone(), self.drafts[r].anchor);
         let kd = &mut self.drafts[k];
         kd.kind = match kd.kind.clone() {
-            KernelKind::Conv2d(g, _) => KernelKind::Conv2d(g, epilogue),
+            KernelKind::Conv2d(g, _, p) => KernelKind::Conv2d(g, epilogue, p),
             KernelKind::Conv2dBackpropInput(g, _) => KernelKind::Conv2dBackpropInput(g, epilogue),
             other => other,
         };

@@ -76,9 +76,9 @@ impl Former<'_> {
                     let kd = &self.drafts[k];
                     let fusable_kind = matches!(
                         kd.kind,
-                        KernelKind::Conv2d(_, None)
+                        KernelKind::Conv2d(_, None, None)
                             | KernelKind::Conv2dBackpropInput(_, None)
-                            | KernelKind::Conv2dBackpropFilter(_, None)
+                            | KernelKind::Conv2dBackpropFilter(_, None, None)
                             | KernelKind::MatMul(_, None)
                     );
                     let ok = kd.alive
@@ -154,12 +154,12 @@ impl Former<'_> {
             let kd = &mut self.drafts[k];
             let epilogue = Some(Epilogue::elementwise(epi));
             kd.kind = match kd.kind.clone() {
-                KernelKind::Conv2d(g, _) => KernelKind::Conv2d(g, epilogue),
+                KernelKind::Conv2d(g, _, p) => KernelKind::Conv2d(g, epilogue, p),
                 KernelKind::Conv2dBackpropInput(g, _) => {
                     KernelKind::Conv2dBackpropInput(g, epilogue)
                 }
-                KernelKind::Conv2dBackpropFilter(g, _) => {
-                    KernelKind::Conv2dBackpropFilter(g, epilogue)
+                KernelKind::Conv2dBackpropFilter(g, _, p) => {
+                    KernelKind::Conv2dBackpropFilter(g, epilogue, p)
                 }
                 KernelKind::MatMul(g, _) => KernelKind::MatMul(g, epilogue),
                 other => other,

@@ -43,10 +43,11 @@ pub mod simd;
 pub mod softmax;
 
 pub use conv::{
-    Conv2dGeometry, ConvAlgorithm, ConvPass, Padding2d, bf16_tiles_preferred,
-    bf16_tiles_unsupported, conv2d_backward_filter, conv2d_backward_filter_bf16,
-    conv2d_backward_filter_with, conv2d_backward_input, conv2d_backward_input_bf16,
-    conv2d_backward_input_with, conv2d_forward, conv2d_forward_bf16, conv2d_forward_with,
+    ComputeInput, Conv2dGeometry, ConvAlgorithm, ConvInput, ConvPass, Padding2d,
+    bf16_tiles_preferred, bf16_tiles_unsupported, conv2d_backward_filter,
+    conv2d_backward_filter_bf16, conv2d_backward_filter_with, conv2d_backward_input,
+    conv2d_backward_input_bf16, conv2d_backward_input_with, conv2d_forward, conv2d_forward_bf16,
+    conv2d_forward_with,
 };
 pub use epilogue::{ChannelEpilogue, Epilogue, MomentsEpilogue, NoEpilogue};
 pub use gemm::{MatRef, sgemm, sgemm_with_epilogue};

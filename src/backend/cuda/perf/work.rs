@@ -49,9 +49,9 @@ pub fn kernel_work(program: &Program, k: &Kernel) -> Work {
             let macs = (g.batch * g.m * g.n) as f64 * g.k as f64;
             (2.0 * macs, macs)
         }
-        KernelKind::Conv2d(g, _)
+        KernelKind::Conv2d(g, ..)
         | KernelKind::Conv2dBackpropInput(g, _)
-        | KernelKind::Conv2dBackpropFilter(g, _) => {
+        | KernelKind::Conv2dBackpropFilter(g, ..) => {
             let macs = conv_macs(g);
             (2.0 * macs, macs)
         }

@@ -342,6 +342,13 @@ pub fn render(
     let mut g = head(program, k);
     let out0 = k.outputs[0];
     let out_len = program.buffer(out0).len();
+    if k.kind.prologue().is_some() {
+        return Err(RenderError::Unsupported(format!(
+            "`{}` computes its input in a prologue, which the CUDA kernels do not have: lower \
+             with `LowerOptions::conv_prologues` off (the CUDA session does)",
+            k.name
+        )));
+    }
     let (body, launch) = match &k.kind {
         KernelKind::MatMul(mg, _) => {
             if out_len == 0 {
@@ -380,7 +387,7 @@ pub fn render(
             epilogue(program, k, &mut p, &mut g)?;
             (Body::MatMul, launch)
         }
-        KernelKind::Conv2d(cg, _) => {
+        KernelKind::Conv2d(cg, ..) => {
             if out_len == 0 {
                 return Ok(None);
             }
@@ -438,7 +445,7 @@ pub fn render(
             epilogue(program, k, &mut p, &mut g)?;
             (Body::Conv2dBackpropInput, launch)
         }
-        KernelKind::Conv2dBackpropFilter(cg, _) => {
+        KernelKind::Conv2dBackpropFilter(cg, ..) => {
             if out_len == 0 {
                 return Ok(None);
             }

@@ -7,7 +7,9 @@
 
 use rayon::prelude::*;
 
-use super::{Conv2dGeometry, ConvAlgorithm, block_rows, check_operands, im2col, rounded_copy};
+use super::{
+    Conv2dGeometry, ConvAlgorithm, ConvInput, block_rows, check_operands, im2col, rounded_copy,
+};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::gemm::{MatRef, sgemm_on};
 use crate::backend::cpu::kernels::parallel::{split_range, threads, worth_parallel};
@@ -28,20 +30,22 @@ pub fn conv2d_backward_filter(
 /// [`conv2d_backward_filter`] with a pinned algorithm, of `x` and `dy` rounded to `round`'s
 /// 16-bit format when there is one (see
 /// [`conv2d_forward_with`](super::conv2d_forward_with)): the direct kernels round each image
-/// as they copy it.
-pub fn conv2d_backward_filter_with(
+/// as they copy it. `x` may be computed as it is read, as in `conv2d_forward_with`.
+pub fn conv2d_backward_filter_with<'a>(
     algorithm: ConvAlgorithm,
     g: &Conv2dGeometry,
-    x: &[f32],
+    x: impl Into<ConvInput<'a>>,
     dy: &[f32],
     dw: &mut [f32],
     round: Option<HalfFormat>,
 ) -> Result<(), KernelError> {
+    let x = x.into();
     if algorithm.use_direct(g)? {
         #[cfg(target_arch = "x86_64")]
         return super::direct::backward_filter(g, x, dy, dw, round);
     }
-    let (x, dy) = (rounded_copy(x, round), rounded_copy(dy, round));
+    let x = x.whole();
+    let (x, dy) = (rounded_copy(&x, round), rounded_copy(dy, round));
     let (x, dy) = (&*x, &*dy);
     let out_hw = check_operands("conv2d_backward_filter", g, x.len(), dw.len(), dy.len())?;
     let rows = g.batch * out_hw[0] * out_hw[1];

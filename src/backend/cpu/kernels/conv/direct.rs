@@ -9,7 +9,7 @@
 //! give bit-identical results (see `tiles`).
 
 use super::tiles::{Segment, TileKernels, filter_image, row_stride, tile_row, with_row_stride};
-use super::{Conv2dGeometry, check_operands};
+use super::{Conv2dGeometry, ConvInput, check_operands};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::parallel::{
@@ -112,7 +112,7 @@ pub(super) fn pixel_origins(g: &Conv2dGeometry, out_hw: [usize; 2]) -> Vec<usize
 /// `round`, both operands are rounded to its format as they are copied (padded image, filter).
 pub(super) fn forward(
     g: &Conv2dGeometry,
-    x: &[f32],
+    x: ConvInput<'_>,
     w: &[f32],
     y: &mut [f32],
     epilogue: &dyn Epilogue,
@@ -123,7 +123,7 @@ pub(super) fn forward(
 
 fn forward_with<K: TileKernels>(
     g: &Conv2dGeometry,
-    x: &[f32],
+    x: ConvInput<'_>,
     w: &[f32],
     y: &mut [f32],
     epilogue: &dyn Epilogue,
@@ -146,7 +146,9 @@ fn forward_with<K: TileKernels>(
     for_each_row_block(y, o, out_rows, parallel, |y_image, first_row, scratch| {
         let n = first_row / out_rows;
         let padded = scratch_of(scratch, hp * wp * c);
-        pad_image(g, &x[n * image_len..(n + 1) * image_len], padded, round);
+        x.with_image(n * image_len..(n + 1) * image_len, |image| {
+            pad_image(g, image, padded, round);
+        });
         forward_image::<K>(g, out_hw, &segs, padded, &w, w_stride, y_image);
         if !epilogue.is_identity() {
             epilogue.apply(y_image, first_row, o);
@@ -191,7 +193,7 @@ fn forward_image<K: TileKernels>(
 /// `round`, each image of both operands is rounded to its format as it is copied.
 pub(super) fn backward_filter(
     g: &Conv2dGeometry,
-    x: &[f32],
+    x: ConvInput<'_>,
     dy: &[f32],
     dw: &mut [f32],
     round: Option<HalfFormat>,
@@ -201,7 +203,7 @@ pub(super) fn backward_filter(
 
 fn backward_filter_with<K: TileKernels>(
     g: &Conv2dGeometry,
-    x: &[f32],
+    x: ConvInput<'_>,
     dy: &[f32],
     dw: &mut [f32],
     round: Option<HalfFormat>,
@@ -224,12 +226,9 @@ fn backward_filter_with<K: TileKernels>(
         let image_len = g.in_hw[0] * g.in_hw[1] * g.in_channels;
         let dy_len = origins.len() * o;
         for n in images {
-            pad_image(
-                g,
-                &x[n * image_len..(n + 1) * image_len],
-                &mut padded,
-                round,
-            );
+            x.with_image(n * image_len..(n + 1) * image_len, |image| {
+                pad_image(g, image, &mut padded, round);
+            });
             // `dy` rows padded to whole vectors where the microkernels need it.
             let dy_image = with_row_stride(&dy[n * dy_len..(n + 1) * dy_len], o, dy_stride, round);
             filter_image::<K>(&segs, &origins, &padded, &dy_image, dy_stride, o, dw);

@@ -1,7 +1,9 @@
 //! The forward convolution: `y = conv(x, w)` then the epilogue, one block of output rows at a
 //! time (im2col of the block, GEMM against the filter, epilogue while the block is hot).
 
-use super::{Conv2dGeometry, ConvAlgorithm, block_rows, check_operands, im2col, rounded_copy};
+use super::{
+    Conv2dGeometry, ConvAlgorithm, ConvInput, block_rows, check_operands, im2col, rounded_copy,
+};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::gemm::{MatRef, sgemm_on};
@@ -25,21 +27,24 @@ pub fn conv2d_forward(
 /// format when there is one (the autocast's operands: f32 products and sums of the rounded
 /// values). The direct kernels round as they copy the operands anyway (the padded image, the
 /// filter's rows), so rounding costs no pass of its own; the im2col path multiplies rounded
-/// copies.
-pub fn conv2d_forward_with(
+/// copies. `x` may be computed as it is read ([`ConvInput::Computed`]): the direct kernels
+/// compute each image as they copy it, the im2col path computes the whole input first.
+pub fn conv2d_forward_with<'a>(
     algorithm: ConvAlgorithm,
     g: &Conv2dGeometry,
-    x: &[f32],
+    x: impl Into<ConvInput<'a>>,
     w: &[f32],
     y: &mut [f32],
     epilogue: &dyn Epilogue,
     round: Option<HalfFormat>,
 ) -> Result<(), KernelError> {
+    let x = x.into();
     if algorithm.use_direct(g)? {
         #[cfg(target_arch = "x86_64")]
         return super::direct::forward(g, x, w, y, epilogue, round);
     }
-    let (x, w) = (rounded_copy(x, round), rounded_copy(w, round));
+    let x = x.whole();
+    let (x, w) = (rounded_copy(&x, round), rounded_copy(w, round));
     im2col_forward(g, &x, &w, y, epilogue)
 }
 

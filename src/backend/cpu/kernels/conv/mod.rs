@@ -34,12 +34,14 @@ mod direct;
 #[cfg(target_arch = "x86_64")]
 mod direct_input;
 mod forward;
+mod input;
 #[cfg(target_arch = "x86_64")]
 mod tiles;
 
 pub use backward_filter::{conv2d_backward_filter, conv2d_backward_filter_with};
 pub use backward_input::{conv2d_backward_input, conv2d_backward_input_with};
 pub use forward::{conv2d_forward, conv2d_forward_with};
+pub use input::{ComputeInput, ConvInput};
 
 use super::epilogue::Epilogue;
 use super::{KernelError, parallel, shape_error};
@@ -93,13 +95,14 @@ pub fn bf16_tiles_preferred(g: &Conv2dGeometry, pass: ConvPass) -> bool {
 
 /// `y = epilogue(conv2d(bf16(x), bf16(w)))`, f32 accumulation, on AMX tiles (see [`amx`]); an
 /// error where [`bf16_tiles_unsupported`] says why not.
-pub fn conv2d_forward_bf16(
+pub fn conv2d_forward_bf16<'a>(
     g: &Conv2dGeometry,
-    x: &[f32],
+    x: impl Into<ConvInput<'a>>,
     w: &[f32],
     y: &mut [f32],
     epilogue: &dyn Epilogue,
 ) -> Result<(), KernelError> {
+    let x = x.into();
     #[cfg(target_arch = "x86_64")]
     return amx::forward(g, x, w, y, epilogue);
     #[cfg(not(target_arch = "x86_64"))]
@@ -114,12 +117,13 @@ pub fn conv2d_forward_bf16(
 
 /// The filter gradient of `g` with `x` and `dy` rounded to bf16, f32 accumulation, on AMX tiles
 /// (see [`amx`]); an error where [`bf16_tiles_unsupported`] says why not.
-pub fn conv2d_backward_filter_bf16(
+pub fn conv2d_backward_filter_bf16<'a>(
     g: &Conv2dGeometry,
-    x: &[f32],
+    x: impl Into<ConvInput<'a>>,
     dy: &[f32],
     dw: &mut [f32],
 ) -> Result<(), KernelError> {
+    let x = x.into();
     #[cfg(target_arch = "x86_64")]
     return amx::backward_filter(g, x, dy, dw);
     #[cfg(not(target_arch = "x86_64"))]

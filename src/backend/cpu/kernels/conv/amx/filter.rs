@@ -10,7 +10,7 @@ use super::{
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::conv::direct::{pixel_origins, segments};
 use crate::backend::cpu::kernels::conv::tiles::Segment;
-use crate::backend::cpu::kernels::conv::{Conv2dGeometry, ConvPass, check_operands};
+use crate::backend::cpu::kernels::conv::{Conv2dGeometry, ConvInput, ConvPass, check_operands};
 use crate::backend::cpu::kernels::parallel::{split_range, threads, worth_parallel};
 use crate::backend::cpu::kernels::simd::carry;
 use rayon::prelude::*;
@@ -23,7 +23,7 @@ use rayon::prelude::*;
 /// error where [`super::unsupported`] says why not.
 pub fn backward_filter(
     g: &Conv2dGeometry,
-    x: &[f32],
+    x: ConvInput<'_>,
     dy: &[f32],
     dw: &mut [f32],
 ) -> Result<(), KernelError> {
@@ -75,8 +75,9 @@ pub fn backward_filter(
             // SAFETY: `backward_filter` runs only where `unsupported` found AMX available.
             let tiles = unsafe { Tiles::configure() };
             for n in images {
-                let image = &x[n * image_len..(n + 1) * image_len];
-                pad_image_bf16(g, image, &mut b.padded, &mut b.padded_for);
+                x.with_image(n * image_len..(n + 1) * image_len, |image| {
+                    pad_image_bf16(g, image, &mut b.padded, &mut b.padded_for);
+                });
                 pair_patches(
                     &segs,
                     &origins,

@@ -20,7 +20,7 @@ use crate::backend::cpu::kernels::conv::backward_input::{flip_filter, transposed
 use crate::backend::cpu::kernels::conv::direct::padded_hw;
 use crate::backend::cpu::kernels::conv::direct::{pixel_origins, segments};
 use crate::backend::cpu::kernels::conv::tiles::Segment;
-use crate::backend::cpu::kernels::conv::{Conv2dGeometry, ConvPass, check_operands};
+use crate::backend::cpu::kernels::conv::{Conv2dGeometry, ConvInput, ConvPass, check_operands};
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::parallel::{for_each_row_block, worth_parallel};
 
@@ -28,7 +28,7 @@ use crate::backend::cpu::kernels::parallel::{for_each_row_block, worth_parallel}
 /// [`crate::backend::cpu::kernels::conv2d_forward`]). An error where [`super::unsupported`] says why not.
 pub fn forward(
     g: &Conv2dGeometry,
-    x: &[f32],
+    x: ConvInput<'_>,
     w: &[f32],
     y: &mut [f32],
     epilogue: &dyn Epilogue,
@@ -63,14 +63,22 @@ pub fn backward_input(
     let windows = Windows::of(&t);
     let filter = PackedB::new(k_len, c, windows.k_step(), |k, n| flipped[k * c + n]);
     let t_out = t.validate()?;
-    convolve(&t, t_out, dy, &filter, &windows, dx, epilogue)
+    convolve(
+        &t,
+        t_out,
+        ConvInput::Tensor(dy),
+        &filter,
+        &windows,
+        dx,
+        epilogue,
+    )
 }
 
 /// The forward convolution `g` of `x` by the packed filter, one image per task.
 fn convolve(
     g: &Conv2dGeometry,
     out_hw: [usize; 2],
-    x: &[f32],
+    x: ConvInput<'_>,
     filter: &PackedB,
     windows: &Windows,
     y: &mut [f32],
@@ -99,8 +107,9 @@ fn convolve(
                 products,
                 ..
             } = b;
-            let image = &x[n * image_len..(n + 1) * image_len];
-            pad_image_bf16(g, image, padded, padded_for);
+            x.with_image(n * image_len..(n + 1) * image_len, |image| {
+                pad_image_bf16(g, image, padded, padded_for);
+            });
             match windows {
                 Windows::Gathered { segs } => {
                     // SAFETY: `convolve` runs only where `unsupported` found AMX available.
