@@ -36,6 +36,20 @@ pub enum ExprOp {
     },
 }
 
+impl ExprOp {
+    /// This instruction with each value it reads replaced by `f(value)` (loads, constants,
+    /// indices and random numbers read none).
+    pub fn with_operands(&self, f: impl Fn(ExprId) -> ExprId) -> ExprOp {
+        match self {
+            ExprOp::Unary(u, a) => ExprOp::Unary(*u, f(*a)),
+            ExprOp::Binary(b, x, y) => ExprOp::Binary(*b, f(*x), f(*y)),
+            ExprOp::Select(c, a, b) => ExprOp::Select(f(*c), f(*a), f(*b)),
+            ExprOp::Cast(a) => ExprOp::Cast(f(*a)),
+            other => other.clone(),
+        }
+    }
+}
+
 /// A fused elementwise computation with one or more outputs.
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct FusedExpr {

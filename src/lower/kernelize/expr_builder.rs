@@ -16,14 +16,7 @@ pub(super) fn dedupe(e: &FusedExpr) -> FusedExpr {
     let mut remap: Vec<ExprId> = Vec::with_capacity(e.ops.len());
     let mut seen: HashMap<String, ExprId> = HashMap::new();
     for (op, dt) in &e.ops {
-        let r = |id: &ExprId| remap[*id as usize];
-        let op = match op {
-            ExprOp::Unary(u, a) => ExprOp::Unary(*u, r(a)),
-            ExprOp::Binary(b, x, y) => ExprOp::Binary(*b, r(x), r(y)),
-            ExprOp::Select(c, a, b) => ExprOp::Select(r(c), r(a), r(b)),
-            ExprOp::Cast(a) => ExprOp::Cast(r(a)),
-            other => other.clone(),
-        };
+        let op = op.with_operands(|id| remap[id as usize]);
         let key = format!("{op:?}:{dt:?}");
         let id = match seen.get(&key) {
             Some(&id) => id,

@@ -325,14 +325,9 @@ fn inline_loads(
             let id = *sub_value.get_or_insert_with(|| {
                 let mut inner: Vec<ExprId> = Vec::with_capacity(sub.ops.len());
                 for (sop, sdt) in &sub.ops {
-                    let r = |id: &ExprId| inner[*id as usize];
                     let sop = match sop {
                         ExprOp::Load(j) => ExprOp::Load(sub_loads[usize::from(*j)] as u16),
-                        ExprOp::Unary(u, a) => ExprOp::Unary(*u, r(a)),
-                        ExprOp::Binary(b, x, y) => ExprOp::Binary(*b, r(x), r(y)),
-                        ExprOp::Select(c, a, b) => ExprOp::Select(r(c), r(a), r(b)),
-                        ExprOp::Cast(a) => ExprOp::Cast(r(a)),
-                        other => other.clone(),
+                        other => other.with_operands(|id| inner[id as usize]),
                     };
                     inner.push(out.push(sop, *sdt));
                 }
@@ -341,15 +336,7 @@ fn inline_loads(
             remap.push(id);
             continue;
         }
-        let r = |id: &ExprId| remap[*id as usize];
-        let op = match op {
-            ExprOp::Unary(u, a) => ExprOp::Unary(*u, r(a)),
-            ExprOp::Binary(b, x, y) => ExprOp::Binary(*b, r(x), r(y)),
-            ExprOp::Select(c, a, b) => ExprOp::Select(r(c), r(a), r(b)),
-            ExprOp::Cast(a) => ExprOp::Cast(r(a)),
-            other => other.clone(),
-        };
-        remap.push(out.push(op, *dt));
+        remap.push(out.push(op.with_operands(|id| remap[id as usize]), *dt));
     }
     out.outputs = expr.outputs.iter().map(|o| remap[*o as usize]).collect();
     out
