@@ -95,11 +95,7 @@ fn kernel_error(k: &Kernel, e: impl std::fmt::Display) -> BackendError {
 
 /// Compiles the prologue `p` of convolution `k`: its expression over the input's `[N, H, W, C]`
 /// space, operand `j` read through kernel input [`Prologue::input_of`]`(j)`.
-fn prologue_program(
-    k: &Kernel,
-    p: &crate::lower::Prologue,
-    program: &Program,
-) -> Result<FusedProgram, BackendError> {
+fn prologue_program(k: &Kernel, p: &crate::lower::Prologue) -> Result<FusedProgram, BackendError> {
     let (KernelKind::Conv2d(g, ..) | KernelKind::Conv2dBackpropFilter(g, ..)) = &k.kind else {
         return Err(kernel_error(k, "only convolutions take a prologue"));
     };
@@ -114,11 +110,7 @@ fn prologue_program(
         };
         views.push((v.offset, v.strides.as_slice()));
     }
-    let x_len = g.n * g.h * g.w * g.c;
-    if program.buffer(k.inputs[0].buffer).len() < x_len {
-        return Err(kernel_error(k, "the prologue's input 0 is smaller than x"));
-    }
-    let f = FusedProgram::new(&p.expr, &[g.n, g.h, g.w, g.c], &views);
+    let f = FusedProgram::new(&p.expr, &prologue_space(g), &views);
     if !f.single_f32_output() {
         return Err(kernel_error(
             k,
@@ -126,6 +118,11 @@ fn prologue_program(
         ));
     }
     Ok(f)
+}
+
+/// The space a convolution's prologue runs over: its input `x`, `[N, H, W, C]`.
+fn prologue_space(g: &ConvGeom) -> [usize; 4] {
+    [g.n, g.h, g.w, g.c]
 }
 
 /// A convolution's input computed by its prologue as the kernel reads it.
@@ -252,7 +249,7 @@ impl Prepared {
                         FusedProgram::new(&e.expr, out_shape, &views)
                     });
                     let prologue = match kind.prologue() {
-                        Some(p) => Some(prologue_program(k, p, &program)?),
+                        Some(p) => Some(prologue_program(k, p)?),
                         None => None,
                     };
                     Step::Fixed { epilogue, prologue }
@@ -302,8 +299,13 @@ impl Prepared {
                         let main = k.kind.main_inputs();
                         self.check_operands(k, f, points, |i| (i > 0).then(|| main + i - 1))?;
                     }
-                    if let (Some(f), Some(p)) = (prologue, k.kind.prologue()) {
-                        let points = self.program.buffers[k.inputs[0].buffer.0 as usize].len();
+                    if let (
+                        Some(f),
+                        Some(p),
+                        KernelKind::Conv2d(g, ..) | KernelKind::Conv2dBackpropFilter(g, ..),
+                    ) = (prologue, k.kind.prologue(), &k.kind)
+                    {
+                        let points = prologue_space(g).iter().product();
                         self.check_operands(k, f, points, |i| Some(p.input_of(i)))?;
                     }
                 }
