@@ -19,6 +19,7 @@ mod training_graphs;
 #[cfg(feature = "cuda")]
 mod adam_regression;
 mod channel_reductions;
+mod conv_prologues;
 mod data_parallel;
 mod differential;
 #[cfg(feature = "cuda")]
