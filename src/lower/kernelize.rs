@@ -368,16 +368,13 @@ pub struct Fusions {
     /// Fuse at all (elementwise groups, reductions, epilogues).
     pub fuse: bool,
     /// Per-channel reductions of convolution outputs join the convolutions' epilogues (see
-    /// [`Epilogue::reductions`]).
+    /// [`Epilogue::reductions`](super::Epilogue::reductions)).
     pub epilogue_reductions: bool,
-    /// Convolutions compute their input in a prologue (see [`Prologue`]).
+    /// Convolutions compute their input in a prologue (see [`Prologue`](super::Prologue)).
     pub conv_prologues: bool,
 }
 
 /// Forms the kernels of `sg` for batch size `batch`, fusing as `fusions` says.
-///
-/// [`Epilogue::reductions`]: super::Epilogue::reductions
-/// [`Prologue`]: super::Prologue
 pub fn kernelize(sg: &StepGraph, batch: usize, fusions: Fusions) -> Result<Kernelized, LowerError> {
     let Fusions {
         fuse,

@@ -8,7 +8,7 @@
 //!    graph-to-graph rewrites;
 //! 2. [`groups`] and [`kernelize`]: elementwise fusion (chains and trees, broadcast operands,
 //!    layout ops as strided [`views`]), reductions absorbing their producers, epilogues of
-//!    convolutions and matrix products;
+//!    convolutions and matrix products, prologues computing a convolution's input ([`Prologue`]);
 //! 3. [`arena`]: identical per-variable update kernels over contiguous variables merge into one
 //!    kernel over the state range and a gradient arena (with data-parallel towers this is the
 //!    fused gradient-averaging kernel), cut into buckets; then [`collectives`]: the

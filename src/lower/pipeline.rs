@@ -16,7 +16,7 @@
 //! | `cse` | graph | common subexpressions (with `simplify`) |
 //! | `dce` | graph | dead code |
 //! | `absorb-casts` | graph | GEMMs round their operands themselves, their casts go (with a 16-bit `precision` and `fuse`) |
-//! | `kernelize` | graph → kernels | fusion groups, reductions absorbing producers, epilogues |
+//! | `kernelize` | graph → kernels | fusion groups, reductions absorbing producers, epilogues, convolution prologues (with `conv_prologues`) |
 //! | `fuse-updates` | kernels | identical variable updates into one kernel per bucket (with `arena_fusion`) |
 //! | `fuse-all-reduces` | kernels | a distributed step's all-reduces into one per bucket (with `arena_fusion`) |
 //! | `emit` | kernels → program | scheduling, in-place assigns, buffers, memory plan, waits |
@@ -400,7 +400,7 @@ graph_pass!(
     Dce, "dce", |sg, _cx| passes::dce(&mut sg)
 );
 
-/// `kernelize`: kernel formation (fusion groups, reductions, epilogues).
+/// `kernelize`: kernel formation (fusion groups, reductions, epilogues, prologues).
 pub struct Kernelize;
 impl Pass for Kernelize {
     fn name(&self) -> &'static str {
