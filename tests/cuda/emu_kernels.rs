@@ -17,11 +17,13 @@ use crate::cuda_common;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use towerpack::backend::Session;
 use towerpack::backend::cpu::exec::Prepared as CpuPrepared;
 use towerpack::backend::cpu::memory::Arena;
 use towerpack::backend::cuda::driver::emulated::EmulatedDriver;
 use towerpack::backend::cuda::render::{self, KernelPlan, Target};
 use towerpack::backend::cuda::{CudaOptions, CudaSession};
+use towerpack::ir::{Step, Value};
 use towerpack::lower::{BufferId, KernelKind, LowerOptions, Program, Region, StateLayout, Storage};
 use towerpack::tensor::{DType, HostTensor};
 
@@ -203,6 +205,98 @@ fn every_kernel_of_the_resnet20_training_step_matches_the_cpu_backend() {
 #[test]
 fn every_kernel_of_the_convnet_training_step_matches_the_cpu_backend() {
     check_program(2);
+}
+
+/// Every kernel of ResNet-20's CUDA training step at batch 128 — the launch shapes the trainer
+/// runs on a GPU (its SM count decides tiles and splits) — one at a time on random inputs
+/// against the CPU backend. Too slow for the emulated device: run it on a GPU
+/// (`TOWERPACK_TEST_CUDA=gpu cargo xtask test --test cuda -- --ignored resnet20_b128`, or the
+/// bundle's `cuda` binary).
+#[test]
+#[ignore = "batch 128: for a GPU (TOWERPACK_TEST_CUDA=gpu)"]
+fn every_kernel_of_the_cuda_resnet20_b128_step_matches_the_cpu_backend() {
+    let tg = cuda_common::resnet20();
+    let lower = towerpack::backend::cuda::CudaOptions::default().lowering();
+    let p = towerpack::lower::lower(&tg.graph, &tg.step, 128, &lower).expect("lower");
+    check_kernels("resnet20 b128 (cuda lowering)", &tg, &p, None);
+}
+
+/// ResNet-20's forward pass at batch 128 on the test device against the CPU backend, value by
+/// value in graph order — every convolution output, batch-norm mean and variance, activation
+/// and the cost — from the same variables and feeds; prints each value's error and fails naming
+/// the first that differs. For a GPU, like the test above. `TP_DIAG_BATCH` (default 128) and
+/// `TP_DIAG_GRAPHS=0` (replay off) vary it.
+#[test]
+#[ignore = "batch 128: for a GPU (TOWERPACK_TEST_CUDA=gpu)"]
+fn resnet20_b128_forward_values_match_the_cpu_backend() {
+    let batch: usize = std::env::var("TP_DIAG_BATCH")
+        .ok()
+        .and_then(|b| b.parse().ok())
+        .unwrap_or(128);
+    let graphs = std::env::var("TP_DIAG_GRAPHS").as_deref() != Ok("0");
+    let tg = cuda_common::resnet20();
+    let g = &tg.graph;
+    let order = g.topo_order().expect("order");
+    let fetches: Vec<Value> = order
+        .iter()
+        .filter(|&&id| {
+            let n = &g.node(id).name;
+            !n.starts_with("gradients/")
+                && (n.ends_with("/Conv2D")
+                    || n.ends_with("moments/mean")
+                    || n.ends_with("moments/variance")
+                    || n.ends_with("/Relu")
+                    || n.ends_with("/add")
+                    || n == "truediv"
+                    || Some(Value::first(id)) == tg.step.fetches.first().copied())
+        })
+        .map(|&id| Value::first(id))
+        .collect();
+    let step = Step::new(fetches.clone(), Vec::new());
+    let feeds = cuda_common::feeds(&tg, batch, 7);
+    let mut cpu =
+        towerpack::backend::cpu::CpuSession::new(g.clone(), Default::default()).expect("cpu");
+    cpu.initialize_variables(3).expect("init");
+    let want = cpu.run(&step, &feeds).expect("cpu step");
+    let options = CudaOptions {
+        cache_dir: None,
+        graphs,
+        ..CudaOptions::default()
+    };
+    let mut device = cuda_common::session(g.clone(), 0, options);
+    device.initialize_variables(3).expect("init");
+    println!("batch {batch}, graphs {graphs}");
+    let got = device.run(&step, &feeds).expect("device step");
+    let mut first = None;
+    for ((v, got), want) in fetches.iter().zip(&got).zip(&want) {
+        let (a, b) = (got.to_f64_vec(), want.to_f64_vec());
+        let scale = b.iter().fold(1e-3f64, |m, x| m.max(x.abs()));
+        let nan = a.iter().filter(|x| !x.is_finite()).count();
+        let err = a
+            .iter()
+            .zip(&b)
+            .map(|(x, y)| {
+                if x.is_finite() {
+                    (x - y).abs() / scale
+                } else {
+                    f64::INFINITY
+                }
+            })
+            .fold(0.0f64, f64::max);
+        let name = &g.node(v.node).name;
+        println!("{name}: error {err:.3e}, non-finite {nan} of {}", a.len());
+        if err > 1e-3 && first.is_none() {
+            first = Some(format!(
+                "{name}: error {err:.3e}, non-finite {nan} of {}",
+                a.len()
+            ));
+        }
+    }
+    assert!(
+        first.is_none(),
+        "first difference: {}",
+        first.unwrap_or_default()
+    );
 }
 
 /// The GEMM tiles (`TP_BM × TP_BN`, `TP_TM × TP_TN`) and the splits of K the GEMM kernels of

@@ -215,12 +215,21 @@ impl Driver for GpuDriver {
     }
 
     fn alloc(&self, device: usize, bytes: usize) -> Result<DevicePtr, CudaError> {
-        self.gpu(device, "cuMemAlloc")?;
+        let g = self.gpu(device, "cuMemAlloc")?;
         // SAFETY: the context is current; the memory is zeroed before use and freed on drop.
         let p = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(fail("cuMemAlloc", device))?;
-        // SAFETY: `p` is a fresh allocation of at least `bytes` bytes.
-        unsafe { result::memset_d8_sync(p, 0, bytes.max(1)) }
-            .map_err(fail("cuMemsetD8", device))?;
+        // Zeroed on this device's own stream, and waited for. `cuMemsetD8` runs on the legacy
+        // default stream, asynchronously to the host and unordered with the non-blocking
+        // streams every copy and kernel use: a copy issued right after (the constants, the
+        // variables) could land first and be wiped. Measured on an H100: the constants read
+        // as zeros (x / 255 infinite) and ResNet-20 trained to NaN at batch 96 and above.
+        // SAFETY: `p` is a fresh allocation of at least `bytes` bytes; the stream is this
+        // device's and the wait completes the memset before `p` is handed out.
+        unsafe {
+            result::memset_d8_async(p, 0, bytes.max(1), g.stream)
+                .map_err(fail("cuMemsetD8Async", device))?;
+            result::stream::synchronize(g.stream).map_err(fail("cuStreamSynchronize", device))?;
+        }
         self.tables().allocations.push((device, p));
         Ok(DevicePtr(p))
     }
