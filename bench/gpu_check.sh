@@ -9,7 +9,7 @@
 # Runs, each time-boxed, with a deadline for the whole run (default 340 s; dry run 600 s):
 #   1. the CUDA test binaries with TOWERPACK_TEST_CUDA=gpu: the same comparisons against the
 #      CPU backend as in CI, on the GPU;
-#   2. `resnet --device cuda --bench` at batch 64, 128 and 256;
+#   2. `resnet --device cuda --bench` at batch 64, 128 and 256 (and at 128 in tf32, bf16, fp16);
 #   3. PyTorch's ResNet-20 on the same GPU (pytorch_train.py --device cuda): fp32 with TF32 off
 #      and on, NCHW and channels_last, batch 128, 10 warm-up and 50 timed steps, 3 rounds;
 #   4. the default 16-epoch `resnet --device cuda` run, time-boxed (epochs reached, accuracy);
@@ -198,6 +198,18 @@ else
   failures=$((failures + 1))
   tail_log "resnet_bench_tf32_b$ratio_batch" 8
 fi
+# And with 16-bit tensor-core GEMMs (--precision bf16 / fp16; issue 17), against our fp32.
+for p in bf16 fp16; do
+  if run "resnet_bench_${p}_b$ratio_batch" "${limits[1]}" "$bin/resnet" --device "$device" --bench \
+    --precision "$p" --batch "$ratio_batch" --bench-steps "$bench_steps" --logdir "$work/bench_log"; then
+    line=$(grep -E '^\{' "$work/resnet_bench_${p}_b$ratio_batch.log" | tail -1)
+    rate=$(printf '%s' "$line" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_sec"])' 2>/dev/null || echo "")
+    say "  batch $ratio_batch, $p: ${rate:-?} images/s (fp32: ${ours[$ratio_batch]:-?})  $line"
+  else
+    failures=$((failures + 1))
+    tail_log "resnet_bench_${p}_b$ratio_batch" 8
+  fi
+done
 
 section "3. PyTorch ResNet-20 on the same device ($torch_device, batch $ratio_batch)"
 declare -A torch_rate
