@@ -187,23 +187,15 @@ done
 ratio_batch=128
 if [ "$dry" = 1 ]; then ratio_batch=${batches[-1]}; fi
 
-# The same at the ratio batch with TF32 tensor-core GEMMs and convolutions (--precision tf32).
+# The same at the ratio batch with tensor-core GEMMs and convolutions: TF32, and the 16-bit
+# ones of issue 17 (--precision tf32 / bf16 / fp16), each against our fp32.
 ours_tf32=""
-if run "resnet_bench_tf32_b$ratio_batch" "${limits[1]}" "$bin/resnet" --device "$device" --bench \
-  --precision tf32 --batch "$ratio_batch" --bench-steps "$bench_steps" --logdir "$work/bench_log"; then
-  line=$(grep -E '^\{' "$work/resnet_bench_tf32_b$ratio_batch.log" | tail -1)
-  ours_tf32=$(printf '%s' "$line" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_sec"])' 2>/dev/null || echo "")
-  say "  batch $ratio_batch, tf32: ${ours_tf32:-?} images/s  $line"
-else
-  failures=$((failures + 1))
-  tail_log "resnet_bench_tf32_b$ratio_batch" 8
-fi
-# And with 16-bit tensor-core GEMMs (--precision bf16 / fp16; issue 17), against our fp32.
-for p in bf16 fp16; do
+for p in tf32 bf16 fp16; do
   if run "resnet_bench_${p}_b$ratio_batch" "${limits[1]}" "$bin/resnet" --device "$device" --bench \
     --precision "$p" --batch "$ratio_batch" --bench-steps "$bench_steps" --logdir "$work/bench_log"; then
     line=$(grep -E '^\{' "$work/resnet_bench_${p}_b$ratio_batch.log" | tail -1)
     rate=$(printf '%s' "$line" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_sec"])' 2>/dev/null || echo "")
+    if [ "$p" = tf32 ]; then ours_tf32=$rate; fi
     say "  batch $ratio_batch, $p: ${rate:-?} images/s (fp32: ${ours[$ratio_batch]:-?})  $line"
   else
     failures=$((failures + 1))

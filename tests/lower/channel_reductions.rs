@@ -16,22 +16,24 @@ use towerpack::ir::*;
 use towerpack::lower::{KernelKind, LowerOptions};
 use towerpack::tensor::HostTensor;
 
-const BATCH: usize = 3;
+/// The batch of the cases (also `conv_prologues`').
+pub(crate) const BATCH: usize = 3;
 
-struct Case {
-    g: Graph,
-    feeds: Vec<Feed>,
-    fetches: Vec<Value>,
-    rng: ChaCha8Rng,
+/// A graph under construction with random feeds (also `conv_prologues`').
+pub(crate) struct Case {
+    pub(crate) g: Graph,
+    pub(crate) feeds: Vec<Feed>,
+    pub(crate) fetches: Vec<Value>,
+    pub(crate) rng: ChaCha8Rng,
 }
 
 impl Case {
-    fn add(&mut self, name: &str, op: Op, ins: &[Value]) -> Value {
+    pub(crate) fn add(&mut self, name: &str, op: Op, ins: &[Value]) -> Value {
         let name = self.g.unique_name(name);
         Value::first(self.g.add_node(&name, op, ins).expect(&name))
     }
 
-    fn input(&mut self, dims: &[usize]) -> Value {
+    pub(crate) fn input(&mut self, dims: &[usize]) -> Value {
         let name = self.g.unique_name("in");
         let ty = TensorType::f32(Shape::batched(dims));
         let id = self
@@ -53,7 +55,7 @@ impl Case {
         Value::first(id)
     }
 
-    fn constant(&mut self, dims: &[usize]) -> Value {
+    pub(crate) fn constant(&mut self, dims: &[usize]) -> Value {
         let n: usize = dims.iter().product();
         let data = (0..n).map(|_| self.rng.random_range(-1.0..1.0)).collect();
         let value = HostTensor::from_f32(dims, data).expect("sized");

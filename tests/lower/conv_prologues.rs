@@ -17,43 +17,7 @@ use towerpack::ir::*;
 use towerpack::lower::{KernelKind, LowerOptions};
 use towerpack::tensor::HostTensor;
 
-const BATCH: usize = 3;
-
-struct Case {
-    g: Graph,
-    feeds: Vec<Feed>,
-    rng: ChaCha8Rng,
-}
-
-impl Case {
-    fn add(&mut self, name: &str, op: Op, ins: &[Value]) -> Value {
-        let name = self.g.unique_name(name);
-        Value::first(self.g.add_node(&name, op, ins).expect(&name))
-    }
-
-    fn input(&mut self, dims: &[usize]) -> Value {
-        let name = self.g.unique_name("in");
-        let ty = TensorType::f32(Shape::batched(dims));
-        let op = Op::Input {
-            name: name.clone(),
-            ty,
-        };
-        let id = self.g.add_node(&name, op, &[]).expect("input");
-        let shape: Vec<usize> = std::iter::once(BATCH).chain(dims.iter().copied()).collect();
-        let n: usize = shape.iter().product();
-        let data = (0..n).map(|_| self.rng.random_range(-2.0..2.0)).collect();
-        self.feeds
-            .push((id, HostTensor::from_f32(&shape, data).expect("sized")));
-        Value::first(id)
-    }
-
-    fn constant(&mut self, dims: &[usize]) -> Value {
-        let n: usize = dims.iter().product();
-        let data = (0..n).map(|_| self.rng.random_range(-1.0..1.0)).collect();
-        let value = HostTensor::from_f32(dims, data).expect("sized");
-        self.add("c", Op::Constant { value }, &[])
-    }
-}
+use crate::channel_reductions::{BATCH, Case};
 
 /// Case `seed`: its graph, feeds and step (fetching the convolution, the filter gradient and the
 /// residual sum; never the applied value itself, which would have to be written out).
@@ -61,6 +25,7 @@ fn case(seed: u64) -> (Graph, Vec<Feed>, Step) {
     let mut c = Case {
         g: Graph::new(),
         feeds: Vec::new(),
+        fetches: Vec::new(),
         rng: ChaCha8Rng::seed_from_u64(seed),
     };
     let channels = [1, 3, 4, 16, 17, 32][c.rng.random_range(0..6)];
