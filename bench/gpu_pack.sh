@@ -7,6 +7,7 @@
 #                                  target/release/deps/cuda-<hash>, found through cargo's own
 #                                  report of the executables it built)
 #   gpu_check.sh, pytorch_train.py the check and PyTorch's side of it
+#   gpu_profile.sh                 per-kernel Nsight Compute tables per precision
 #   BUILD                          the commit and toolchain they were built from
 # Not run there (gpu_check.sh picks its modules): no_gpu (asserts that there is NO GPU), compile
 # and perf_model (they compare against snapshots of the source tree and need no GPU),
@@ -48,7 +49,7 @@ if missing:
 for name, exe in found.items():
     shutil.copy(exe, f"{out}/{name}")
 PY
-cp bench/gpu_check.sh bench/pytorch_train.py "$out/"
+cp bench/gpu_check.sh bench/gpu_profile.sh bench/pytorch_train.py "$out/"
 {
   echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
   echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) by $(rustc --version)"

@@ -42,7 +42,7 @@
 // With TP_TF32 (Precision::Tf32, and Bf16/Fp16 on devices with tensor cores) tp_gemm_tile is
 // the tensor-core variant further down: for TF32 the same loaders and f32 stages filled by
 // cp.async, TF32 mma.sync m16n8k8 per warp tile; for BF16/FP16 (TP_ROUND) the native 16-bit
-// path: the loaders' registers rounded into 16-bit stages, ldmatrix .trans fragments, mma.sync
+// path: the loaders' registers rounded into 16-bit stages, ldmatrix fragments, mma.sync
 // m16n8k16 .bf16/.f16; the same output path for all.
 //
 // Operand rounding (TP_ROUND = 1: bf16, 2: f16; Precision::Bf16/Fp16, the kernel's
@@ -153,10 +153,6 @@ TP_DEV unsigned int tp_pack16(float lo, float hi) {
     return r;
 }
 
-// Pad of a 16-bit stage row, in elements: rows of (EDGE + 8) * 2 bytes stay 16-byte aligned
-// for ldmatrix, and the 8 rows an ldmatrix reads (k, k+1, ..., one 16-byte piece each) start
-// 4 banks apart modulo 32 (EDGE a multiple of 32) or 12 (EDGE = 16): one wavefront per matrix.
-#define TP_HPAD 8
 #endif
 
 #if TP_TF32
@@ -198,6 +194,26 @@ struct tp_operand {
         RUN = L::K_FAST && L::K_RUN % TP_BK == 0  // a K tile is one run of the line
     };
     static_assert(TP_BLOCK % LINES == 0, "one line per thread");
+#if TP_TF32
+    // The tensor-core stages (f32 for TF32, 16-bit with TP_ROUND). An operand whose lines run
+    // along k (K_FAST) is staged line-major, [EDGE][TP_BK + pad]: a thread's 4 consecutive k
+    // are one 16-byte cp.async (TF32) or one 8-byte store (16-bit), and the 16-bit fragments
+    // are plain ldmatrix rows. The others are k-major, [TP_BK][EDGE + pad], a vector of 4 lines
+    // one copy or store as before. The pads keep fragment reads free of bank conflicts: TF32
+    // reads element (t, g) of a fragment, lane (g, t) = (lane / 4, lane % 4), so a line-major
+    // row of 16 + 4 floats puts the 32 lanes in 32 banks (g * 20 + t) and a k-major row of
+    // EDGE + 8 floats too (t * 8 + g, EDGE a multiple of 32, or t * 24 + g for 16); a 16-bit
+    // ldmatrix reads 8 rows of 16 bytes, line-major 48 bytes apart (banks 12 * r .. + 3) and
+    // k-major (EDGE + 8) * 2 bytes apart (banks 4 * r or 12 * r .. + 3 modulo 32, EDGE a
+    // multiple of 32 or 16): one wavefront per matrix. Every row stays 16-byte aligned.
+    enum {
+        LINE_MAJOR = L::K_FAST,
+        ROW = LINE_MAJOR ? TP_BK + (TP_ROUND ? 8 : 4) : EDGE + 8,  // elements per stage row
+        STAGE = (LINE_MAJOR ? EDGE : TP_BK) * ROW                  // elements per stage
+    };
+    // Offset of element (k, mn) in a stage.
+    static TP_DEV int at(int k, int mn) { return LINE_MAJOR ? mn * ROW + k : k * ROW + mn; }
+#endif
     typedef tp_vec<VEC> V;
     typename L::Line line;
     bool live;
@@ -289,25 +305,19 @@ struct tp_operand {
     }
 
 #if TP_TF32 && TP_ROUND
-    // Into a 16-bit shared stage laid out [TP_BK][EDGE + TP_HPAD] (k-major, as store()): each
-    // element rounded to bf16/f16 by cvt.rn (tp_to16, tp_pack16), once, after the loads have
-    // landed. A vector along the lines is 4 consecutive elements of one row: one 8-byte store.
-    TP_DEV void store16(unsigned short (*sh)[EDGE + TP_HPAD]) const {
+    // Into a 16-bit stage (layout: at()): each element rounded to bf16/f16 by cvt.rn (tp_to16,
+    // tp_pack16), once, after the loads have landed. A vector is 4 consecutive elements of one
+    // stage row either way (along k line-major, along the lines k-major): one 8-byte store.
+    TP_DEV void store16(unsigned short* sh) const {
         const int mn = slot_mn();
 #pragma unroll
         for (int s = 0; s < SLOTS; ++s) {
             if (!slot_used(s)) continue;
             const int k = slot_k(s);
             if constexpr (VEC == 1) {
-                sh[k][mn] = tp_to16(v[s]);
-            } else if constexpr (L::K_FAST) {
-                const unsigned int lo = tp_pack16(v[s].x, v[s].y), hi = tp_pack16(v[s].z, v[s].w);
-                sh[k][mn] = (unsigned short)(lo & 0xffffu);
-                sh[k + 1][mn] = (unsigned short)(lo >> 16);
-                sh[k + 2][mn] = (unsigned short)(hi & 0xffffu);
-                sh[k + 3][mn] = (unsigned short)(hi >> 16);
+                sh[at(k, mn)] = tp_to16(v[s]);
             } else {
-                *reinterpret_cast<uint2*>(&sh[k][mn]) =
+                *reinterpret_cast<uint2*>(sh + at(k, mn)) =
                     make_uint2(tp_pack16(v[s].x, v[s].y), tp_pack16(v[s].z, v[s].w));
             }
         }
@@ -315,25 +325,18 @@ struct tp_operand {
 #endif
 
 #if TP_TF32
-    // The tile starting at k0 straight into a shared stage with cp.async (the tensor-core core):
-    // the same elements store() would write, copied by the thread that would have loaded them
-    // (4 bytes each, or 16 when a vector lies along the lines); zeros (padding, rows past the
-    // extent, k at or past k_end) are stored directly. The caller commits the group.
-    TP_DEV void copy_async(const L& l, int k0, int k_end, float (*sh)[EDGE + TP_PAD]) const {
+    // The tile starting at k0 straight into an f32 stage (layout: at()) with cp.async (the
+    // TF32 core): the same elements store() would write, copied by the thread that would have
+    // loaded them, a vector (4 consecutive elements of a stage row either way) as one 16-byte
+    // copy; zeros (padding, rows past the extent, k at or past k_end) are stored directly. The
+    // caller commits the group.
+    TP_DEV void copy_async(const L& l, int k0, int k_end, float* sh) const {
         const int mn = slot_mn();
 #pragma unroll
         for (int s = 0; s < SLOTS; ++s) {
             if (!slot_used(s)) continue;
             const int k = slot_k(s);
-            const float* a = address(l, k0, k_end, k);
-            if constexpr (VEC == 1) {
-                tp_copy_async<4>(&sh[k][mn], a);
-            } else if constexpr (L::K_FAST) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) tp_copy_async<4>(&sh[k + e][mn], a ? a + e : a);
-            } else {
-                tp_copy_async<16>(&sh[k][mn], a);
-            }
+            tp_copy_async<VEC * 4>(sh + at(k, mn), address(l, k0, k_end, k));
         }
     }
 #endif
@@ -410,18 +413,22 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
 }
 #else
 // The tensor-core variant (TP_TF32 = 1: Precision::Tf32; Bf16/Fp16 with TP_ROUND, below). The
-// same loaders and two shared
-// stages as above, but the stages are filled with cp.async (tp_operand::copy_async: the next
-// tile's copies are in flight while the block computes on the current stage; one
-// cp.async.wait_group 0 and one barrier per 16-deep K tile), no registers in between; the
-// block's 8 warps are laid out TP_WARPS_M x TP_WARPS_N over the
-// tile, each computing a TP_WM x TP_WN warp tile as TP_MI x TP_NI fragments of
+// same loaders, two shared stages per operand laid out for the tensor cores (tp_operand::at:
+// line-major when the operand's lines run along k, k-major otherwise, so that a thread's vector
+// of 4 is one 16-byte copy and fragment reads hit 32 banks), filled with cp.async
+// (tp_operand::copy_async: the next tile's copies are in flight while the block computes on the
+// current stage; one cp.async.wait_group 0 and one barrier per 16-deep K tile), no registers in
+// between. The block's 8 warps are laid out TP_WARPS_M x TP_WARPS_N over the tile, each
+// computing a TP_WM x TP_WN warp tile as TP_MI x TP_NI fragments of
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (f32 accumulation). Fragments are read
-// from the k-major stages with 32-bit shared loads and rounded with cvt.rna.tf32.f32 (PTX ISA
-// fragment layout for m16n8k8 .tf32: groupID g = lane / 4, t = lane % 4; a0..a3 = A[g][t],
-// A[g+8][t], A[g][t+4], A[g+8][t+4]; b0, b1 = B[t][g], B[t+4][g]; c0..c3 = C[g][2t], C[g][2t+1],
-// C[g+8][2t], C[g+8][2t+1]). Each mma adds its 8 products to the accumulator, so an element of
-// the result is c + sum over K in steps of 8, k ascending: a fixed order, the same bits every run.
+// with 32-bit shared loads and rounded with cvt.rna.tf32.f32 (PTX ISA fragment layout for
+// m16n8k8 .tf32: groupID g = lane / 4, t = lane % 4; a0..a3 = A[g][t], A[g+8][t], A[g][t+4],
+// A[g+8][t+4]; b0, b1 = B[t][g], B[t+4][g]; c0..c3 = C[g][2t], C[g][2t+1], C[g+8][2t],
+// C[g+8][2t+1]). Each mma adds its 8 products to the accumulator, so an element of the result
+// is c + sum over K in steps of 8, k ascending: a fixed order, the same bits every run.
+// (Measured on an H100, 2026-11-27: with every stage k-major, a convolution's channels-fast
+// operand took four 4-byte cp.async per vector and the fragment reads conflicted 2-way; the
+// L1 was 92% busy, warps stalled on the MIO queue, and TF32 steps were 1.4x slower than f32.)
 //
 // At the end the accumulators go through shared memory into the SIMT core's register layout
 // (thread (tx, ty) holds rows ty*TP_TM.., columns tx*TP_TN..), so tp_gemm_output — split-K
@@ -429,15 +436,16 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
 // Generated: TP_WARPS_M, TP_WARPS_N (render/launch.rs Tile::tensor_warps).
 //
 // With TP_ROUND (BF16/FP16) the same warp tiles multiply natively: the stages hold 16-bit
-// values, [TP_BK][EDGE + TP_HPAD] k-major (tp_operand::store16 rounds the loaders' registers
-// with cvt.rn.{bf16,f16}.f32 / cvt.rn.{bf16x2,f16x2}.f32; cp.async cannot convert, so the
-// next tile's global loads are in flight in registers while the block computes, as on the
-// SIMT core), and each K tile is one mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,
-// f16}.f32 per fragment pair, whose A fragment is one ldmatrix.x4.trans and B fragment one
-// ldmatrix.x2.trans (PTX ISA m16n8k16 layout: a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
-// a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]; b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g];
-// the lower k in the low half; c as above). Each element of the result is c + sum over K in
-// steps of 16, k ascending: as fixed an order as TF32's.
+// values in the same layouts (tp_operand::store16 rounds the loaders' registers with
+// cvt.rn.{bf16,f16}.f32 / cvt.rn.{bf16x2,f16x2}.f32, a vector of 4 as one 8-byte store;
+// cp.async cannot convert, so the next tile's global loads are in flight in registers while
+// the block computes, as on the SIMT core), and each K tile is one
+// mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}.{bf16,f16}.f32 per fragment pair, whose A
+// fragment is one ldmatrix.x4 and B fragment one ldmatrix.x2 (.trans from a k-major stage;
+// PTX ISA m16n8k16 layout: a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9],
+// a3 = A[g+8][2t+8, 2t+9]; b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]; the lower k in the low
+// half; c as above). Each element of the result is c + sum over K in steps of 16, k
+// ascending: as fixed an order as TF32's.
 #define TP_CPAD 8
 #define TP_WM (TP_BM / TP_WARPS_M)
 #define TP_WN (TP_BN / TP_WARPS_N)
@@ -454,6 +462,22 @@ static_assert(TP_WM % 16 == 0 && TP_WN % 8 == 0, "warp tiles of whole m16n8 frag
 // ldmatrix .trans of 16-bit 8x8 matrices from shared memory: matrix j's 8 rows (16 bytes each)
 // at the addresses of lanes 8j..8j+7; lane (g, t) receives elements [2t][g] (low half) and
 // [2t+1][g] (high half) of each — from a k-major stage, exactly the m16n8k16 A and B fragments.
+// Without .trans: lane (g, t) receives elements [g][2t] (low half) and [g][2t+1] of each — from
+// a line-major stage (rows along the lines, k contiguous), again the m16n8k16 fragments.
+TP_DEV void tp_ldmatrix_x4(unsigned int r[4], const unsigned short* row) {
+    const unsigned int a = (unsigned int)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a)
+                 : "memory");
+}
+TP_DEV void tp_ldmatrix_x2(unsigned int r[2], const unsigned short* row) {
+    const unsigned int a = (unsigned int)__cvta_generic_to_shared(row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(a)
+                 : "memory");
+}
 TP_DEV void tp_ldmatrix_x4_trans(unsigned int r[4], const unsigned short* row) {
     const unsigned int a = (unsigned int)__cvta_generic_to_shared(row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -511,28 +535,29 @@ template <class LA, class LB>
 TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k1, int m0, int n0,
                          float acc[TP_TM][TP_TN]) {
     typedef float CTile[TP_BN + TP_CPAD];
+    typedef tp_operand<LA, TP_BM> OA;
+    typedef tp_operand<LB, TP_BN> OB;
     constexpr int C_FLOATS = TP_BM * (TP_BN + TP_CPAD);
 #if TP_ROUND
-    // Two 16-bit stages per operand: half the bytes of f32 ones.
-    typedef unsigned short AStage[TP_BK][TP_BM + TP_HPAD];
-    typedef unsigned short BStage[TP_BK][TP_BN + TP_HPAD];
-    constexpr int STAGES = TP_BK * (TP_BM + TP_HPAD + TP_BN + TP_HPAD);  // floats' worth
-    constexpr int B_OFFSET = TP_BK * (TP_BM + TP_HPAD);                  // floats
+    typedef unsigned short Elem;  // two 16-bit stages per operand: half the bytes of f32 ones
 #else
-    typedef float AStage[TP_BK][TP_BM + TP_PAD];
-    typedef float BStage[TP_BK][TP_BN + TP_PAD];
-    constexpr int STAGES = 2 * TP_BK * (TP_BM + TP_PAD + TP_BN + TP_PAD);
-    constexpr int B_OFFSET = 2 * TP_BK * (TP_BM + TP_PAD);
+    typedef float Elem;
 #endif
+    // Floats of the two stages of each operand (each stage a whole number of 16-byte pieces).
+    constexpr int STAGE_A = OA::STAGE * (int)sizeof(Elem) / 4, STAGE_B = OB::STAGE * (int)sizeof(Elem) / 4;
+    static_assert(STAGE_A % 4 == 0 && STAGE_B % 4 == 0, "stages stay 16-byte aligned");
+    constexpr int STAGES = 2 * (STAGE_A + STAGE_B);
     // The stages while K runs, then the accumulator tile.
     __shared__ __align__(16) float smem[STAGES > C_FLOATS ? STAGES : C_FLOATS];
-    AStage* as = reinterpret_cast<AStage*>(smem);
-    BStage* bs = reinterpret_cast<BStage*>(smem + B_OFFSET);
+    // Stage `i` of A and of B (no array of pointers: indexed by the loop's stage it would live
+    // in local memory).
+    auto as = [&](int i) { return reinterpret_cast<Elem*>(smem + i * STAGE_A); };
+    auto bs = [&](int i) { return reinterpret_cast<Elem*>(smem + 2 * STAGE_A + i * STAGE_B); };
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int g = lane / 4, t = lane % 4;
     const int wm0 = warp / TP_WARPS_N * TP_WM, wn0 = warp % TP_WARPS_N * TP_WN;
-    tp_operand<LA, TP_BM> a;
-    tp_operand<LB, TP_BN> b;
+    OA a;
+    OB b;
     a.init(la, m0, M);
     b.init(lb, n0, N);
     float c[TP_MI][TP_NI][4];
@@ -549,16 +574,20 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
     // into the other stage (store16); one barrier per K tile.
     a.load(la, k0, k1);
     b.load(lb, k0, k1);
-    a.store16(as[0]);
-    b.store16(bs[0]);
+    a.store16(as(0));
+    b.store16(bs(0));
     __syncthreads();
-    // This lane's ldmatrix row (lanes 8j..8j+7 address the rows of matrix j): A's four 8x8
-    // matrices are (k 0-7, m 0-7), (k 0-7, m 8-15), (k 8-15, m 0-7), (k 8-15, m 8-15) of a
-    // fragment — a0..a3 of the PTX ISA's m16n8k16 layout (a0 = A[g][2t, 2t+1], a1 = A[g+8][..],
-    // a2 = A[g][2t+8, 2t+9], a3 = A[g+8][..]) once transposed; B's two are k 0-7 and 8-15 of
-    // its 8 columns (b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]).
-    const int a_k = (lane & 7) + (lane >> 4) * 8, a_m = wm0 + ((lane >> 3) & 1) * 8;
-    const int b_k = (lane & 7) + ((lane >> 3) & 1) * 8;
+    // This lane's ldmatrix row (lanes 8j..8j+7 address the rows of matrix j). A's four 8x8
+    // matrices are (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15) of a
+    // fragment: a0..a3 of the PTX ISA's m16n8k16 layout (a0 = A[g][2t, 2t+1], a1 = A[g+8][..],
+    // a2 = A[g][2t+8, 2t+9], a3 = A[g+8][..]), read as rows of a line-major stage or, .trans,
+    // from a k-major one. B's two are k 0-7 and 8-15 of its 8 columns (b0 = B[2t, 2t+1][g],
+    // b1 = B[2t+8, 2t+9][g]).
+    const int a_at = OA::LINE_MAJOR
+                         ? OA::at((lane >> 4) * 8, wm0 + (lane & 7) + ((lane >> 3) & 1) * 8)
+                         : OA::at((lane & 7) + (lane >> 4) * 8, wm0 + ((lane >> 3) & 1) * 8);
+    const int b_at = OB::LINE_MAJOR ? OB::at(((lane >> 3) & 1) * 8, wn0 + (lane & 7))
+                                    : OB::at((lane & 7) + ((lane >> 3) & 1) * 8, wn0);
     int cur = 0;
     for (int kt = k0; kt < k1; kt += TP_BK) {
         const bool more = kt + TP_BK < k1;
@@ -568,24 +597,33 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
         }
         unsigned int af[TP_MI][4], bf[TP_NI][2];
 #pragma unroll
-        for (int i = 0; i < TP_MI; ++i) tp_ldmatrix_x4_trans(af[i], &as[cur][a_k][a_m + i * 16]);
+        for (int i = 0; i < TP_MI; ++i) {
+            const unsigned short* row = as(cur) + a_at + OA::at(0, i * 16);
+            if constexpr (OA::LINE_MAJOR) tp_ldmatrix_x4(af[i], row);
+            else tp_ldmatrix_x4_trans(af[i], row);
+        }
 #pragma unroll
-        for (int j = 0; j < TP_NI; ++j) tp_ldmatrix_x2_trans(bf[j], &bs[cur][b_k][wn0 + j * 8]);
+        for (int j = 0; j < TP_NI; ++j) {
+            const unsigned short* row = bs(cur) + b_at + OB::at(0, j * 8);
+            if constexpr (OB::LINE_MAJOR) tp_ldmatrix_x2(bf[j], row);
+            else tp_ldmatrix_x2_trans(bf[j], row);
+        }
 #pragma unroll
         for (int i = 0; i < TP_MI; ++i)
 #pragma unroll
             for (int j = 0; j < TP_NI; ++j) tp_mma16(c[i][j], af[i], bf[j]);
         // The other stage was last read before the barrier ending the previous tile.
         if (more) {
-            a.store16(as[cur ^ 1]);
-            b.store16(bs[cur ^ 1]);
+            a.store16(as(cur ^ 1));
+            b.store16(bs(cur ^ 1));
         }
         __syncthreads();
         cur ^= 1;
     }
 #else
-    a.copy_async(la, k0, k1, as[0]);
-    b.copy_async(lb, k0, k1, bs[0]);
+    const int a_frag = OA::at(t, wm0 + g), b_frag = OB::at(t, wn0 + g);
+    a.copy_async(la, k0, k1, as(0));
+    b.copy_async(lb, k0, k1, bs(0));
     tp_copy_commit();
     tp_copy_wait_all();
     __syncthreads();
@@ -595,26 +633,27 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
         // tile's copies go straight into it while this one computes.
         const bool more = kt + TP_BK < k1;
         if (more) {
-            a.copy_async(la, kt + TP_BK, k1, as[cur ^ 1]);
-            b.copy_async(lb, kt + TP_BK, k1, bs[cur ^ 1]);
+            a.copy_async(la, kt + TP_BK, k1, as(cur ^ 1));
+            b.copy_async(lb, kt + TP_BK, k1, bs(cur ^ 1));
             tp_copy_commit();
         }
+        // This lane's fragment elements: (t, g) of each, at constant offsets from here.
+        const float* sa = as(cur) + a_frag;
+        const float* sb = bs(cur) + b_frag;
 #pragma unroll
         for (int ks = 0; ks < TP_BK; ks += 8) {
             unsigned int af[TP_MI][4], bf[TP_NI][2];
 #pragma unroll
             for (int i = 0; i < TP_MI; ++i) {
-                const int r = wm0 + i * 16 + g;
-                af[i][0] = tp_tf32(as[cur][ks + t][r]);
-                af[i][1] = tp_tf32(as[cur][ks + t][r + 8]);
-                af[i][2] = tp_tf32(as[cur][ks + t + 4][r]);
-                af[i][3] = tp_tf32(as[cur][ks + t + 4][r + 8]);
+                af[i][0] = tp_tf32(sa[OA::at(ks, i * 16)]);
+                af[i][1] = tp_tf32(sa[OA::at(ks, i * 16 + 8)]);
+                af[i][2] = tp_tf32(sa[OA::at(ks + 4, i * 16)]);
+                af[i][3] = tp_tf32(sa[OA::at(ks + 4, i * 16 + 8)]);
             }
 #pragma unroll
             for (int j = 0; j < TP_NI; ++j) {
-                const int n = wn0 + j * 8 + g;
-                bf[j][0] = tp_tf32(bs[cur][ks + t][n]);
-                bf[j][1] = tp_tf32(bs[cur][ks + t + 4][n]);
+                bf[j][0] = tp_tf32(sb[OB::at(ks, j * 8)]);
+                bf[j][1] = tp_tf32(sb[OB::at(ks + 4, j * 8)]);
             }
 #pragma unroll
             for (int i = 0; i < TP_MI; ++i)

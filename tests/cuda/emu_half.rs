@@ -10,7 +10,7 @@
 //! bits each) has at most 22 significant bits, so it is exact in f32 — and so is every product
 //! the tensor cores form (natively, in the 16-bit format). The two backends differ only
 //! in how they sum the same exact products in f32 (the tensor-core tiles multiply natively:
-//! operands rounded by `cvt.rn` into 16-bit shared stages, fragments read by `ldmatrix .trans`,
+//! operands rounded by `cvt.rn` into 16-bit shared stages, fragments read by `ldmatrix`,
 //! `mma.sync` m16n8k16 `.bf16`/`.f16`). With `u = 2⁻²⁴` and `S = Σₖ |ãₖ·b̃ₖ|`:
 //!
 //! - the CPU's f32 sum (any order: blocked, FMA or not) is off the exact sum by at most `K·u·S`;
@@ -554,10 +554,13 @@ fn every_tile_simt_and_tensor_core_rounds_its_operands_and_multiplies_within_the
         "format | tile bm x bn | core | m x n x k (split) | sm_80 regs, sm_90 regs | max|err|/S\n",
     );
     let mut runs = (0, 0);
-    // The second shape's long K splits on the default target (132 SMs).
-    for (shape, (m, n, k)) in [(100usize, 70usize, 40usize), (64, 36, 1000)]
-        .into_iter()
-        .enumerate()
+    // The second shape's long K splits on the default target (132 SMs), and its operands are
+    // transposed: the first shape's tensor-core stages are A line-major (rows of A along k,
+    // plain ldmatrix) and B k-major (ldmatrix .trans), the second's the other way round.
+    for (shape, (m, n, k, transposed)) in
+        [(100usize, 70usize, 40usize, false), (64, 36, 1000, true)]
+            .into_iter()
+            .enumerate()
     {
         let mut g = Graph::new();
         let input = |g: &mut Graph, name: &str, ty| {
@@ -567,12 +570,33 @@ fn every_tile_simt_and_tensor_core_rounds_its_operands_and_multiplies_within_the
             };
             Value::first(g.add_node(name, op, &[]).expect("input"))
         };
-        let a = input(&mut g, "a", TensorType::f32(Shape::batched(&[k])));
-        let b = input(&mut g, "b", TensorType::f32(Shape::fixed(&[k, n])));
-        let c = Value::first(g.add_node("c", matmul(false, false), &[a, b]).expect("mm"));
+        let (a_shape, b_shape) = if transposed {
+            (Shape::fixed(&[k, m]), Shape::fixed(&[n, k]))
+        } else {
+            (Shape::batched(&[k]), Shape::fixed(&[k, n]))
+        };
+        let a = input(&mut g, "a", TensorType::f32(a_shape));
+        let b = input(&mut g, "b", TensorType::f32(b_shape));
+        let product = matmul(transposed, transposed);
+        let c = Value::first(g.add_node("c", product, &[a, b]).expect("mm"));
         let step = Step::new(vec![c], Vec::new());
         let av: Vec<f32> = (0..m * k).map(|_| rng.random_range(-1.0..1.0)).collect();
         let bv: Vec<f32> = (0..k * n).map(|_| rng.random_range(-1.0..1.0)).collect();
+        // A[r][j] and B[j][col] in either layout.
+        let a_at = |r: usize, j: usize| {
+            if transposed {
+                av[j * m + r]
+            } else {
+                av[r * k + j]
+            }
+        };
+        let b_at = |j: usize, col: usize| {
+            if transposed {
+                bv[col * k + j]
+            } else {
+                bv[j * n + col]
+            }
+        };
         for (precision, format, define) in HALVES {
             let p = towerpack::lower::lower(&g, &step, m, &lowering(precision)).expect("lower");
             let index = p
@@ -587,8 +611,8 @@ fn every_tile_simt_and_tensor_core_rounds_its_operands_and_multiplies_within_the
                     let (r, col) = (i / n, i % n);
                     (0..k)
                         .map(|j| {
-                            f64::from(format.round(av[r * k + j]))
-                                * f64::from(format.round(bv[j * n + col]))
+                            f64::from(format.round(a_at(r, j)))
+                                * f64::from(format.round(b_at(j, col)))
                         })
                         .fold((0.0, 0.0), |(w, s), x| (w + x, s + x.abs()))
                 })
@@ -647,8 +671,9 @@ fn every_tile_simt_and_tensor_core_rounds_its_operands_and_multiplies_within_the
                         .compile("tile", &source, Arch::EMULATED)
                         .unwrap_or_else(|e| panic!("{e}"));
                     // The tensor-core tiles multiply natively in the 16-bit format: operands
-                    // rounded by cvt.rn into 16-bit stages, fragments read by ldmatrix .trans,
-                    // m16n8k16 mma; no TF32 and no cp.async on the way.
+                    // rounded by cvt.rn into 16-bit stages, fragments read by ldmatrix (A's
+                    // .trans where A is k-major, B's where B is), m16n8k16 mma; no TF32 and
+                    // no cp.async on the way.
                     if tensor_cores {
                         let (mma, round) = match format {
                             HalfFormat::Bf16 => (
@@ -660,12 +685,23 @@ fn every_tile_simt_and_tensor_core_rounds_its_operands_and_multiplies_within_the
                                 "cvt.rn.f16",
                             ),
                         };
-                        let ldmatrix = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16";
-                        let present = [mma, round, ldmatrix].iter().all(|i| ptx.contains(i));
+                        let ldmatrix = if transposed {
+                            "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+                        } else {
+                            "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16"
+                        };
+                        let plain = if transposed {
+                            "ldmatrix.sync.aligned.m8n8.x2.shared.b16"
+                        } else {
+                            "ldmatrix.sync.aligned.m8n8.x4.shared.b16"
+                        };
+                        let present = [mma, round, ldmatrix, plain]
+                            .iter()
+                            .all(|i| ptx.contains(i));
                         if !present || ptx.contains("tf32") || ptx.contains("cp.async") {
                             failures.push(format!(
-                                "{precision} {tile:?}: the PTX lacks {mma}, {round} or \
-                                 {ldmatrix}, or has tf32 or cp.async"
+                                "{precision} {tile:?}: the PTX lacks {mma}, {round}, \
+                                 {ldmatrix} or {plain}, or has tf32 or cp.async"
                             ));
                         }
                     }

@@ -240,11 +240,15 @@ impl Tile {
         TENSOR_FMA_RATIO / words.max(issue).max(1.0)
     }
 
-    /// Bytes of static shared memory of the tensor-core variant: the stages of
-    /// [`shared_bytes`](Self::shared_bytes) or, when larger, the accumulator tile they become
-    /// after the K loop (`bm × (bn + 8)` floats), the flag and the epilogue reductions' sums.
+    /// Bytes of static shared memory of the tensor-core variant, at most: two f32 stages per
+    /// operand (the 16-bit ones are smaller), each line-major, `edge × (BK + 4)` floats, when
+    /// the operand's lines run along K, else k-major, `BK × (edge + 8)` (`kernels/gemm_core.cuh`,
+    /// `tp_operand::at`; the larger of the two is counted), or, when larger, the accumulator
+    /// tile they become after the K loop (`bm × (bn + 8)` floats); the flag and the epilogue
+    /// reductions' sums.
     pub fn tensor_shared_bytes(&self, red_outputs: usize) -> usize {
-        let stages = 2 * GEMM_BK * (self.bm + 4 + self.bn + 4);
+        let stage = |edge: usize| (edge * (GEMM_BK + 4)).max(GEMM_BK * (edge + 8));
+        let stages = 2 * (stage(self.bm) + stage(self.bn));
         let c = self.bm * (self.bn + 8);
         stages.max(c) * 4 + 16 + 8 * red_outputs * self.bn * 4
     }
