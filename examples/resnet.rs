@@ -36,8 +36,8 @@ use towerpack::models::CifarResNet;
 use towerpack::optim::Optimizer;
 use towerpack::tensor::HostTensor;
 use towerpack::train::callbacks::{
-    ClassificationError, InferenceRunner, Inferencer, ModelSaver, NonFiniteGuard, ScalarStats,
-    ScheduledHyperParamSetter,
+    ClassificationError, InferenceRunner, Inferencer, ModelSaver, NonFiniteGuard, ProgressBar,
+    ScalarStats, ScheduledHyperParamSetter,
 };
 use towerpack::train::checkpoint::atomic::write_atomically;
 use towerpack::train::checkpoint::format::encode;
@@ -79,6 +79,11 @@ struct Args {
     /// Steps timed by `--bench` (after 5 warm-up steps).
     #[arg(long, default_value_t = 20)]
     bench_steps: u64,
+    /// With `--bench`: also show a progress bar that fetches the cost with every N-th step (1:
+    /// every step, as tensorpack's does; training's default bar: 10), so that the host waits
+    /// for those steps to finish before it submits the next one.
+    #[arg(long, requires = "bench", value_name = "N")]
+    bench_fetch_every: Option<u64>,
     /// Write the validation logits and labels of the checkpoint given by `--load` to
     /// `--output` (safetensors) instead of training.
     #[arg(long, requires = "load")]
@@ -391,6 +396,10 @@ fn bench(
     .seed(args.common.seed)
     .backend(backend)
     .precision(args.common.precision);
+    let config = match args.bench_fetch_every {
+        Some(n) => config.callback(ProgressBar::new().fetch_every(n)),
+        None => config,
+    };
     let report = runner.launch(config)?;
     let (rank, ranks) = runner.rank_and_size();
     if rank != 0 {
@@ -424,6 +433,7 @@ fn bench(
             "precision": args.common.precision.to_string(),
             "trainer": format!("{:?}", args.trainer).to_lowercase(),
             "steps": times.len(),
+            "fetch_every": args.bench_fetch_every,
             "images_per_sec": (images / total * 10.0).round() / 10.0,
             "step_ms_median": (median * 1e4).round() / 10.0,
         })

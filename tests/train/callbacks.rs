@@ -359,6 +359,37 @@ fn progress_bar_writes_plain_lines_with_the_loss() {
 }
 
 #[test]
+fn progress_bar_fetches_the_loss_every_nth_step_and_the_last_of_each_epoch() {
+    // 7 steps per epoch; a plain line after every step shows the last fetched cost.
+    let costs = |every: u64| -> Vec<String> {
+        let bar = ProgressBar::new()
+            .fetch_every(every)
+            .period(std::time::Duration::ZERO)
+            .plain_to(std::io::sink());
+        let c = bare(config(mlp_model(0.1), train_flow(224, 32, 1), None))
+            .callback(bar)
+            .max_epoch(1);
+        let report = launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train");
+        let bar = report.callback::<ProgressBar>().expect("bar");
+        bar.lines()
+            .iter()
+            .map(|l| l.split("cost=").nth(1).expect("a cost").to_string())
+            .collect()
+    };
+    let each = costs(1);
+    assert_eq!(each.len(), 7);
+    // Every step's own cost: training moves it every step.
+    assert!(each.windows(2).all(|w| w[0] != w[1]), "{each:?}");
+    // Every 3rd: local steps 0, 3 and 6 (the last) fetch, the others show the last fetched.
+    let third = costs(3);
+    let shown: Vec<&str> = [0, 0, 0, 3, 3, 3, 6]
+        .iter()
+        .map(|&i| each[i].as_str())
+        .collect();
+    assert_eq!(third, shown);
+}
+
+#[test]
 fn progress_bar_draws_an_indicatif_bar_per_epoch() {
     let bar = ProgressBar::new().bar_to(indicatif::ProgressDrawTarget::hidden);
     let c = bare(config(mlp_model(0.1), train_flow(128, 32, 1), None))
