@@ -10,8 +10,11 @@
 #   1. the CUDA test binaries with TOWERPACK_TEST_CUDA=gpu: the same comparisons against the
 #      CPU backend as in CI, on the GPU;
 #   2. `resnet --device cuda --bench` at batch 64, 128 and 256 (and at 128 in tf32, bf16, fp16);
+#      and at 128 in fp32 and bf16 with the cost fetched every step (--bench-fetch-every 1), as
+#      PyTorch's step reads its loss;
 #   3. PyTorch's ResNet-20 on the same GPU (pytorch_train.py --device cuda): fp32 with TF32 off
-#      and on, NCHW and channels_last, batch 128, 10 warm-up and 50 timed steps, 3 rounds;
+#      and on, and bf16 autocast, NCHW and channels_last, batch 128, 10 warm-up and 50 timed
+#      steps, 3 rounds;
 #   4. the default 16-epoch `resnet --device cuda` run, time-boxed (epochs reached, accuracy);
 #   5. compute-sanitizer memcheck, racecheck and synccheck on a short run (first launches);
 #   6. `mnist --device cuda` steps per second;
@@ -37,7 +40,7 @@ while [ $# -gt 0 ]; do
     --budget) budget=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --dry-run) dry=1; shift ;;
-    -h | --help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -190,16 +193,34 @@ if [ "$dry" = 1 ]; then ratio_batch=${batches[-1]}; fi
 # The same at the ratio batch with tensor-core GEMMs and convolutions: TF32, and the 16-bit
 # ones of issue 17 (--precision tf32 / bf16 / fp16), each against our fp32.
 ours_tf32=""
+ours_bf16=""
 for p in tf32 bf16 fp16; do
   if run "resnet_bench_${p}_b$ratio_batch" "${limits[1]}" "$bin/resnet" --device "$device" --bench \
     --precision "$p" --batch "$ratio_batch" --bench-steps "$bench_steps" --logdir "$work/bench_log"; then
     line=$(grep -E '^\{' "$work/resnet_bench_${p}_b$ratio_batch.log" | tail -1)
     rate=$(printf '%s' "$line" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_sec"])' 2>/dev/null || echo "")
     if [ "$p" = tf32 ]; then ours_tf32=$rate; fi
+    if [ "$p" = bf16 ]; then ours_bf16=$rate; fi
     say "  batch $ratio_batch, $p: ${rate:-?} images/s (fp32: ${ours[$ratio_batch]:-?})  $line"
   else
     failures=$((failures + 1))
     tail_log "resnet_bench_${p}_b$ratio_batch" 8
+  fi
+done
+
+# PyTorch's step reads its loss back (loss.item()), so the host waits for every step; ours,
+# with --bench-fetch-every 1, does the same (a progress bar fetching the cost every step).
+declare -A fetched
+for p in fp32 bf16; do
+  if run "resnet_bench_${p}_fetch_b$ratio_batch" "${limits[1]}" "$bin/resnet" --device "$device" \
+    --bench --precision "$p" --batch "$ratio_batch" --bench-steps "$bench_steps" \
+    --bench-fetch-every 1 --logdir "$work/bench_log"; then
+    line=$(grep -E '^\{' "$work/resnet_bench_${p}_fetch_b$ratio_batch.log" | tail -1)
+    fetched[$p]=$(printf '%s' "$line" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_sec"])' 2>/dev/null || echo "")
+    say "  batch $ratio_batch, $p, the cost fetched every step: ${fetched[$p]:-?} images/s  $line"
+  else
+    failures=$((failures + 1))
+    tail_log "resnet_bench_${p}_fetch_b$ratio_batch" 8
   fi
 done
 
@@ -226,6 +247,17 @@ else
       tail_log "pytorch_tf32_$tf32" 8
     fi
   done
+  # Automatic mixed precision in bf16 (torch.autocast), against our --precision bf16.
+  if run pytorch_autocast_bf16 "${limits[2]}" python3 "$bin/pytorch_train.py" resnet20 \
+    resnet20-nchw --device "$torch_device" --autocast bf16 --machine "${torch_args[@]}"; then
+    while read -r _ name _ rate; do
+      torch_rate["$name"]=$rate
+      say "  $name (channels_last unless -nchw), autocast: $rate images/s"
+    done < <(grep -E '^train ' "$work/pytorch_autocast_bf16.log")
+  else
+    failures=$((failures + 1))
+    tail_log pytorch_autocast_bf16 8
+  fi
 fi
 
 section "4. The default 16-epoch ResNet-20 run (time-boxed)"
@@ -314,7 +346,9 @@ fi
 section "Ratios"
 python3 - "$ratio_batch" "${ours[$ratio_batch]:-}" "${torch_rate[resnet20/tf32-off]:-}" \
   "${torch_rate[resnet20-nchw/tf32-off]:-}" "${torch_rate[resnet20/tf32-on]:-}" \
-  "${torch_rate[resnet20-nchw/tf32-on]:-}" "$ours_tf32" <<'PY' | tee -a "$report"
+  "${torch_rate[resnet20-nchw/tf32-on]:-}" "$ours_tf32" "${ours_bf16:-}" \
+  "${torch_rate[resnet20+bf16]:-}" "${torch_rate[resnet20-nchw+bf16]:-}" "${fetched[fp32]:-}" \
+  "${fetched[bf16]:-}" <<'PY' | tee -a "$report"
 import sys
 def num(s):
     try:
@@ -322,9 +356,11 @@ def num(s):
     except ValueError:
         return None
 batch = sys.argv[1]
-ours, cl_off, nchw_off, cl_on, nchw_on, ours_tf32 = map(num, sys.argv[2:])
+(ours, cl_off, nchw_off, cl_on, nchw_on, ours_tf32, ours_bf16, cl_bf16, nchw_bf16,
+ fetched_fp32, fetched_bf16) = map(num, sys.argv[2:])
 fp32 = max([x for x in (cl_off, nchw_off) if x] or [0]) or None
 tf32 = max([x for x in (cl_on, nchw_on) if x] or [0]) or None
+bf16 = max([x for x in (cl_bf16, nchw_bf16) if x] or [0]) or None
 print(f"towerpack ResNet-20, batch {batch}: {ours or '?'} images/s")
 for what, ref in (("PyTorch's best fp32 (TF32 off)", fp32), ("PyTorch's best with TF32", tf32)):
     if ours and ref:
@@ -334,6 +370,15 @@ for what, ref in (("PyTorch's best fp32 (TF32 off)", fp32), ("PyTorch's best wit
 print(f"towerpack ResNet-20, batch {batch}, --precision tf32: {ours_tf32 or '?'} images/s")
 if ours_tf32 and tf32:
     print(f"  / PyTorch's best with TF32 {tf32:.0f} images/s = {ours_tf32 / tf32:.2f}x")
+print(f"towerpack ResNet-20, batch {batch}, --precision bf16: {ours_bf16 or '?'} images/s")
+if ours_bf16 and bf16:
+    print(f"  / PyTorch's best bf16 autocast {bf16:.0f} images/s = {ours_bf16 / bf16:.2f}x")
+# PyTorch reads its loss back every step: so do these.
+for what, mine, ref in (("fp32", fetched_fp32, fp32), ("bf16", fetched_bf16, bf16)):
+    print(f"towerpack, {what}, the cost fetched every step: {mine or '?'} images/s")
+    if mine and ref:
+        print(f"  / PyTorch's best {what} {ref:.0f} images/s (its loss read every step) "
+              f"= {mine / ref:.2f}x")
 PY
 
 section "Result"

@@ -16,12 +16,17 @@ step`, the loss read back as a Python float (as towerpack's step fetches its cos
 
     python3 bench/pytorch_train.py [resnet20 resnet20-nchw mlp linear] [--threads 2]
         [--rounds 5] [--secs 1.0] [--machine] [--cpu-time]
-        [--device cpu|cuda] [--tf32 off|on] [--batch B] [--warmup 2] [--steps N]
+        [--device cpu|cuda] [--tf32 off|on] [--autocast off|bf16|fp16] [--batch B]
+        [--warmup 2] [--steps N]
 
 On `--device cuda` the model and every batch live on the GPU, `cudnn.benchmark` is on, TF32
 is off unless `--tf32 on` (matmuls and convolutions), and every timed step ends with
-`torch.cuda.synchronize()`. `--steps N` times exactly N steps per round (after `--warmup`
-steps) instead of rounds of at least `--secs` seconds. `--batch` overrides the model's batch.
+`torch.cuda.synchronize()`. `--autocast bf16|fp16` runs the forward pass and the loss under
+`torch.autocast` in that type (PyTorch's automatic mixed precision: f32 master weights), fp16
+with a `GradScaler` (the step read back, as towerpack's fp16 runs the loss scale); the model
+names printed get a `+bf16`/`+fp16` suffix. `--steps N` times exactly N steps per round (after
+`--warmup` steps) instead of rounds of at least `--secs` seconds. `--batch` overrides the
+model's batch.
 """
 
 import argparse
@@ -127,7 +132,15 @@ def setup(name, device="cpu", batch=None):
     return model, list(zip(xs, ys)), batch, wd
 
 
-def make_step(model, wd, device="cpu"):
+def finish(loss, device):
+    """The step's loss as a Python float, the device synchronised."""
+    value = loss.item()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return value
+
+
+def make_step(model, wd, device="cpu", autocast="off"):
     # tensorpack's L2 is on the weights (".*/W"), not biases or BN parameters.
     decay = [p for n, p in model.named_parameters() if n.endswith("weight") and p.dim() > 1]
     rest = [p for n, p in model.named_parameters() if not (n.endswith("weight") and p.dim() > 1)]
@@ -135,25 +148,36 @@ def make_step(model, wd, device="cpu"):
     opt = torch.optim.SGD(groups, lr=0.01, momentum=0.9)
     model.train()
 
+    if autocast == "off":
+        def step(x, y):
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            return finish(loss, device)
+        return step
+
+    dtype = torch.bfloat16 if autocast == "bf16" else torch.float16
+    scaler = torch.amp.GradScaler(device, enabled=autocast == "fp16")
+
     def step(x, y):
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        value = loss.item()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return value
+        with torch.autocast(device_type=device, dtype=dtype):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        return finish(loss, device)
 
     return step
 
 
 def time_model(name, rounds, secs, threads, cpu_time, device="cpu", batch=None, warmup=2,
-               steps=None):
+               steps=None, autocast="off"):
     """(median, best) seconds per step over `rounds` rounds of at least `secs` seconds, or of
     exactly `steps` steps (with `cpu_time`, process CPU seconds divided by the thread count)."""
     model, data, batch, wd = setup(name, device, batch)
-    step = make_step(model, wd, device)
+    step = make_step(model, wd, device, autocast)
     for i in range(warmup):
         step(*data[i % len(data)])
     times = []
@@ -182,6 +206,8 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--tf32", choices=["off", "on"], default="off",
                     help="TF32 tensor cores for matmuls and convolutions (cuda only)")
+    ap.add_argument("--autocast", choices=["off", "bf16", "fp16"], default="off",
+                    help="automatic mixed precision (torch.autocast; fp16 with a GradScaler)")
     ap.add_argument("--batch", type=int, default=None, help="override the model's batch")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     ap.add_argument("--steps", type=int, default=None,
@@ -197,7 +223,9 @@ def main():
         torch.backends.cudnn.allow_tf32 = a.tf32 == "on"
     for name in a.models:
         median, best, batch = time_model(name, a.rounds, a.secs, a.threads, a.cpu_time,
-                                         a.device, a.batch, a.warmup, a.steps)
+                                         a.device, a.batch, a.warmup, a.steps, a.autocast)
+        if a.autocast != "off":
+            name = f"{name}+{a.autocast}"
         if a.machine:
             print(f"train {name} {median:.9f} {batch / median:.3f}", flush=True)
         else:

@@ -11,9 +11,12 @@
 //! current value on "every gradient is finite", and halves the scale. After `growth_interval`
 //! finite steps in a row the scale doubles.
 //!
-//! The state is two checkpointed variables, [`LOSS_SCALE`] (`f32`) and [`LOSS_SCALE_GOOD_STEPS`]
-//! (`i32`), so a resumed run continues with the scale it had. The new scale and the "step
-//! applied" flag are added to the graph's [`LOSS_SCALE_COLLECTION`] for the trainer's monitor.
+//! The state is three checkpointed variables, [`LOSS_SCALE`] (`f32`), [`LOSS_SCALE_GOOD_STEPS`]
+//! and [`LOSS_SCALE_SKIPPED_STEPS`] (`i32`), so a resumed run continues with the scale it had
+//! and its count of skipped steps. The new scale, the "step applied" flag and the new count are
+//! added to the graph's [`LOSS_SCALE_COLLECTION`] for the trainer's monitor, which reads the
+//! count now and then rather than the flag after every step (a fetch makes the host wait for
+//! the step).
 
 use super::OptimError;
 use super::process::{all_finite_times, device};
@@ -28,7 +31,10 @@ use crate::tensor::DType;
 pub const LOSS_SCALE: &str = "LossScale/scale";
 /// The variable counting finite steps since the scale last changed.
 pub const LOSS_SCALE_GOOD_STEPS: &str = "LossScale/good_steps";
-/// Graph collection holding `[new scale (f32 scalar), step applied (bool scalar)]`.
+/// The variable counting the steps skipped for a non-finite gradient, over the whole run.
+pub const LOSS_SCALE_SKIPPED_STEPS: &str = "LossScale/skipped_steps";
+/// Graph collection holding `[new scale (f32 scalar), step applied (bool scalar), new count of
+/// skipped steps (i32 scalar)]`.
 pub const LOSS_SCALE_COLLECTION: &str = "loss_scale";
 /// Graph collection of the gradients [`unscale`] made (`g · (1/scale)`), which [`gate`] checks
 /// on their scaled operand.
@@ -236,8 +242,8 @@ fn inverse(
 }
 
 /// `updates` applied only when every gradient of `grads` is finite (else each variable keeps its
-/// value), plus the updates of the scale and its counter. Registers `[new scale, applied]` in
-/// [`LOSS_SCALE_COLLECTION`].
+/// value), plus the updates of the scale and its counters. Registers `[new scale, applied, new
+/// skipped count]` in [`LOSS_SCALE_COLLECTION`].
 pub fn gate(
     graph: &mut Graph,
     config: &DynamicLossScale,
@@ -253,8 +259,16 @@ pub fn gate(
         Initializer::Zeros,
         VarFlags::default(),
     )?;
+    let skipped_var = get_or_create(
+        graph,
+        LOSS_SCALE_SKIPPED_STEPS,
+        TensorType::scalar(DType::I32),
+        Initializer::Zeros,
+        VarFlags::default(),
+    )?;
     ensure_unassigned(graph, scale_var)?;
     ensure_unassigned(graph, good_var)?;
+    ensure_unassigned(graph, skipped_var)?;
     // Every gradient finite. A gradient still as `unscale` made it, `g · (1/scale)`, is checked
     // as `|g| · (1/scale)`: the same value, but the unscaled product then has one reader, the
     // update, which fuses it (checking the product itself would make the lowering write every
@@ -362,6 +376,19 @@ pub fn gate(
         Op::Select,
         &[applied, good_kept, zero],
     )?;
+    let skipped = read(graph, skipped_var, "LossScale/skipped_steps/read", None)?;
+    let one_more = n(
+        graph,
+        "skipped_plus_one",
+        Op::Binary(BinaryOp::Add),
+        &[skipped, one],
+    )?;
+    let skipped_new = n(
+        graph,
+        "new_skipped_steps",
+        Op::Select,
+        &[applied, skipped, one_more],
+    )?;
     out.push(VariableUpdate {
         var: scale_var,
         current: scale,
@@ -372,7 +399,13 @@ pub fn gate(
         current: good,
         new: good_new,
     });
+    out.push(VariableUpdate {
+        var: skipped_var,
+        current: skipped,
+        new: skipped_new,
+    });
     graph.add_to_collection(LOSS_SCALE_COLLECTION, scale_new);
     graph.add_to_collection(LOSS_SCALE_COLLECTION, applied);
+    graph.add_to_collection(LOSS_SCALE_COLLECTION, skipped_new);
     Ok(out)
 }

@@ -23,7 +23,8 @@ mod state;
 pub use accum::ACCUM_COUNTER;
 pub use loss_scale::{
     DynamicLossScale, LOSS_SCALE, LOSS_SCALE_COLLECTION, LOSS_SCALE_GOOD_STEPS,
-    UNSCALED_GRADIENTS_COLLECTION, gate as gate_on_finite, scale_loss, unscale,
+    LOSS_SCALE_SKIPPED_STEPS, UNSCALED_GRADIENTS_COLLECTION, gate as gate_on_finite, scale_loss,
+    unscale,
 };
 pub use optimizer::{CustomRule, Optimizer, TrainOp};
 pub use process::{

@@ -1,24 +1,25 @@
 //! Training under FP16's dynamic loss scale: a forced overflow is skipped (no variable moves)
-//! and halves the scale, good steps grow it again, and the `loss_scale` monitor scalar shows
-//! every move — PyTorch `GradScaler`'s semantics, checked step by step.
+//! and halves the scale, good steps grow it again — PyTorch `GradScaler`'s semantics, checked
+//! step by step on the variables — and the monitor reports the scale and every skipped step
+//! from what it fetches with every 10th step of an epoch and its last.
 
 use crate::train_common;
 
 use std::sync::{Arc, Mutex};
 
-use towerpack::optim::{DynamicLossScale, LOSS_SCALE};
+use towerpack::optim::{DynamicLossScale, LOSS_SCALE, LOSS_SCALE_SKIPPED_STEPS};
 use towerpack::tensor::HostTensor;
 use towerpack::train::callbacks::{
-    ClassificationError, InferenceRunner, Inferencer, ModelSaver, ScalarStats,
+    ClassificationError, InferenceRunner, Inferencer, LossScaleMonitor, ModelSaver, ScalarStats,
 };
 use towerpack::train::*;
 use train_common::*;
 
-/// Every trainable variable after a step, with the loss scale monitored then.
+/// Every trainable variable after a step, with the loss-scale variable then.
 type Observed = Arc<Mutex<Vec<(Vec<HostTensor>, f64)>>>;
 
-/// Records every trainable variable before training, and after every step with the monitored
-/// loss scale.
+/// Records every trainable variable before training, and after every step with the loss-scale
+/// variable.
 struct Watch {
     initial: Arc<Mutex<Vec<HostTensor>>>,
     seen: Observed,
@@ -44,7 +45,10 @@ impl Callback for Watch {
 
     fn after_run(&mut self, ctx: &mut TrainContext, _: &[HostTensor]) -> Result<(), TrainError> {
         let values = trainables(ctx)?;
-        let scale = ctx.monitors().get_latest("loss_scale").unwrap_or(f64::NAN);
+        let scale = ctx
+            .read_variable(LOSS_SCALE)?
+            .scalar_value()
+            .unwrap_or(f64::NAN);
         self.seen.lock().expect("seen").push((values, scale));
         Ok(())
     }
@@ -103,17 +107,50 @@ fn an_fp16_overflow_skips_the_step_and_halves_the_loss_scale() {
             good = 0;
             skipped += 1;
         }
-        assert_eq!(*monitored, scale, "step {}: monitored loss scale", step + 1);
+        assert_eq!(*monitored, scale, "step {}: the loss scale", step + 1);
         before = values;
     }
     assert!(skipped >= 1, "the forced overflow skipped no step");
     assert!(grown >= 1, "the scale never grew back");
+    // The monitor fetched with local steps 0 and 7 (the last) of each 8-step epoch: the scale
+    // then, and the skipped steps counted on the device in between, none missed.
+    let scales: Vec<(u64, f64)> = report.history("loss_scale").to_vec();
+    let fetched: Vec<u64> = scales.iter().map(|h| h.0).collect();
+    assert_eq!(
+        fetched,
+        [1, 8, 9, 16, 17, 24],
+        "the steps the monitor fetched with"
+    );
+    for &(step, monitored) in &scales {
+        assert_eq!(
+            monitored,
+            seen[step as usize - 1].1,
+            "step {step}: monitored scale"
+        );
+    }
     let skipped_history = report.history("loss_scale/skipped_steps").to_vec();
     assert_eq!(
-        skipped_history.len(),
-        skipped,
-        "one skipped-steps scalar per skip"
+        skipped_history.last().map(|h| h.1),
+        Some(skipped as f64),
+        "the monitored count of skipped steps: {skipped_history:?}"
     );
+    let monitor = report
+        .callback::<LossScaleMonitor>()
+        .expect("the engine's loss-scale monitor");
+    assert_eq!(monitor.skipped_steps(), skipped as u64);
+    let skipped_var = report
+        .session
+        .graph()
+        .find_variable(LOSS_SCALE_SKIPPED_STEPS)
+        .expect("the count is a variable");
+    let on_device = report
+        .session
+        .as_mut()
+        .read_variable(skipped_var)
+        .expect("read")
+        .scalar_value()
+        .expect("scalar");
+    assert_eq!(on_device, skipped as f64, "the checkpointed count");
     assert!(
         seen[0].1 < scaling.initial_scale,
         "the first step overflowed"
