@@ -173,17 +173,26 @@ for t in emu_training emu_kernels emu_ops emu_tf32 emu_half; do
 done
 
 section "2. towerpack ResNet-20 training throughput (--device $device --bench)"
-declare -A ours
-for b in "${batches[@]}"; do
-  if run "resnet_bench_b$b" "${limits[1]}" "$bin/resnet" --device "$device" --bench --batch "$b" \
-    --bench-steps "$bench_steps" --logdir "$work/bench_log"; then
-    line=$(grep -E '^\{' "$work/resnet_bench_b$b.log" | tail -1)
-    ours[$b]=$(printf '%s' "$line" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_sec"])' 2>/dev/null || echo "")
-    say "  batch $b: ${ours[$b]:-?} images/s  $line"
+# bench NAME LABEL ARGS...: `resnet --bench ARGS` as step NAME; says LABEL with the images/s and
+# leaves them in $rate ('' when the step failed).
+bench() {
+  local name=$1 label=$2 line
+  shift 2
+  rate=""
+  if run "$name" "${limits[1]}" "$bin/resnet" --device "$device" --bench \
+    --bench-steps "$bench_steps" --logdir "$work/bench_log" "$@"; then
+    line=$(grep -E '^\{' "$work/$name.log" | tail -1)
+    rate=$(printf '%s' "$line" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_sec"])' 2>/dev/null || echo "")
+    say "  $label: ${rate:-?} images/s  $line"
   else
     failures=$((failures + 1))
-    tail_log "resnet_bench_b$b" 8
+    tail_log "$name" 8
   fi
+}
+declare -A ours
+for b in "${batches[@]}"; do
+  bench "resnet_bench_b$b" "batch $b" --batch "$b"
+  ours[$b]=$rate
 done
 
 # The batch of the ratios: 128 on a GPU, the dry run's largest.
@@ -192,36 +201,21 @@ if [ "$dry" = 1 ]; then ratio_batch=${batches[-1]}; fi
 
 # The same at the ratio batch with tensor-core GEMMs and convolutions: TF32, and the 16-bit
 # ones of issue 17 (--precision tf32 / bf16 / fp16), each against our fp32.
-ours_tf32=""
-ours_bf16=""
+declare -A precise
 for p in tf32 bf16 fp16; do
-  if run "resnet_bench_${p}_b$ratio_batch" "${limits[1]}" "$bin/resnet" --device "$device" --bench \
-    --precision "$p" --batch "$ratio_batch" --bench-steps "$bench_steps" --logdir "$work/bench_log"; then
-    line=$(grep -E '^\{' "$work/resnet_bench_${p}_b$ratio_batch.log" | tail -1)
-    rate=$(printf '%s' "$line" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_sec"])' 2>/dev/null || echo "")
-    if [ "$p" = tf32 ]; then ours_tf32=$rate; fi
-    if [ "$p" = bf16 ]; then ours_bf16=$rate; fi
-    say "  batch $ratio_batch, $p: ${rate:-?} images/s (fp32: ${ours[$ratio_batch]:-?})  $line"
-  else
-    failures=$((failures + 1))
-    tail_log "resnet_bench_${p}_b$ratio_batch" 8
-  fi
+  bench "resnet_bench_${p}_b$ratio_batch" \
+    "batch $ratio_batch, $p (fp32: ${ours[$ratio_batch]:-?})" --precision "$p" --batch "$ratio_batch"
+  precise[$p]=$rate
 done
 
 # PyTorch's step reads its loss back (loss.item()), so the host waits for every step; ours,
 # with --bench-fetch-every 1, does the same (a progress bar fetching the cost every step).
 declare -A fetched
 for p in fp32 bf16; do
-  if run "resnet_bench_${p}_fetch_b$ratio_batch" "${limits[1]}" "$bin/resnet" --device "$device" \
-    --bench --precision "$p" --batch "$ratio_batch" --bench-steps "$bench_steps" \
-    --bench-fetch-every 1 --logdir "$work/bench_log"; then
-    line=$(grep -E '^\{' "$work/resnet_bench_${p}_fetch_b$ratio_batch.log" | tail -1)
-    fetched[$p]=$(printf '%s' "$line" | python3 -c 'import json,sys; print(json.load(sys.stdin)["images_per_sec"])' 2>/dev/null || echo "")
-    say "  batch $ratio_batch, $p, the cost fetched every step: ${fetched[$p]:-?} images/s  $line"
-  else
-    failures=$((failures + 1))
-    tail_log "resnet_bench_${p}_fetch_b$ratio_batch" 8
-  fi
+  bench "resnet_bench_${p}_fetch_b$ratio_batch" \
+    "batch $ratio_batch, $p, the cost fetched every step" --precision "$p" \
+    --batch "$ratio_batch" --bench-fetch-every 1
+  fetched[$p]=$rate
 done
 
 section "3. PyTorch ResNet-20 on the same device ($torch_device, batch $ratio_batch)"
@@ -346,7 +340,7 @@ fi
 section "Ratios"
 python3 - "$ratio_batch" "${ours[$ratio_batch]:-}" "${torch_rate[resnet20/tf32-off]:-}" \
   "${torch_rate[resnet20-nchw/tf32-off]:-}" "${torch_rate[resnet20/tf32-on]:-}" \
-  "${torch_rate[resnet20-nchw/tf32-on]:-}" "$ours_tf32" "${ours_bf16:-}" \
+  "${torch_rate[resnet20-nchw/tf32-on]:-}" "${precise[tf32]:-}" "${precise[bf16]:-}" \
   "${torch_rate[resnet20+bf16]:-}" "${torch_rate[resnet20-nchw+bf16]:-}" "${fetched[fp32]:-}" \
   "${fetched[bf16]:-}" <<'PY' | tee -a "$report"
 import sys

@@ -11,7 +11,8 @@ The same models as towerpack's benchmark, built to match its graphs:
 * `linear`: Linear(10, 10), batch 8 (framework overhead).
 
 Each step is `zero_grad; loss = cross_entropy(model(x), y) (+ L2); backward; SGD momentum 0.9
-step`, the loss read back as a Python float (as towerpack's step fetches its cost). Prints one
+step`, the loss read back as a Python float (the host waits for every step: towerpack's
+`resnet --bench` does not unless `--bench-fetch-every 1`, which fetches its cost every step). Prints one
 `train NAME SECONDS_PER_STEP EXAMPLES_PER_SEC` line per model with --machine.
 
     python3 bench/pytorch_train.py [resnet20 resnet20-nchw mlp linear] [--threads 2]
