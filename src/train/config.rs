@@ -182,7 +182,10 @@ impl TrainConfig {
     /// the scale before differentiation, gradients are divided by it before the gradient
     /// processors, a step whose gradients are not all finite is skipped and halves the scale,
     /// and the scale doubles after `growth_interval` good steps. The scale is the
-    /// `LossScale/scale` variable (checkpointed) and the `loss_scale` monitor scalar.
+    /// `LossScale/scale` variable (checkpointed) and the `loss_scale` monitor scalar, which a
+    /// [`LossScaleMonitor`](crate::train::callbacks::LossScaleMonitor) fetches with every 10th
+    /// step; one among [`callback`](Self::callback)s replaces the engine's (e.g.
+    /// `LossScaleMonitor::new().every(1)` to fetch after every step).
     pub fn loss_scale(mut self, loss_scale: Option<DynamicLossScale>) -> TrainConfig {
         self.loss_scale = loss_scale;
         self

@@ -314,7 +314,12 @@ pub fn launch_train_with_config(
         callbacks.register(cb, is_chief);
     }
     callbacks.register(Box::new(MaintainStepCounter::new()), is_chief);
-    if config.loss_scale.is_some() {
+    // The user's own monitor (another fetch period) replaces the default one.
+    let own_monitor = config
+        .callbacks
+        .iter()
+        .any(|c| (**c).as_any().is::<LossScaleMonitor>());
+    if config.loss_scale.is_some() && !own_monitor {
         callbacks.register(Box::new(LossScaleMonitor::new()), is_chief);
     }
     for cb in std::mem::take(&mut config.callbacks) {

@@ -151,6 +151,27 @@ fn an_fp16_overflow_skips_the_step_and_halves_the_loss_scale() {
         .scalar_value()
         .expect("scalar");
     assert_eq!(on_device, skipped as f64, "the checkpointed count");
+
+    // A monitor of the user's replaces the engine's: fetching every step, it sees every move.
+    let c = bare(config(mlp_model(0.1), train_flow(256, 32, 1), None))
+        .precision(Precision::Fp16)
+        .loss_scale(Some(scaling))
+        .callback(LossScaleMonitor::new().every(1))
+        .max_epoch(3);
+    let own = launch_train_with_config(c, &mut SimpleTrainer::new()).expect("train");
+    assert_eq!(
+        own.callbacks_of::<LossScaleMonitor>().len(),
+        1,
+        "one monitor"
+    );
+    let every: Vec<f64> = own.history("loss_scale").iter().map(|h| h.1).collect();
+    let per_step: Vec<f64> = seen.iter().map(|s| s.1).collect();
+    assert_eq!(every, per_step, "the scale after every step");
+    assert_eq!(
+        own.history("loss_scale/skipped_steps").len(),
+        skipped,
+        "one count per skipped step"
+    );
     assert!(
         seen[0].1 < scaling.initial_scale,
         "the first step overflowed"
