@@ -257,7 +257,7 @@ impl StepGraph {
                     got: TensorType::of_host(value).to_string(),
                 });
             }
-            driver.write_pinned(self.pinned_in, f.pinned, &value.to_le_bytes())?;
+            driver.write_pinned(self.pinned_in, f.pinned, &value.le_bytes())?;
         }
         for f in &self.feeds {
             if let Some(e) = self.consumed[f.device] {

@@ -482,7 +482,7 @@ fn write_buffer(
             got: TensorType::of_host(value).to_string(),
         });
     }
-    driver.copy_htod(p.home_device(b), p.home_address(b), &value.to_le_bytes())?;
+    driver.copy_htod(p.home_device(b), p.home_address(b), &value.le_bytes())?;
     Ok(())
 }
 
@@ -618,7 +618,7 @@ impl Session for CudaSession {
         let slot = self.layout.slot(var);
         let d = usize::from(slot.device);
         self.driver
-            .copy_htod(d, self.state[d].offset(slot.offset), &value.to_le_bytes())?;
+            .copy_htod(d, self.state[d].offset(slot.offset), &value.le_bytes())?;
         Ok(())
     }
 }
