@@ -228,30 +228,29 @@ else
   else
     torch_args=(--batch "$ratio_batch" --warmup 10 --steps 50 --rounds 3)
   fi
-  for tf32 in off on; do
-    if [ "$dry" = 1 ] && [ "$tf32" = on ]; then continue; fi
-    if run "pytorch_tf32_$tf32" "${limits[2]}" python3 "$bin/pytorch_train.py" resnet20 resnet20-nchw \
-      --device "$torch_device" --tf32 "$tf32" --machine "${torch_args[@]}"; then
-      while read -r _ name _ rate; do
-        torch_rate["$name/tf32-$tf32"]=$rate
-        say "  $name (channels_last unless -nchw), TF32 $tf32: $rate images/s"
-      done < <(grep -E '^train ' "$work/pytorch_tf32_$tf32.log")
+  # torch_bench NAME KEY LABEL ARGS...: pytorch_train.py's ResNet-20 in channels_last and NCHW
+  # with ARGS as step NAME; each model's images/s goes to torch_rate[MODEL$KEY], said as LABEL.
+  torch_bench() {
+    local name=$1 key=$2 label=$3 model images
+    shift 3
+    if run "$name" "${limits[2]}" python3 "$bin/pytorch_train.py" resnet20 resnet20-nchw \
+      --device "$torch_device" --machine "${torch_args[@]}" "$@"; then
+      while read -r _ model _ images; do
+        torch_rate["$model$key"]=$images
+        say "  $model (channels_last unless -nchw), $label: $images images/s"
+      done < <(grep -E '^train ' "$work/$name.log")
     else
       failures=$((failures + 1))
-      tail_log "pytorch_tf32_$tf32" 8
+      tail_log "$name" 8
     fi
+  }
+  for tf32 in off on; do
+    if [ "$dry" = 1 ] && [ "$tf32" = on ]; then continue; fi
+    torch_bench "pytorch_tf32_$tf32" "/tf32-$tf32" "TF32 $tf32" --tf32 "$tf32"
   done
-  # Automatic mixed precision in bf16 (torch.autocast), against our --precision bf16.
-  if run pytorch_autocast_bf16 "${limits[2]}" python3 "$bin/pytorch_train.py" resnet20 \
-    resnet20-nchw --device "$torch_device" --autocast bf16 --machine "${torch_args[@]}"; then
-    while read -r _ name _ rate; do
-      torch_rate["$name"]=$rate
-      say "  $name (channels_last unless -nchw), autocast: $rate images/s"
-    done < <(grep -E '^train ' "$work/pytorch_autocast_bf16.log")
-  else
-    failures=$((failures + 1))
-    tail_log pytorch_autocast_bf16 8
-  fi
+  # Automatic mixed precision in bf16 (torch.autocast; the models print as MODEL+bf16),
+  # against our --precision bf16.
+  torch_bench pytorch_autocast_bf16 "" "bf16 autocast" --autocast bf16
 fi
 
 section "4. The default 16-epoch ResNet-20 run (time-boxed)"
