@@ -46,6 +46,9 @@
 //!
 //! Every emulated result is also compared bit for bit with a second run on a fresh device
 //! (CTAs run on several host threads, so the combining block of a split changes between runs).
+//!
+//! And a guard of the H100's measurement: the PTX of ResNet-20's TF32 convolutions copies a
+//! vector of 4 operand elements as one 16-byte `cp.async`, never as four 4-byte ones.
 
 use crate::cuda_common;
 
@@ -564,5 +567,57 @@ fn train_config_precision_reaches_the_device_through_the_trainer() {
     assert!(
         tf32 != fp32,
         "TrainConfig::precision(Tf32) changed nothing on the device"
+    );
+}
+
+/// TF32's operand stages take a thread's vector of 4 elements as ONE 16-byte `cp.async`,
+/// whichever way it lies (`tp_operand::at`: line-major stages for the operands whose lines run
+/// along K, k-major for the others). On an H100 the convolutions' channels-fast operands went
+/// into k-major stages as four 4-byte copies each: the L1 was 92% busy and a TF32 step took
+/// 1.4x an f32 one (`tests/perf/gpu-h100-tensor-core-layouts-2026-11-27.md`). Checked on the
+/// PTX of every distinct tensor-core kernel of ResNet-20's TF32 training step (batch 128) that
+/// loads vectors of 4 on both operands: 16-byte copies, and not one 4-byte copy.
+#[test]
+fn tf32_stages_copy_a_vector_of_four_as_one_16_byte_cp_async() {
+    use std::collections::BTreeSet;
+    use towerpack::backend::cuda::nvrtc::{Arch, Compiler};
+    cuda_common::require_nvrtc();
+    let compiler = Compiler::new(None).expect("NVRTC");
+    let tg = cuda_common::resnet20();
+    let options = towerpack::lower::LowerOptions {
+        epilogue_reductions: true,
+        ..lowering(Precision::Tf32)
+    };
+    let p = towerpack::lower::lower(&tg.graph, &tg.step, 128, &options).expect("lower");
+    let mut seen = BTreeSet::new();
+    let mut kinds = BTreeSet::new();
+    for i in 0..p.kernels.len() {
+        let KernelPlan::Launch(r) = render::render_kernel(&p, i).expect("render") else {
+            continue;
+        };
+        let vectors = r.generated.contains("#define TP_VEC_A ((int)4)")
+            && r.generated.contains("#define TP_VEC_B ((int)4)");
+        if !r.generated.contains("#define TP_TF32 1") || !vectors || !seen.insert(r.source()) {
+            continue;
+        }
+        let name = &p.kernels[i].name;
+        let ptx = compiler
+            .compile(name, &r.source(), Arch::EMULATED)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            ptx.contains("cp.async.cg.shared.global"),
+            "k{i} {name}: no 16-byte cp.async"
+        );
+        assert!(
+            !ptx.contains("cp.async.ca.shared.global"),
+            "k{i} {name}: a 4-byte cp.async in a kernel whose loads are vectors of 4"
+        );
+        kinds.insert(p.kernels[i].kind.name());
+    }
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        ["conv2d", "conv2d_backprop_filter", "conv2d_backprop_input"],
+        "the three convolutions were checked ({} distinct kernels)",
+        seen.len()
     );
 }
