@@ -48,6 +48,19 @@ impl ExprOp {
             other => other.clone(),
         }
     }
+
+    /// This instruction with the operand slot it reads (a load's, a random number's counter)
+    /// replaced by `f(slot)`.
+    pub fn with_slot(&self, f: impl Fn(u16) -> u16) -> ExprOp {
+        match self {
+            ExprOp::Load(l) => ExprOp::Load(f(*l)),
+            ExprOp::Random { seed, counter } => ExprOp::Random {
+                seed: *seed,
+                counter: f(*counter),
+            },
+            other => other.clone(),
+        }
+    }
 }
 
 /// A fused elementwise computation with one or more outputs.
@@ -81,6 +94,19 @@ impl FusedExpr {
             })
             .max()
             .unwrap_or(0)
+    }
+
+    /// This expression with every operand slot `l` (of loads and random counters) replaced by
+    /// `f(l)`: how a fused expression moves into a kernel whose inputs are numbered otherwise.
+    pub fn with_slots(&self, f: impl Fn(u16) -> u16) -> FusedExpr {
+        FusedExpr {
+            ops: self
+                .ops
+                .iter()
+                .map(|(op, dt)| (op.with_slot(&f), *dt))
+                .collect(),
+            outputs: self.outputs.clone(),
+        }
     }
 
     /// True when the expression draws random numbers (its flat index must be the op's).

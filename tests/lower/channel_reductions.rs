@@ -76,6 +76,25 @@ impl Case {
     }
 }
 
+/// A random square convolution of `groups` groups: its kernel size (1 to 3) and attributes
+/// (stride 1 or 2, `SAME` or `VALID`, no dilation), drawn in that order.
+pub(crate) fn random_conv(rng: &mut ChaCha8Rng, groups: usize) -> (usize, Conv2dAttrs) {
+    let k = rng.random_range(1..4);
+    let s = rng.random_range(1..3);
+    let padding = if rng.random_bool(0.5) {
+        Padding::Same
+    } else {
+        Padding::Valid
+    };
+    let attrs = Conv2dAttrs {
+        strides: [s, s],
+        padding,
+        dilations: [1, 1],
+        groups,
+    };
+    (k, attrs)
+}
+
 /// A convolution with batch-norm statistics of its output (mean, then the variance around it),
 /// and a backward-input convolution whose ReLU-masked output feeds four per-channel sums with
 /// other operands (the shape of batch norm's backward pass).
@@ -88,18 +107,7 @@ fn case(seed: u64) -> (Graph, Vec<Feed>, Step) {
     };
     let channels = [1, 3, 16, 17, 64][c.rng.random_range(0..5)];
     let outs = [2, 5, 16, 32, 64][c.rng.random_range(0..5)];
-    let k = c.rng.random_range(1..4);
-    let s = c.rng.random_range(1..3);
-    let attrs = Conv2dAttrs {
-        strides: [s, s],
-        padding: if c.rng.random_bool(0.5) {
-            Padding::Same
-        } else {
-            Padding::Valid
-        },
-        dilations: [1, 1],
-        groups: 1,
-    };
+    let (k, attrs) = random_conv(&mut c.rng, 1);
     let x = c.input(&[7, 6, channels]);
     let w = c.constant(&[k, k, channels, outs]);
     let y = c.add("conv", Op::Conv2d(attrs), &[x, w]);

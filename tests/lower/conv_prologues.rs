@@ -17,7 +17,7 @@ use towerpack::ir::*;
 use towerpack::lower::{KernelKind, LowerOptions};
 use towerpack::tensor::HostTensor;
 
-use crate::channel_reductions::{BATCH, Case};
+use crate::channel_reductions::{BATCH, Case, random_conv};
 
 /// Case `seed`: its graph, feeds and step (fetching the convolution, the filter gradient and the
 /// residual sum; never the applied value itself, which would have to be written out).
@@ -47,18 +47,7 @@ fn case(seed: u64) -> (Graph, Vec<Feed>, Step) {
         1
     };
     let outs = groups * c.rng.random_range(1..9);
-    let k = c.rng.random_range(1..4);
-    let s = c.rng.random_range(1..3);
-    let attrs = Conv2dAttrs {
-        strides: [s, s],
-        padding: if c.rng.random_bool(0.5) {
-            Padding::Same
-        } else {
-            Padding::Valid
-        },
-        dilations: [1, 1],
-        groups,
-    };
+    let (k, attrs) = random_conv(&mut c.rng, groups);
     let filter = c.constant(&[k, k, channels / groups, outs]);
     let y = c.add("conv", Op::Conv2d(attrs), &[a, filter]);
     let y_dims = c.g.value_type(y).shape.resolve(BATCH);

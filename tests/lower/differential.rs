@@ -17,6 +17,8 @@ use towerpack::lower::LowerOptions;
 use towerpack::optim::Optimizer;
 use towerpack::tensor::{DType, HostTensor};
 
+use crate::channel_reductions::random_conv;
+
 const BATCH: usize = 3;
 
 struct Gen {
@@ -308,18 +310,7 @@ impl Gen {
             }
             13 if rank == 4 => {
                 let o = self.rng.random_range(1..5);
-                let k = self.rng.random_range(1..4);
-                let s = self.rng.random_range(1..3);
-                let attrs = Conv2dAttrs {
-                    strides: [s, s],
-                    padding: if self.rng.random_bool(0.5) {
-                        Padding::Same
-                    } else {
-                        Padding::Valid
-                    },
-                    dilations: [1, 1],
-                    groups: 1,
-                };
+                let (k, attrs) = random_conv(&mut self.rng, 1);
                 let w = self.variable(&[k, k, shape[3], o]);
                 let y = self.add(Op::Conv2d(attrs), &[x, w]);
                 if self.rng.random_bool(0.5) {

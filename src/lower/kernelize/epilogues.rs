@@ -4,7 +4,7 @@
 
 use super::{Former, Operand};
 use crate::ir::{NodeId, Value};
-use crate::lower::expr::{ExprOp, FusedExpr};
+use crate::lower::expr::{ExprId, ExprOp};
 use crate::lower::program::{Epilogue, KernelKind};
 use std::collections::HashSet;
 
@@ -115,34 +115,19 @@ impl Former<'_> {
                     i != gi && i != k && d.alive && d.inputs.iter().any(|o| o.base == v)
                 });
             // Remap loads: slot s → 0, others → 1.. in order.
-            let mut epi = FusedExpr::default();
-            let mut raw = None;
-            for (op, dt) in &expr.ops {
-                let op = match op {
-                    ExprOp::Load(i) | ExprOp::Random { counter: i, .. } => {
-                        let i = usize::from(*i);
-                        let new = if i == s {
-                            0
-                        } else {
-                            1 + i - usize::from(i > s)
-                        } as u16;
-                        match op {
-                            ExprOp::Load(_) => ExprOp::Load(new),
-                            ExprOp::Random { seed, .. } => ExprOp::Random {
-                                seed: *seed,
-                                counter: new,
-                            },
-                            _ => op.clone(),
-                        }
-                    }
-                    other => other.clone(),
-                };
-                let id = epi.push(op.clone(), *dt);
-                if op == ExprOp::Load(0) && raw.is_none() {
-                    raw = Some(id);
-                }
-            }
-            epi.outputs = expr.outputs.clone();
+            let mut epi = expr.with_slots(|i| {
+                let i = usize::from(i);
+                (if i == s {
+                    0
+                } else {
+                    1 + i - usize::from(i > s)
+                }) as u16
+            });
+            let raw = epi
+                .ops
+                .iter()
+                .position(|(op, _)| *op == ExprOp::Load(0))
+                .map(|p| p as ExprId);
             let mut outputs = self.drafts[gi].outputs.clone();
             if needs_raw {
                 let r = raw

@@ -206,7 +206,7 @@ impl Former<'_> {
             let gone = load_of(p, &loads);
             self.remove_input(c, p);
             loads.end -= 1;
-            expr = remap_loads(&expr, |l| if l > gone { l - 1 } else { l });
+            expr = expr.with_slots(|l| if l > gone { l - 1 } else { l });
         }
         set_fused_expr(&mut self.drafts[c].kind, dedupe(&expr));
     }
@@ -221,7 +221,7 @@ impl Former<'_> {
         let first_input = self.drafts[c].inputs.len();
         // `full` becomes load 0, the others 1.. in order.
         let full = full as u16;
-        let expr = remap_loads(&expr, |l| match l {
+        let expr = expr.with_slots(|l| match l {
             l if l == full => 0,
             l if l < full => l + 1,
             l => l,
@@ -293,18 +293,6 @@ fn set_fused_expr(kind: &mut KernelKind, new: FusedExpr) {
         | KernelKind::Conv2dBackpropFilter(_, Some(e), _) => e.expr = new,
         _ => {}
     }
-}
-
-/// `expr` with every operand index `l` (of loads and random counters) replaced by `f(l)`.
-fn remap_loads(expr: &FusedExpr, f: impl Fn(u16) -> u16) -> FusedExpr {
-    let mut out = expr.clone();
-    for (op, _) in &mut out.ops {
-        match op {
-            ExprOp::Load(l) | ExprOp::Random { counter: l, .. } => *l = f(*l),
-            _ => {}
-        }
-    }
-    out
 }
 
 /// `expr` with each value loaded from one of `reads` computed by `sub` instead, whose `Load(j)`

@@ -144,18 +144,9 @@ impl Former<'_> {
             .collect();
         let shift = prologue.ops.len() as ExprId;
         for (op, dt) in &pd.ops {
-            let op = match op {
-                ExprOp::Load(k) => ExprOp::Load(slots[usize::from(*k)]),
-                ExprOp::Random { seed, counter } => ExprOp::Random {
-                    seed: *seed,
-                    counter: slots[usize::from(*counter)],
-                },
-                ExprOp::Unary(u, a) => ExprOp::Unary(*u, a + shift),
-                ExprOp::Binary(b, x, y) => ExprOp::Binary(*b, x + shift, y + shift),
-                ExprOp::Select(c, a, b) => ExprOp::Select(c + shift, a + shift, b + shift),
-                ExprOp::Cast(a) => ExprOp::Cast(a + shift),
-                other => other.clone(),
-            };
+            let op = op
+                .with_slot(|k| slots[usize::from(k)])
+                .with_operands(|a| a + shift);
             prologue.ops.push((op, *dt));
         }
         prologue
