@@ -5,7 +5,7 @@
 //! the lowering time of a ResNet-50 training graph.
 //!
 //! `cargo bench --bench train_step [-- SECTION...] [--threads N] [--rounds R] [--secs S]
-//! [--machine] [--profile] [--cpu-time] [--precision P]` with sections `resnet20` (batch 128, 32×32×3), `mlp`
+//! [--machine] [--profile] [--cpu-time] [--precision P] [--f32-activations]` with sections `resnet20` (batch 128, 32×32×3), `mlp`
 //! (784-512-512-10, batch 256), `linear` (Linear(10, 10), batch 8: framework overhead) and
 //! `lower` (ResNet-50 at 224×224); all by default. Threads default to 2 (what
 //! `bench/compare.py` gives PyTorch). Each round runs steps for at least `S` seconds after two
@@ -14,7 +14,8 @@
 //! `--machine` prints `train NAME SECONDS EXAMPLES/S` and `lower resnet50 WALL_SECONDS
 //! CPU_SECONDS` lines for `bench/compare.py`; `--profile` runs the steps on a profiling
 //! session instead and prints the time per kernel; `--cpu-time` measures the process's CPU
-//! seconds per thread, which a busy machine disturbs less than wall time. The machine is
+//! seconds per thread, which a busy machine disturbs less than wall time. `--f32-activations`
+//! keeps bf16 programs' activations in f32 (`LowerOptions::half_activations` off). The machine is
 //! shared: only ratios measured in one run mean much.
 
 use std::time::Instant;
@@ -40,6 +41,8 @@ struct Args {
     cpu_time: bool,
     /// How the models' GEMMs multiply (`--precision fp32|tf32|bf16|fp16`).
     precision: Precision,
+    /// Keep activations in f32 under bf16 (`--f32-activations`).
+    f32_activations: bool,
 }
 
 fn parse_args() -> Args {
@@ -52,6 +55,7 @@ fn parse_args() -> Args {
         profile: false,
         cpu_time: false,
         precision: Precision::Fp32,
+        f32_activations: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -74,6 +78,7 @@ fn parse_args() -> Args {
                     .unwrap_or_else(|| panic!("--precision needs a value"));
                 a.precision = name.parse().unwrap_or_else(|e| panic!("--precision: {e}"));
             }
+            "--f32-activations" => a.f32_activations = true,
             "--bench" => {}
             s if s.starts_with("--") => panic!("unknown flag {s}"),
             s => a.sections.push(s.to_string()),
@@ -202,6 +207,7 @@ fn bench_training(
             profile: args.profile,
             lower: LowerOptions {
                 precision: args.precision,
+                half_activations: !args.f32_activations,
                 ..LowerOptions::default()
             },
             ..CpuOptions::default()

@@ -5,8 +5,10 @@
 //! what a backend does beyond the program (a kernel reading past its view, say).
 
 /// The 32-bit word scratch is filled with: an f32 signalling NaN (exponent all ones, quiet bit
-/// clear, payload `0x25A5A5`), easy to spot in a hex dump.
-pub const POISON_WORD: u32 = 0x7FA5_A5A5;
+/// clear, payload `0x257FA5`) whose two halves are each a bf16 signalling NaN (`0x7FA5`; also an
+/// f16 NaN), so a 16-bit buffer (an activation stored in bf16, `lower::half_storage`) is
+/// poisoned as well as an f32 one; easy to spot in a hex dump.
+pub const POISON_WORD: u32 = 0x7FA5_7FA5;
 
 /// When a backend poisons its scratch memory (its arena of intermediate values, and on a GPU
 /// its staging buffers).
@@ -67,6 +69,12 @@ mod tests {
         assert!(x.is_nan());
         // The quiet bit (the mantissa's top bit) is clear.
         assert_eq!(POISON_WORD & 0x0040_0000, 0);
+        // Each 16-bit half is a bf16 signalling NaN and an f16 NaN.
+        for half in [POISON_WORD as u16, (POISON_WORD >> 16) as u16] {
+            let b = half::bf16::from_bits(half);
+            assert!(b.is_nan() && half & 0x0040 == 0, "bf16 {half:#x}");
+            assert!(half::f16::from_bits(half).is_nan(), "f16 {half:#x}");
+        }
         let mut b = [0u8; 10];
         poison(&mut b);
         assert_eq!(

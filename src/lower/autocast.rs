@@ -80,7 +80,7 @@ pub fn insert_casts(graph: &mut Graph, format: HalfFormat) -> Result<usize, Lowe
 }
 
 /// Adds `cast(cast(v, format), f32)` on `device`; returns its value.
-fn add_round_trip(
+pub(crate) fn add_round_trip(
     graph: &mut Graph,
     v: Value,
     format: HalfFormat,

@@ -15,6 +15,7 @@ use super::memplan::{self, Interval};
 use super::passes::StepGraph;
 use super::program::{Buffer, BufferId, Kernel, KernelKind, Program, Region, Storage, View};
 use crate::ir::{Op, Value, VarId};
+use crate::tensor::DType;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
 /// The variable a value reads, if it is a `Variable` node's output.
@@ -124,6 +125,8 @@ struct Buffers<'a> {
     scratch: Vec<(BufferId, Interval)>,
     scratch_index: HashMap<BufferId, usize>,
     in_place: HashMap<Value, VarId>,
+    /// Values stored in bf16 ([`super::half_storage`]).
+    half_stored: HashSet<Value>,
 }
 
 impl Buffers<'_> {
@@ -174,7 +177,10 @@ impl Buffers<'_> {
                 members: Vec::new(),
             })
         } else {
-            let ty = self.sg.graph.value_type(v);
+            let mut ty = self.sg.graph.value_type(v).clone();
+            if self.half_stored.contains(&v) {
+                ty.dtype = DType::BF16;
+            }
             let shape = ty.shape.resolve(self.batch);
             let node = self.sg.graph.node(v.node);
             let storage = match &node.op {
@@ -280,6 +286,7 @@ pub fn emit(
         producer,
         fetches,
         assigns,
+        half_stored,
     } = k;
     // Values placed in a range (a member of a gradient arena or of a bucket all-reduce's
     // range): they stay in scratch, back to back with the other members.
@@ -466,6 +473,7 @@ pub fn emit(
         scratch: Vec::new(),
         scratch_index: HashMap::new(),
         in_place,
+        half_stored,
     };
     let mut arenas_planned = ArenaGroups::default();
     let mut kernels = Vec::with_capacity(n);

@@ -109,6 +109,32 @@ impl FusedExpr {
         }
     }
 
+    /// This expression with value `id` rounded to the 16-bit float `format` (`cast(cast(v,
+    /// format), f32)`, inserted right after `id`): every later instruction and every output
+    /// that read `id` reads the rounded value. How a kernel storing an output in 16 bits
+    /// (`half_storage`) makes what it computes from that output agree with what it stores.
+    pub fn with_rounded(&self, id: ExprId, format: DType) -> FusedExpr {
+        let at = id as usize + 1;
+        // Old ids past `id` move up by the two casts; readers of `id` read the second cast.
+        let moved = |x: ExprId| if x > id { x + 2 } else { x };
+        let rounded = id + 2;
+        let read = |x: ExprId| if x == id { rounded } else { moved(x) };
+        let mut ops = Vec::with_capacity(self.ops.len() + 2);
+        ops.extend(self.ops[..at].iter().cloned());
+        let dtype = self.ops[id as usize].1;
+        ops.push((ExprOp::Cast(id), format));
+        ops.push((ExprOp::Cast(id + 1), dtype));
+        ops.extend(
+            self.ops[at..]
+                .iter()
+                .map(|(op, dt)| (op.with_operands(read), *dt)),
+        );
+        FusedExpr {
+            ops,
+            outputs: self.outputs.iter().map(|&o| read(o)).collect(),
+        }
+    }
+
     /// True when the expression draws random numbers (its flat index must be the op's).
     pub fn uses_random(&self) -> bool {
         self.ops

@@ -56,6 +56,9 @@ pub struct Kernelized {
     pub fetches: Vec<Operand>,
     /// `(value, variable)` for every assign of the step.
     pub assigns: Vec<(Operand, VarId)>,
+    /// Values stored in bf16 (the `half-storage` pass, [`super::half_storage`]); empty until
+    /// it runs.
+    pub half_stored: HashSet<Value>,
 }
 
 struct Former<'a> {
@@ -469,5 +472,6 @@ pub fn kernelize(sg: &StepGraph, batch: usize, fusions: Fusions) -> Result<Kerne
         producer: f.producer,
         fetches,
         assigns,
+        half_stored: HashSet::new(),
     })
 }

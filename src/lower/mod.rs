@@ -30,6 +30,7 @@ mod emit;
 mod error;
 pub mod expr;
 pub mod groups;
+pub mod half_storage;
 pub mod kernelize;
 pub mod layout;
 pub mod memplan;
@@ -93,6 +94,11 @@ pub struct LowerOptions {
     /// the [`Program`] (`Program::precision`): the CUDA backend renders TF32 tensor-core GEMMs
     /// for [`Precision::Tf32`]; the CPU backend, which has no TF32 units, computes in f32.
     pub precision: Precision,
+    /// Under [`Precision::Bf16`], store activations in bf16 where every kernel writing and
+    /// reading them can ([`half_storage`]): half the bytes written and read back, rounded once
+    /// per kernel as it stores them. On by default; the CUDA backend lowers without it (its
+    /// kernels read and write f32 activations). No effect in other precisions.
+    pub half_activations: bool,
 }
 
 /// Default bucket size of fused updates: Horovod's tensor-fusion threshold.
@@ -110,6 +116,7 @@ impl Default for LowerOptions {
             in_place_assigns: true,
             verify: true,
             precision: Precision::Fp32,
+            half_activations: true,
         }
     }
 }

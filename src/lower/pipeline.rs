@@ -19,6 +19,7 @@
 //! | `kernelize` | graph → kernels | fusion groups, reductions absorbing producers, epilogues, convolution prologues (with `conv_prologues`) |
 //! | `fuse-updates` | kernels | identical variable updates into one kernel per bucket (with `arena_fusion`) |
 //! | `fuse-all-reduces` | kernels | a distributed step's all-reduces into one per bucket (with `arena_fusion`) |
+//! | `half-storage` | kernels | activations stored in bf16 where their writers and readers can (with `precision` bf16 and `half_activations`, [`super::half_storage`]) |
 //! | `emit` | kernels → program | scheduling, in-place assigns, buffers, memory plan, waits |
 //! | `verify` | program | [`super::verify`] (with `verify`) |
 //!
@@ -247,6 +248,9 @@ impl Pipeline {
         p.push(Kernelize);
         if options.fuse && options.arena_fusion {
             p.push(FuseUpdates).push(FuseAllReduces);
+        }
+        if options.half_activations && options.precision == super::Precision::Bf16 {
+            p.push(HalfStorage);
         }
         p.push(Emit);
         if options.verify {
@@ -479,6 +483,33 @@ impl Pass for FuseAllReduces {
             cx.batch,
         );
         let n = stage.collectives.len();
+        Ok((Lowered::Kernels(k), Some(n)))
+    }
+}
+
+/// `half-storage`: activations stored in bf16 ([`super::half_storage`]).
+pub struct HalfStorage;
+impl Pass for HalfStorage {
+    fn name(&self) -> &'static str {
+        "half-storage"
+    }
+    fn counts(&self) -> &'static str {
+        "values stored in bf16"
+    }
+    fn run(&self, ir: Lowered, cx: &PassContext) -> Result<(Lowered, Option<usize>), LowerError> {
+        let mut k = kernels_of(self.name(), ir)?;
+        let stage = &mut *k;
+        stage.kernels.half_stored = super::half_storage::choose(
+            &stage.step_graph,
+            &stage.kernels,
+            cx.batch,
+            &stage.arenas,
+            &stage.collectives,
+        );
+        let chosen = std::mem::take(&mut stage.kernels.half_stored);
+        super::half_storage::round_where_computed(&mut stage.kernels, &chosen);
+        let n = chosen.len();
+        stage.kernels.half_stored = chosen;
         Ok((Lowered::Kernels(k), Some(n)))
     }
 }

@@ -2,11 +2,11 @@
 //! lowering ([`LowerOptions::precision`](super::LowerOptions::precision)) and recorded on the
 //! lowered [`Program`](super::Program), so every backend reads the same choice.
 //!
-//! Storage stays f32 in every precision: variables (the optimizer's master weights), their
-//! slots, activations, gradients and checkpoints are f32, and so is every elementwise op,
-//! reduction, batch-norm statistic, softmax, loss and optimizer update. Only the *operands* of
-//! GEMMs (matmul and the three implicit-GEMM convolutions) change, and products are always
-//! accumulated in f32:
+//! Variables (the optimizer's master weights), their slots, gradients of variables and
+//! checkpoints are f32 in every precision, and every elementwise op, reduction, batch-norm
+//! statistic, softmax, loss and optimizer update computes in f32. What changes is the
+//! *operands* of GEMMs (matmul and the three implicit-GEMM convolutions) — products are always
+//! accumulated in f32 — and, under bf16 on the CPU, the storage of activations (below):
 //!
 //! - [`Precision::Fp32`] (the default): f32 operands everywhere.
 //! - [`Precision::Tf32`]: on the CUDA backend, GEMM operands are rounded to TF32 (10 explicit
@@ -22,6 +22,12 @@
 //!   exact in f32, so the only rounding beyond f32's is the operands'. FP16's range ends at
 //!   65504: a larger operand becomes infinite, which is why FP16 training scales the loss
 //!   ([`Precision::loss_scaling`], the trainer's dynamic loss scale).
+//!
+//! Under [`Precision::Bf16`] the `half-storage` pass ([`crate::lower::half_storage`],
+//! `LowerOptions::half_activations`, on for the CPU backend) also stores activations in bf16:
+//! a kernel writing one rounds it where it computes it, so it and every later reader see the
+//! rounded value, and the reference executor checks it with the value's round trip in the
+//! graph ([`crate::lower::half_storage::round_values`]).
 
 use crate::tensor::DType;
 use std::fmt;

@@ -24,6 +24,7 @@ mod data_parallel;
 mod differential;
 #[cfg(feature = "cuda")]
 mod distributed;
+mod half_storage;
 mod pipeline;
 mod snapshots;
 mod training;

@@ -12,6 +12,7 @@ use towerpack::ir::Graph;
 use towerpack::lower::{HalfFormat, KernelKind, LowerOptions, Precision, Program, Storage, lower};
 use towerpack::models::{CifarResNet, Mlp};
 use towerpack::optim::{DynamicLossScale, Optimizer};
+use towerpack::tensor::DType;
 use towerpack::train::{
     DummyConstantInput, GraphSetup, InputSource, ModelDesc, ModelFn, SimpleTrainer, Trainer,
     build_training_graph,
@@ -122,7 +123,10 @@ fn resnet20_bf16_training_program() {
 }
 
 /// At batch 128 in bf16 and fp16: the same kernels, kinds and buffers as fp32; every GEMM
-/// rounds both operands to the 16-bit format; no elementwise kernel casts to 16 bits.
+/// rounds both operands to the 16-bit format; no elementwise kernel casts to 16 bits alone (a
+/// kernel storing an activation in bf16 rounds it where it computes it: a cast to bf16 and
+/// back, followed by no other cast). fp16 keeps every buffer f32; bf16 stores the
+/// activations of the pass `half-storage` in bf16, which lowers the planned peak.
 #[test]
 fn resnet20_16_bit_programs_have_the_fp32_kernels() {
     let fp32 = resnet20_program(128);
@@ -133,7 +137,20 @@ fn resnet20_16_bit_programs_have_the_fp32_kernels() {
         let p = resnet20_program_in(128, precision);
         assert_eq!(p.kernel_histogram(), fp32.kernel_histogram(), "{precision}");
         assert_eq!(p.buffers.len(), fp32.buffers.len(), "{precision}");
-        assert_eq!(p.peak_bytes(), fp32.peak_bytes(), "{precision}");
+        let half_stored = p.buffers.iter().filter(|b| b.dtype == DType::BF16).count();
+        eprintln!(
+            "resnet20 b128 {precision}: peak {} MiB (fp32 {} MiB), {half_stored} buffers in bf16",
+            p.peak_bytes() >> 20,
+            fp32.peak_bytes() >> 20
+        );
+        if precision == Precision::Bf16 {
+            // Measured: 27 activations and gradients, peak 99 → 71 MiB.
+            assert_eq!(half_stored, 27, "{precision}");
+            assert!(p.peak_bytes() * 4 < fp32.peak_bytes() * 3, "{precision}");
+        } else {
+            assert_eq!(half_stored, 0, "{precision}");
+            assert_eq!(p.peak_bytes(), fp32.peak_bytes(), "{precision}");
+        }
         let mut gemms = 0;
         for (k, k32) in p.kernels.iter().zip(&fp32.kernels) {
             assert_eq!(k.name, k32.name);
@@ -149,8 +166,9 @@ fn resnet20_16_bit_programs_have_the_fp32_kernels() {
                 gemms += 1;
             }
             if let KernelKind::Elementwise { expr, .. } = &k.kind {
+                let stores_half = k.outputs.iter().any(|&b| p.buffer(b).dtype == DType::BF16);
                 assert!(
-                    !expr.to_string().contains(format.name()),
+                    stores_half || !expr.to_string().contains(format.name()),
                     "a cast left alone: {k}"
                 );
             }

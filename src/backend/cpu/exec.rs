@@ -8,6 +8,7 @@
 use super::bucket::BucketProgram;
 use super::fused::{CHUNK, FusedProgram};
 use super::fused_reduce::ReduceProgram;
+use super::half_io::{self, ToBf16, Widened};
 use super::kernels::pool::Pool2dGeometry;
 use super::kernels::simd::carry;
 use super::kernels::{self, Conv2dGeometry, ConvPass, Epilogue, KernelError, MatRef, Padding2d};
@@ -157,18 +158,48 @@ fn prologue_input<'a>(step: &'a Step, k: &Kernel, ins: &[RawBuf]) -> Option<Prol
     Some(PrologueInput { program, inputs })
 }
 
-/// A convolution's input `x`: computed by its prologue, or its input 0.
+/// A convolution's input `x`: computed by its prologue, widened from bf16 storage
+/// (`widened`, see [`bf16_input`]), or its input 0.
 fn conv_input<'a>(
     computed: &'a Option<PrologueInput<'_>>,
+    widened: &'a Option<Widened>,
     ins: &'a [RawBuf],
     k: &'a Kernel,
     len: usize,
     what: &'static str,
 ) -> Result<kernels::ConvInput<'a>, KernelError> {
-    Ok(match computed {
-        Some(c) => kernels::ConvInput::Computed { len, compute: c },
-        None => kernels::ConvInput::Tensor(slice(&ins[0], &k.inputs[0], len, what)?),
+    Ok(match (computed, widened) {
+        (Some(c), _) => kernels::ConvInput::Computed { len, compute: c },
+        (None, Some(w)) => kernels::ConvInput::Computed { len, compute: w },
+        (None, None) => kernels::ConvInput::Tensor(slice(&ins[0], &k.inputs[0], len, what)?),
     })
+}
+
+/// Input 0 of a convolution stored in bf16 and read without a prologue: widened image by
+/// image as the kernel copies it (`half_io`). `None` for an f32 input.
+fn bf16_input(
+    ins: &[RawBuf],
+    k: &Kernel,
+    len: usize,
+    what: &'static str,
+) -> Result<Option<Widened>, KernelError> {
+    if ins[0].dtype != DType::BF16 {
+        return Ok(None);
+    }
+    let offset = k.inputs[0].offset;
+    if offset + len > ins[0].len {
+        return Err(KernelError::Shape {
+            kernel: what,
+            message: format!(
+                "operand is bf16 with {} elements, needs {offset}+{len}",
+                ins[0].len
+            ),
+        });
+    }
+    Ok(Some(Widened {
+        raw: ins[0],
+        offset,
+    }))
 }
 
 fn views_of(k: &Kernel, skip: usize) -> Vec<(usize, &[usize])> {
@@ -914,27 +945,52 @@ fn run_kernel(
         (KernelKind::Conv2d(g, ..), _) => {
             let cg = conv_geometry(g);
             let computed = prologue_input(step, k, ins);
-            let x = conv_input(&computed, ins, k, cg.input_len(), "conv2d")?;
+            let widened = bf16_input(ins, k, cg.input_len(), "conv2d")?;
+            let x = conv_input(&computed, &widened, ins, k, cg.input_len(), "conv2d")?;
             let w = slice(&ins[1], &k.inputs[1], cg.filter_len(), "conv2d")?;
             let tiles = bf16_tiles && on_tiles(g.round_operands, &cg, ConvPass::Forward);
-            let y = slice_mut(&outs[0], "conv2d")?;
             // The vector kernels round the operands themselves as they copy them; the tiles
             // take bf16 as they pack.
-            let forward = |y: &mut [f32], e: &dyn kernels::Epilogue| {
+            let forward = |cg: &Conv2dGeometry,
+                           x: kernels::ConvInput<'_>,
+                           y: &mut [f32],
+                           e: &dyn kernels::Epilogue| {
                 if tiles {
-                    kernels::conv2d_forward_bf16(&cg, x, w, y, e)
+                    kernels::conv2d_forward_bf16(cg, x, w, y, e)
                 } else {
-                    kernels::conv2d_forward_with(auto, &cg, x, w, y, e, g.round_operands)
+                    kernels::conv2d_forward_with(auto, cg, x, w, y, e, g.round_operands)
                 }
             };
-            match epilogue(step, k, ins, outs, 0) {
-                Some(e) => {
-                    forward(y, &e)?;
-                    e.finish(cg.output_len() / g.o.max(1), g.o);
-                    Ok(())
-                }
-                None => forward(y, &none),
+            let e = epilogue(step, k, ins, outs, 0);
+            let e_ref: &dyn kernels::Epilogue = match &e {
+                Some(e) => e,
+                None => &none,
+            };
+            if outs[0].dtype == DType::BF16 {
+                // Stored in bf16 (`lower::half_storage`): a group of images at a time.
+                let image_in = cg.input_len() / cg.batch.max(1);
+                let image_out = cg.output_len() / cg.batch.max(1);
+                half_io::by_images(&outs[0], cg.batch, image_out, |images, y| {
+                    let part = Conv2dGeometry {
+                        batch: images.len(),
+                        ..cg
+                    };
+                    let rows = images.start * image_out / g.o.max(1);
+                    let shifted = ToBf16 {
+                        inner: e_ref,
+                        row0: rows,
+                        out: outs[0],
+                    };
+                    let range = images.start * image_in..images.end * image_in;
+                    half_io::with_part(&x, range, |x| forward(&part, x, y, &shifted))
+                })?;
+            } else {
+                forward(&cg, x, slice_mut(&outs[0], "conv2d")?, e_ref)?;
             }
+            if let Some(e) = e {
+                e.finish(cg.output_len() / g.o.max(1), g.o);
+            }
+            Ok(())
         }
         (KernelKind::Conv2dBackpropInput(g, _), _) => {
             let cg = conv_geometry(g);
@@ -951,27 +1007,64 @@ fn run_kernel(
                 "conv2d_backprop_input",
             )?;
             let tiles = bf16_tiles && on_tiles(g.round_operands, &cg, ConvPass::InputGradient);
-            let dx = slice_mut(&outs[0], "conv2d_backprop_input")?;
-            let backward = |dx: &mut [f32], e: &dyn kernels::Epilogue| {
+            let backward = |cg: &Conv2dGeometry,
+                            dy: &[f32],
+                            dx: &mut [f32],
+                            e: &dyn kernels::Epilogue| {
                 if tiles {
-                    kernels::conv2d_backward_input_bf16(&cg, dy, w, dx, e)
+                    kernels::conv2d_backward_input_bf16(cg, dy, w, dx, e)
                 } else {
-                    kernels::conv2d_backward_input_with(auto, &cg, dy, w, dx, e, g.round_operands)
+                    kernels::conv2d_backward_input_with(auto, cg, dy, w, dx, e, g.round_operands)
                 }
             };
-            match epilogue(step, k, ins, outs, 0) {
-                Some(e) => {
-                    backward(dx, &e)?;
-                    e.finish(cg.input_len() / g.c.max(1), g.c);
-                    Ok(())
-                }
-                None => backward(dx, &none),
+            let e = epilogue(step, k, ins, outs, 0);
+            let e_ref: &dyn kernels::Epilogue = match &e {
+                Some(e) => e,
+                None => &none,
+            };
+            if outs[0].dtype == DType::BF16 {
+                // Stored in bf16 (`lower::half_storage`): a group of images at a time.
+                let image_dy = cg.output_len() / cg.batch.max(1);
+                let image_dx = cg.input_len() / cg.batch.max(1);
+                half_io::by_images(&outs[0], cg.batch, image_dx, |images, dx| {
+                    let part = Conv2dGeometry {
+                        batch: images.len(),
+                        ..cg
+                    };
+                    let rows = images.start * image_dx / g.c.max(1);
+                    let shifted = ToBf16 {
+                        inner: e_ref,
+                        row0: rows,
+                        out: outs[0],
+                    };
+                    let dy = &dy[images.start * image_dy..images.end * image_dy];
+                    backward(&part, dy, dx, &shifted)
+                })?;
+            } else {
+                backward(
+                    &cg,
+                    dy,
+                    slice_mut(&outs[0], "conv2d_backprop_input")?,
+                    e_ref,
+                )?;
             }
+            if let Some(e) = e {
+                e.finish(cg.input_len() / g.c.max(1), g.c);
+            }
+            Ok(())
         }
         (KernelKind::Conv2dBackpropFilter(g, ..), _) => {
             let cg = conv_geometry(g);
             let computed = prologue_input(step, k, ins);
-            let x = conv_input(&computed, ins, k, cg.input_len(), "conv2d_backprop_filter")?;
+            let widened = bf16_input(ins, k, cg.input_len(), "conv2d_backprop_filter")?;
+            let x = conv_input(
+                &computed,
+                &widened,
+                ins,
+                k,
+                cg.input_len(),
+                "conv2d_backprop_filter",
+            )?;
             let dy = slice(
                 &ins[1],
                 &k.inputs[1],

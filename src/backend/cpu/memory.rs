@@ -214,6 +214,20 @@ impl RawBuf {
             }
             return;
         }
+        if let (DType::BF16, Access::Contiguous { offset }, Lanes::F32(d)) =
+            (self.dtype, access, &dst)
+        {
+            let n = d.len();
+            // SAFETY: bounds checked by the caller; bf16 buffers hold two bytes per element at
+            // even offsets of the 64-byte aligned arena.
+            let bits = unsafe {
+                std::slice::from_raw_parts(self.ptr.cast::<u16>().add(offset + start), n)
+            };
+            if let Lanes::F32(d) = dst {
+                super::kernels::round::from_bf16_bits(bits, d);
+            }
+            return;
+        }
         let d = match dst {
             Lanes::F32(d)
                 if self.dtype == DType::F32 && !matches!(access, Access::General { .. }) =>
@@ -323,6 +337,11 @@ impl RawBuf {
             match (self.dtype, src) {
                 (DType::F32, Lanes::F32Ref(s)) => {
                     self.f32_slice_mut(start, s.len()).copy_from_slice(s);
+                }
+                (DType::BF16, Lanes::F32Ref(s)) => {
+                    let out =
+                        std::slice::from_raw_parts_mut(self.ptr.cast::<u16>().add(start), s.len());
+                    super::kernels::round::to_bf16_bits(s, out);
                 }
                 (_, Lanes::F32Ref(s)) => {
                     for (j, &x) in s.iter().enumerate() {

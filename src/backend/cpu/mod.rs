@@ -13,6 +13,7 @@ mod devices;
 pub mod exec;
 pub mod fused;
 pub mod fused_reduce;
+mod half_io;
 pub mod kernels;
 pub mod memory;
 pub mod session;

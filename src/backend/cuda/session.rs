@@ -64,6 +64,7 @@ impl CudaOptions {
     pub fn lowering(&self) -> LowerOptions {
         LowerOptions {
             conv_prologues: false,
+            half_activations: false,
             ..self.lower
         }
     }

@@ -335,6 +335,19 @@ pub(super) fn cast(
             f32.copy_within(a..a + n, out);
             return;
         }
+        (Class::F32, Class::F32, DType::BF16) if a + n <= out || out + n <= a => {
+            // A bf16 value held in f32 lanes: rounded to nearest even (what the store of an
+            // activation kept in bf16 does, `lower::half_storage`).
+            let (x, y) = if a < out {
+                let (lo, hi) = f32.split_at_mut(out);
+                (&lo[a..a + n], &mut hi[..n])
+            } else {
+                let (lo, hi) = f32.split_at_mut(a);
+                (&hi[..n], &mut lo[out..out + n])
+            };
+            crate::lower::HalfFormat::Bf16.round_into(x, y);
+            return;
+        }
         _ => {}
     }
     for j in 0..n {

@@ -5,6 +5,7 @@
 //! where the CPU has them — every x86-64 CPU with AVX2 does — and `half`'s portable conversion
 //! elsewhere. Both give exactly [`HalfFormat::round`] (tested on random bit patterns).
 
+use super::simd::vectorized;
 use crate::lower::HalfFormat;
 
 /// Writes `xs` rounded to `format` into `out` (as long as `xs`).
@@ -26,6 +27,26 @@ pub fn copy_operand(format: Option<HalfFormat>, src: &[f32], dst: &mut [f32]) {
         Some(format) => round_operand(format, src, dst),
         None => dst.copy_from_slice(src),
     }
+}
+
+/// Writes `xs` rounded to bf16 (nearest even, NaN kept a quiet NaN) into `out` (as long) as
+/// bf16 bit patterns: how a kernel stores an activation kept in bf16
+/// (`lower::half_storage`), vectorised at the SIMD level in force.
+pub fn to_bf16_bits(xs: &[f32], out: &mut [u16]) {
+    vectorized!({
+        for (o, &x) in out.iter_mut().zip(xs) {
+            *o = (HalfFormat::Bf16.round(x).to_bits() >> 16) as u16;
+        }
+    })
+}
+
+/// Widens bf16 bit patterns `xs` to f32 into `out` (as long): exact.
+pub fn from_bf16_bits(xs: &[u16], out: &mut [f32]) {
+    vectorized!({
+        for (o, &x) in out.iter_mut().zip(xs) {
+            *o = f32::from_bits(u32::from(x) << 16);
+        }
+    })
 }
 
 /// f32 → f16 (nearest even) → f32 on eight lanes at a time with F16C; the tail in software.

@@ -43,7 +43,7 @@ use super::backward_input::transposed_geometry;
 use super::direct::padded_hw;
 use super::tiles::Segment;
 use super::{Conv2dGeometry, ConvPass};
-use crate::backend::cpu::kernels::simd::{SimdLevel, vectorized};
+use crate::backend::cpu::kernels::simd::SimdLevel;
 use crate::backend::cpu::kernels::{KernelError, shape_error};
 use crate::lower::HalfFormat;
 
@@ -243,11 +243,7 @@ fn bf16_bits(x: f32) -> u16 {
 
 /// Rounds `xs` to bf16 into `out` (as long), vectorised at the SIMD level in force.
 fn to_bf16(xs: &[f32], out: &mut [u16]) {
-    vectorized!({
-        for (o, &x) in out.iter_mut().zip(xs) {
-            *o = bf16_bits(x);
-        }
-    })
+    crate::backend::cpu::kernels::round::to_bf16_bits(xs, out);
 }
 
 /// `image` (`[H, W, C]`) rounded to bf16 into the middle of a padded buffer whose border is

@@ -1,0 +1,142 @@
+//! Convolutions over activations stored in bf16 (`lower::half_storage`): the adapters that let
+//! the f32 convolution kernels read a bf16 input and write a bf16 output without a pass of
+//! their own over either.
+//!
+//! - A bf16 input `x` is a [`ComputeInput`] ([`Widened`]): the kernels already take their input
+//!   image by image as they copy it into their padded buffers, so each image is widened to f32
+//!   (exact) on that copy.
+//! - A bf16 output is computed [`by_images`]: a group of images at a time into an f32 buffer of
+//!   this thread, each block of rows the kernel finishes passed through the kernel's epilogue
+//!   and rounded (nearest even) into the output right away, on the kernel's threads while the
+//!   rows are in cache ([`ToBf16`]). Every convolution kernel computes each image
+//!   independently, so the output is the f32 kernel's, rounded. The f32 buffer (at most
+//!   [`GROUP_BYTES`]) is the thread's, reused step after step, outside the planned memory.
+
+use super::kernels::round::{from_bf16_bits, to_bf16_bits};
+use super::kernels::{ComputeInput, ConvInput, Epilogue, KernelError};
+use super::memory::RawBuf;
+use crate::tensor::DType;
+use std::cell::RefCell;
+use std::ops::Range;
+
+/// Bytes of f32 output one group of [`by_images`] computes at most: ResNet-20's largest
+/// activation at batch 128 (8 MiB) in one group. Each group is one parallel run of the kernel;
+/// smaller groups cost a hand-over to the worker threads each.
+const GROUP_BYTES: usize = 16 << 20;
+
+/// A bf16 tensor read as f32: `len` elements from element `offset` of `raw`.
+pub struct Widened {
+    pub raw: RawBuf,
+    pub offset: usize,
+}
+
+impl ComputeInput for Widened {
+    fn compute(&self, start: usize, out: &mut [f32]) {
+        // SAFETY: the executor checked the view's reach over the whole input (`check_bounds`),
+        // and the kernels ask for ranges inside the input; bf16 buffers hold 2-byte elements.
+        let bits = unsafe {
+            std::slice::from_raw_parts(
+                self.raw.ptr.cast::<u16>().add(self.offset + start),
+                out.len(),
+            )
+        };
+        from_bf16_bits(bits, out);
+    }
+}
+
+/// The elements of a computed input from `start` on, as an input of their own.
+struct Part<'a> {
+    inner: &'a dyn ComputeInput,
+    start: usize,
+}
+
+impl ComputeInput for Part<'_> {
+    fn compute(&self, start: usize, out: &mut [f32]) {
+        self.inner.compute(self.start + start, out);
+    }
+}
+
+/// Runs `f` on elements `range` of `x` (whole images), as the input of a convolution over
+/// those images.
+pub fn with_part<R>(
+    x: &ConvInput<'_>,
+    range: Range<usize>,
+    f: impl FnOnce(ConvInput<'_>) -> R,
+) -> R {
+    match *x {
+        ConvInput::Tensor(t) => f(ConvInput::Tensor(&t[range])),
+        ConvInput::Computed { compute, .. } => {
+            let len = range.len();
+            let part = Part {
+                inner: compute,
+                start: range.start,
+            };
+            f(ConvInput::Computed {
+                len,
+                compute: &part,
+            })
+        }
+    }
+}
+
+/// The epilogue of a part of a bf16-stored output that starts at row `row0`: the kernel's
+/// epilogue (told the rows' place in the whole output), then the rows rounded into `out`, as
+/// each block of rows is finished (on the kernel's threads, while the rows are in cache).
+pub struct ToBf16<'a> {
+    pub inner: &'a dyn Epilogue,
+    pub row0: usize,
+    pub out: RawBuf,
+}
+
+impl Epilogue for ToBf16<'_> {
+    fn apply(&self, rows: &mut [f32], first_row: usize, cols: usize) {
+        let row = self.row0 + first_row;
+        if !self.inner.is_identity() {
+            self.inner.apply(rows, row, cols);
+        }
+        // SAFETY: `by_images` checked that `out` holds the whole output; the kernel hands out
+        // disjoint blocks of rows inside its part, so the bf16 rows written are disjoint and
+        // this kernel's own.
+        let bits = unsafe {
+            std::slice::from_raw_parts_mut(self.out.ptr.cast::<u16>().add(row * cols), rows.len())
+        };
+        to_bf16_bits(rows, bits);
+    }
+}
+
+thread_local! {
+    /// The f32 output of one group of images (reused: no allocation per step).
+    static GROUP: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs a convolution of `batch` images whose output `out` (bf16, `image_len` elements per
+/// image) is computed a group of images at a time (at most [`GROUP_BYTES`] of f32 output, at
+/// least one image): `run(images, y)` computes the output of `images` into the f32 `y`, with
+/// an epilogue that rounds each finished block into `out` ([`ToBf16`]).
+pub fn by_images(
+    out: &RawBuf,
+    batch: usize,
+    image_len: usize,
+    run: impl Fn(Range<usize>, &mut [f32]) -> Result<(), KernelError>,
+) -> Result<(), KernelError> {
+    if out.dtype != DType::BF16 || out.len < batch * image_len {
+        return Err(KernelError::Shape {
+            kernel: "conv2d (bf16 output)",
+            message: format!(
+                "output is {} with {} elements, needs bf16 {batch} images of {image_len}",
+                out.dtype, out.len
+            ),
+        });
+    }
+    let group = (GROUP_BYTES / (4 * image_len.max(1))).clamp(1, batch.max(1));
+    GROUP.with_borrow_mut(|y| {
+        y.resize(group * image_len, 0.0);
+        let mut first = 0;
+        while first < batch {
+            let end = (first + group).min(batch);
+            run(first..end, &mut y[..(end - first) * image_len])?;
+            first = end;
+        }
+        Ok(())
+    })
+}

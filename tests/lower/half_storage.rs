@@ -1,0 +1,193 @@
+//! Activations stored in bf16 (`lower::half_storage`, `LowerOptions::half_activations`): which
+//! values the pass picks, and that the CPU backend computes what the reference executor does
+//! with those values rounded to bf16 (`half_storage::round_values`).
+
+use crate::model_steps::{TrainGraph, feeds, training_graph};
+use towerpack::backend::Session;
+use towerpack::backend::cpu::{CpuOptions, CpuSession};
+use towerpack::backend::reference::ReferenceSession;
+use towerpack::dsl::prelude::*;
+use towerpack::graph;
+use towerpack::lower::{LowerOptions, Precision, Program, autocast, half_storage, lower};
+use towerpack::models::classification_loss;
+use towerpack::tensor::{DType, HostTensor};
+
+const BATCH: usize = 8;
+
+/// A residual network without batch norm (whose statistics make steps too ill-conditioned to
+/// compare across executors, see `training::bf16_and_fp16_training_steps_match_the_reference`):
+/// 16×16×8 images, three 3×3 convolutions of 16 channels, a residual add, global pooling.
+fn residual_net() -> TrainGraph {
+    let signature = vec![
+        InputSpec::new("input", DType::F32, Shape::batched(&[16, 16, 8])),
+        InputSpec::new("label", DType::I32, Shape::batched(&[])),
+    ];
+    training_graph(signature, |x| {
+        let (image, label) = (&x[0], &x[1]);
+        let logits = graph! {
+            argscope Conv2D(kernel_size = 3, use_bias = false) {
+                let c0 = Conv2D("conv0", image, filters = 16, activation = relu);
+                let c1 = Conv2D("conv1", &c0, filters = 16, activation = relu);
+                let c2 = Conv2D("conv2", c1, filters = 16);
+                let l = relu(&(c2 + &c0));
+                let l = GlobalAvgPooling("gap", l);
+                FullyConnected("linear", l, units = 10)
+            }
+        };
+        classification_loss(&logits, label)
+    })
+}
+
+fn bf16_program(tg: &TrainGraph, half_activations: bool) -> Program {
+    let options = LowerOptions {
+        precision: Precision::Bf16,
+        half_activations,
+        ..LowerOptions::default()
+    };
+    lower(&tg.graph, &tg.step, BATCH, &options).expect("lower")
+}
+
+/// The names of the values `p` stores in bf16.
+fn stored_in_bf16(p: &Program) -> Vec<String> {
+    let mut names: Vec<String> = p
+        .buffers
+        .iter()
+        .filter(|b| b.dtype == DType::BF16)
+        .map(|b| b.name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The cost of 3 steps and every variable after them: on the CPU backend (bf16, activations
+/// stored as `half_activations` says), or on the reference executor running the graph with the
+/// autocast pass's casts and the values `rounded` read through bf16 round trips.
+fn run(tg: &TrainGraph, cpu: Option<bool>, rounded: &[String]) -> Vec<HostTensor> {
+    let mut session: Box<dyn Session> = match cpu {
+        Some(half_activations) => Box::new(
+            CpuSession::new(
+                tg.graph.clone(),
+                CpuOptions {
+                    lower: LowerOptions {
+                        precision: Precision::Bf16,
+                        half_activations,
+                        ..LowerOptions::default()
+                    },
+                    ..CpuOptions::default()
+                },
+            )
+            .expect("cpu"),
+        ),
+        None => {
+            let mut g = tg.graph.clone();
+            autocast::insert_casts(&mut g, towerpack::lower::HalfFormat::Bf16).expect("casts");
+            let values: Vec<_> = rounded
+                .iter()
+                .map(|name| {
+                    g.find_value(name)
+                        .unwrap_or_else(|| panic!("`{name}` is not a value of the graph"))
+                })
+                .collect();
+            half_storage::round_values(&mut g, &values).expect("round trips");
+            Box::new(ReferenceSession::new(g).expect("reference"))
+        }
+    };
+    session.initialize_variables(3).expect("init");
+    let mut out = Vec::new();
+    for s in 0..3 {
+        let f: Vec<_> = feeds(tg, BATCH, s)
+            .into_iter()
+            .map(|(id, t)| match t.dtype() {
+                DType::F32 => {
+                    let v = t.to_f32_vec().iter().map(|x| x / 255.0).collect();
+                    (id, HostTensor::from_f32(t.shape(), v).expect("feed"))
+                }
+                _ => (id, t),
+            })
+            .collect();
+        out.push(session.run(&tg.step, &f).expect("step").remove(0));
+    }
+    for (id, _) in tg.graph.variable_ids() {
+        out.push(session.read_variable(id).expect("read"));
+    }
+    out
+}
+
+/// The largest difference of `a` and `b` relative to the largest magnitude of `b`, per tensor.
+fn max_relative(a: &[HostTensor], b: &[HostTensor]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| {
+            let (x, y) = (x.to_f64_vec(), y.to_f64_vec());
+            let scale = y.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-3);
+            x.iter()
+                .zip(&y)
+                .fold(0.0f64, |m, (p, q)| m.max((p - q).abs() / scale))
+        })
+        .fold(0.0, f64::max)
+}
+
+/// The pass stores the convolutions' activations (read only by fused expressions and as
+/// convolution inputs); what a convolution's gradient reads as `dy`, the logits and the
+/// variables stay f32, and the program has the same kernels and a smaller peak.
+#[test]
+fn bf16_programs_store_the_convolutions_activations_in_bf16() {
+    let tg = residual_net();
+    let half = bf16_program(&tg, true);
+    let names = stored_in_bf16(&half);
+    eprintln!("stored in bf16: {names:?}");
+    // The activations after each ReLU epilogue and the residual sum's ReLU; the gradients
+    // flowing back are read as `dy` by the convolutions' gradients, so they stay f32.
+    assert_eq!(names, ["Relu", "conv0/Relu", "conv1/Relu"]);
+    for b in half.buffers.iter().filter(|b| b.dtype == DType::BF16) {
+        assert!(
+            b.len() >= half_storage::MIN_ELEMENTS,
+            "{}: {:?}",
+            b.name,
+            b.shape
+        );
+        assert!(
+            matches!(b.storage, towerpack::lower::Storage::Scratch { .. }),
+            "{} is not scratch",
+            b.name
+        );
+    }
+    let full = bf16_program(&tg, false);
+    assert!(stored_in_bf16(&full).is_empty());
+    assert_eq!(
+        half.kernels.len(),
+        full.kernels.len(),
+        "no kernel of its own"
+    );
+    assert!(
+        half.peak_bytes() < full.peak_bytes(),
+        "peak {} vs {}",
+        half.peak_bytes(),
+        full.peak_bytes()
+    );
+}
+
+/// The CPU's bf16 steps with activations stored in bf16 compute what the reference executor
+/// does with those values rounded (their round trips inserted in the graph), within one bf16
+/// ulp of each tensor's scale (products of bf16 operands are exact; the executors sum in
+/// different orders, so a value 1 f32 ulp apart can round to the neighbouring bf16 value).
+/// Without the round trips the reference is further away: the storage is not f32.
+#[test]
+fn bf16_activations_match_the_reference_with_their_round_trips() {
+    let tg = residual_net();
+    let names = stored_in_bf16(&bf16_program(&tg, true));
+    let cpu = run(&tg, Some(true), &names);
+    let reference = run(&tg, None, &names);
+    let unrounded = run(&tg, None, &[]);
+    let cpu_f32_storage = run(&tg, Some(false), &names);
+    let d = max_relative(&cpu, &reference);
+    let d_unrounded = max_relative(&cpu, &unrounded);
+    let d_f32 = max_relative(&cpu_f32_storage, &reference);
+    eprintln!(
+        "bf16 activations: vs reference {d:.1e}, vs reference without their round trips \
+         {d_unrounded:.1e}; f32 activations vs the reference with them {d_f32:.1e}"
+    );
+    assert!(d <= 2f64.powi(-8), "{d}");
+    assert!(d_unrounded > 5.0 * d.max(1e-7), "{d_unrounded} vs {d}");
+    assert!(d_f32 > 5.0 * d.max(1e-7), "{d_f32} vs {d}");
+}
