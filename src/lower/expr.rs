@@ -210,6 +210,30 @@ impl fmt::Display for FusedExpr {
 mod tests {
     use super::*;
 
+    /// `with_rounded` puts the round trip right after the value: later instructions and
+    /// outputs read the rounded value, earlier ones and other values are unchanged.
+    #[test]
+    fn with_rounded_makes_every_later_reader_see_the_rounded_value() {
+        // outputs: in0 + in1 and (in0 + in1) * in0
+        let mut e = FusedExpr::default();
+        let a = e.push(ExprOp::Load(0), DType::F32);
+        let b = e.push(ExprOp::Load(1), DType::F32);
+        let s = e.push(ExprOp::Binary(BinaryOp::Add, a, b), DType::F32);
+        let p = e.push(ExprOp::Binary(BinaryOp::Mul, s, a), DType::F32);
+        e.outputs = vec![s, p];
+        let r = e.with_rounded(s, DType::BF16);
+        assert_eq!(r.ops.len(), 6);
+        assert_eq!(r.ops[3], (ExprOp::Cast(2), DType::BF16));
+        assert_eq!(r.ops[4], (ExprOp::Cast(3), DType::F32));
+        assert_eq!(r.ops[5], (ExprOp::Binary(BinaryOp::Mul, 4, 0), DType::F32));
+        assert_eq!(r.outputs, vec![4, 5]);
+        // 1 + 2⁻¹⁰ is not a bf16 value (7 mantissa bits): it rounds to 1.
+        let x = 1.0 + 2f64.powi(-10);
+        let load = |i: u16| if i == 0 { x } else { 0.0 };
+        assert_eq!(e.eval(load, &[], 0), vec![x, x * x]);
+        assert_eq!(r.eval(load, &[], 0), vec![1.0, x]);
+    }
+
     #[test]
     fn eval_follows_the_ir_semantics_and_rounds_to_the_dtype() {
         // relu(in0 * 0.1 + in1) as f32, plus a bool output (in0 > 0)

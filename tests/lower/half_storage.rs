@@ -4,7 +4,8 @@
 
 use crate::model_steps::{TrainGraph, feeds, training_graph};
 use towerpack::backend::Session;
-use towerpack::backend::cpu::{CpuOptions, CpuSession};
+use towerpack::backend::cpu::kernels::SimdLevel;
+use towerpack::backend::cpu::{AmxUse, CpuOptions, CpuSession};
 use towerpack::backend::reference::ReferenceSession;
 use towerpack::dsl::prelude::*;
 use towerpack::graph;
@@ -62,9 +63,9 @@ fn stored_in_bf16(p: &Program) -> Vec<String> {
 /// The cost of 3 steps and every variable after them: on the CPU backend (bf16, activations
 /// stored as `half_activations` says), or on the reference executor running the graph with the
 /// autocast pass's casts and the values `rounded` read through bf16 round trips.
-fn run(tg: &TrainGraph, cpu: Option<bool>, rounded: &[String]) -> Vec<HostTensor> {
+fn run(tg: &TrainGraph, cpu: Option<(bool, CpuOptions)>, rounded: &[String]) -> Vec<HostTensor> {
     let mut session: Box<dyn Session> = match cpu {
-        Some(half_activations) => Box::new(
+        Some((half_activations, options)) => Box::new(
             CpuSession::new(
                 tg.graph.clone(),
                 CpuOptions {
@@ -73,7 +74,7 @@ fn run(tg: &TrainGraph, cpu: Option<bool>, rounded: &[String]) -> Vec<HostTensor
                         half_activations,
                         ..LowerOptions::default()
                     },
-                    ..CpuOptions::default()
+                    ..options
                 },
             )
             .expect("cpu"),
@@ -171,23 +172,38 @@ fn bf16_programs_store_the_convolutions_activations_in_bf16() {
 /// does with those values rounded (their round trips inserted in the graph), within one bf16
 /// ulp of each tensor's scale (products of bf16 operands are exact; the executors sum in
 /// different orders, so a value 1 f32 ulp apart can round to the neighbouring bf16 value).
-/// Without the round trips the reference is further away: the storage is not f32.
+/// Without the round trips the reference is further away: the storage is not f32. On every
+/// SIMD level this CPU runs, with and without AMX tiles (convolutions read and write bf16
+/// activations through the same adapters whatever kernel runs).
 #[test]
 fn bf16_activations_match_the_reference_with_their_round_trips() {
     let tg = residual_net();
     let names = stored_in_bf16(&bf16_program(&tg, true));
-    let cpu = run(&tg, Some(true), &names);
     let reference = run(&tg, None, &names);
     let unrounded = run(&tg, None, &[]);
-    let cpu_f32_storage = run(&tg, Some(false), &names);
-    let d = max_relative(&cpu, &reference);
-    let d_unrounded = max_relative(&cpu, &unrounded);
-    let d_f32 = max_relative(&cpu_f32_storage, &reference);
-    eprintln!(
-        "bf16 activations: vs reference {d:.1e}, vs reference without their round trips \
-         {d_unrounded:.1e}; f32 activations vs the reference with them {d_f32:.1e}"
-    );
-    assert!(d <= 2f64.powi(-8), "{d}");
-    assert!(d_unrounded > 5.0 * d.max(1e-7), "{d_unrounded} vs {d}");
-    assert!(d_f32 > 5.0 * d.max(1e-7), "{d_f32} vs {d}");
+    for simd in SimdLevel::ALL
+        .into_iter()
+        .filter(|&l| l <= SimdLevel::max())
+    {
+        for amx in [AmxUse::Off, AmxUse::Auto] {
+            let options = CpuOptions {
+                simd: Some(simd),
+                amx,
+                ..CpuOptions::default()
+            };
+            let cpu = run(&tg, Some((true, options.clone())), &names);
+            let cpu_f32_storage = run(&tg, Some((false, options)), &names);
+            let d = max_relative(&cpu, &reference);
+            let d_unrounded = max_relative(&cpu, &unrounded);
+            let d_f32 = max_relative(&cpu_f32_storage, &reference);
+            eprintln!(
+                "{simd:?} {amx:?}: bf16 activations vs reference {d:.1e}, vs reference without \
+                 their round trips {d_unrounded:.1e}; f32 activations vs the reference with \
+                 them {d_f32:.1e}"
+            );
+            assert!(d <= 2f64.powi(-8), "{simd:?} {amx:?}: {d}");
+            assert!(d_unrounded > 5.0 * d.max(1e-7), "{d_unrounded} vs {d}");
+            assert!(d_f32 > 5.0 * d.max(1e-7), "{d_f32} vs {d}");
+        }
+    }
 }

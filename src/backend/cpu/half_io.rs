@@ -119,6 +119,17 @@ pub fn by_images(
     image_len: usize,
     run: impl Fn(Range<usize>, &mut [f32]) -> Result<(), KernelError>,
 ) -> Result<(), KernelError> {
+    by_groups_of(GROUP_BYTES, out, batch, image_len, run)
+}
+
+/// [`by_images`] with groups of at most `group_bytes` of f32 output.
+fn by_groups_of(
+    group_bytes: usize,
+    out: &RawBuf,
+    batch: usize,
+    image_len: usize,
+    run: impl Fn(Range<usize>, &mut [f32]) -> Result<(), KernelError>,
+) -> Result<(), KernelError> {
     if out.dtype != DType::BF16 || out.len < batch * image_len {
         return Err(KernelError::Shape {
             kernel: "conv2d (bf16 output)",
@@ -128,7 +139,7 @@ pub fn by_images(
             ),
         });
     }
-    let group = (GROUP_BYTES / (4 * image_len.max(1))).clamp(1, batch.max(1));
+    let group = (group_bytes / (4 * image_len.max(1))).clamp(1, batch.max(1));
     GROUP.with_borrow_mut(|y| {
         y.resize(group * image_len, 0.0);
         let mut first = 0;
@@ -139,4 +150,87 @@ pub fn by_images(
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::kernels::{
+        ChannelEpilogue, Conv2dGeometry, ConvAlgorithm, Padding2d, conv2d_forward_with,
+    };
+
+    fn random(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2_654_435_761) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s >> 8) as f32 / 16_777_216.0 - 0.5
+            })
+            .collect()
+    }
+
+    /// A convolution of 5 images with a residual epilogue, its input stored in bf16 and its
+    /// output computed 1, 2 or all 5 images at a time into bf16: bitwise the f32 convolution of
+    /// the widened input, rounded — the epilogue reads the residual rows of the right images.
+    #[test]
+    fn groups_of_images_give_the_rounded_f32_convolution() {
+        let mut g = Conv2dGeometry::new(5, [6, 7], 16, 16, [3, 3]);
+        g.padding = Padding2d::uniform(1);
+        let (x32, w) = (random(g.input_len(), 1), random(g.filter_len(), 2));
+        let residual = random(g.output_len(), 3);
+        let mut x16 = vec![0u16; x32.len()];
+        to_bf16_bits(&x32, &mut x16);
+        let mut widened = vec![0.0; x16.len()];
+        from_bf16_bits(&x16, &mut widened);
+        let e = ChannelEpilogue {
+            residual: Some(&residual),
+            relu: true,
+            ..ChannelEpilogue::default()
+        };
+        let auto = ConvAlgorithm::Auto;
+        let mut want = vec![0.0; g.output_len()];
+        conv2d_forward_with(auto, &g, widened.as_slice(), &w, &mut want, &e, None).unwrap();
+        let mut want16 = vec![0u16; want.len()];
+        to_bf16_bits(&want, &mut want16);
+        let input = Widened {
+            raw: RawBuf {
+                ptr: x16.as_mut_ptr().cast(),
+                dtype: DType::BF16,
+                len: x16.len(),
+            },
+            offset: 0,
+        };
+        let x = ConvInput::Computed {
+            len: g.input_len(),
+            compute: &input,
+        };
+        let (image_in, image_out) = (g.input_len() / 5, g.output_len() / 5);
+        for images in [1, 2, 5] {
+            let mut got = vec![0u16; want.len()];
+            let out = RawBuf {
+                ptr: got.as_mut_ptr().cast(),
+                dtype: DType::BF16,
+                len: got.len(),
+            };
+            by_groups_of(images * image_out * 4, &out, 5, image_out, |part, y| {
+                let pg = Conv2dGeometry {
+                    batch: part.len(),
+                    ..g
+                };
+                let e = ToBf16 {
+                    inner: &e,
+                    row0: part.start * image_out / 16,
+                    out,
+                };
+                let range = part.start * image_in..part.end * image_in;
+                with_part(&x, range, |x| {
+                    conv2d_forward_with(auto, &pg, x, &w, y, &e, None)
+                })
+            })
+            .unwrap();
+            assert_eq!(got, want16, "groups of {images}");
+        }
+    }
 }

@@ -452,3 +452,74 @@ pub enum Lanes<'a> {
     I64Ref(&'a [i64]),
     BoolRef(&'a [bool]),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The contiguous bf16 load and store (activations kept in bf16) give what the element
+    /// accessors give — a cast to bf16 as the IR defines it — on random bit patterns, NaNs,
+    /// infinities, ties and subnormals included, from an odd element offset.
+    #[test]
+    fn bf16_loads_and_stores_are_the_casts_of_the_ir() {
+        let mut s = 0x9E37_79B9_u32;
+        let mut xs: Vec<f32> = (0..997)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                f32::from_bits(s)
+            })
+            .collect();
+        xs.extend([
+            f32::NAN,
+            f32::INFINITY,
+            -0.0,
+            1.0 + 2f32.powi(-8),
+            1.0 + 3.0 * 2f32.powi(-8),
+            1e-40,
+        ]);
+        let n = xs.len();
+        let (mut fast, mut slow) = (vec![0u16; n + 1], vec![0u16; n + 1]);
+        let buf = |v: &mut Vec<u16>| RawBuf {
+            ptr: v.as_mut_ptr().cast(),
+            dtype: DType::BF16,
+            len: v.len(),
+        };
+        let (f, sl) = (buf(&mut fast), buf(&mut slow));
+        // SAFETY: both buffers hold n + 1 elements; nothing else touches them.
+        unsafe {
+            f.scatter_contiguous(1, Lanes::F32Ref(&xs));
+            for (i, &x) in xs.iter().enumerate() {
+                sl.set_f64(1 + i, f64::from(x));
+            }
+        }
+        for (i, (a, b)) in fast.iter().zip(&slow).enumerate().skip(1) {
+            let nan = |h: u16| half::bf16::from_bits(h).is_nan();
+            assert!(
+                a == b || (nan(*a) && nan(*b)),
+                "{:e}: {a:#x} vs {b:#x}",
+                xs[i - 1]
+            );
+        }
+        let mut loaded = vec![0.0f32; n];
+        let mut idx = vec![0; n];
+        // SAFETY: elements 1..=n of the buffer.
+        unsafe {
+            f.load(
+                &Access::Contiguous { offset: 1 },
+                0,
+                &mut idx,
+                Lanes::F32(&mut loaded),
+            )
+        };
+        for (i, y) in loaded.iter().enumerate() {
+            // SAFETY: in bounds.
+            let want = unsafe { f.get_f64(1 + i) };
+            assert!(
+                f64::from(*y) == want || (y.is_nan() && want.is_nan()),
+                "{i}: {y} vs {want}"
+            );
+        }
+    }
+}
