@@ -191,7 +191,7 @@ fn bf16_activations_match_the_reference_with_their_round_trips() {
                 amx,
                 ..CpuOptions::default()
             };
-            let cpu = run(&tg, Some((true, options.clone())), &names);
+            let cpu = run(&tg, Some((true, options)), &names);
             let cpu_f32_storage = run(&tg, Some((false, options)), &names);
             let d = max_relative(&cpu, &reference);
             let d_unrounded = max_relative(&cpu, &unrounded);
