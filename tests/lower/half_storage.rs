@@ -2,7 +2,8 @@
 //! values the pass picks, and that the CPU backend computes what the reference executor does
 //! with those values rounded to bf16 (`half_storage::round_values`).
 
-use crate::model_steps::{TrainGraph, feeds, training_graph};
+use crate::model_steps::{TrainGraph, training_graph};
+use crate::training::{costs_and_variables, max_relative};
 use towerpack::backend::Session;
 use towerpack::backend::cpu::kernels::SimdLevel;
 use towerpack::backend::cpu::{AmxUse, CpuOptions, CpuSession};
@@ -93,39 +94,7 @@ fn run(tg: &TrainGraph, cpu: Option<(bool, CpuOptions)>, rounded: &[String]) -> 
             Box::new(ReferenceSession::new(g).expect("reference"))
         }
     };
-    session.initialize_variables(3).expect("init");
-    let mut out = Vec::new();
-    for s in 0..3 {
-        let f: Vec<_> = feeds(tg, BATCH, s)
-            .into_iter()
-            .map(|(id, t)| match t.dtype() {
-                DType::F32 => {
-                    let v = t.to_f32_vec().iter().map(|x| x / 255.0).collect();
-                    (id, HostTensor::from_f32(t.shape(), v).expect("feed"))
-                }
-                _ => (id, t),
-            })
-            .collect();
-        out.push(session.run(&tg.step, &f).expect("step").remove(0));
-    }
-    for (id, _) in tg.graph.variable_ids() {
-        out.push(session.read_variable(id).expect("read"));
-    }
-    out
-}
-
-/// The largest difference of `a` and `b` relative to the largest magnitude of `b`, per tensor.
-fn max_relative(a: &[HostTensor], b: &[HostTensor]) -> f64 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| {
-            let (x, y) = (x.to_f64_vec(), y.to_f64_vec());
-            let scale = y.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-3);
-            x.iter()
-                .zip(&y)
-                .fold(0.0f64, |m, (p, q)| m.max((p - q).abs() / scale))
-        })
-        .fold(0.0, f64::max)
+    costs_and_variables(session.as_mut(), tg, BATCH, 3)
 }
 
 /// The pass stores the convolutions' activations (read only by fused expressions and as

@@ -98,6 +98,17 @@ fn run_steps_with(
             Box::new(ReferenceSession::new(g).expect("reference"))
         }
     };
+    costs_and_variables(session.as_mut(), tg, batch, steps)
+}
+
+/// Initialises `session`'s variables (seed 3), runs `steps` steps and returns the cost of each
+/// and every variable after them.
+pub(crate) fn costs_and_variables(
+    session: &mut dyn Session,
+    tg: &TrainGraph,
+    batch: usize,
+    steps: u64,
+) -> Vec<HostTensor> {
     session.initialize_variables(3).expect("init");
     let mut out = Vec::new();
     for s in 0..steps {
@@ -185,7 +196,7 @@ fn conv_prologues_change_no_bit_of_the_training_steps() {
 }
 
 /// The largest difference of `a` and `b` relative to the largest magnitude of `b`, per tensor.
-fn max_relative(a: &[HostTensor], b: &[HostTensor]) -> f64 {
+pub(crate) fn max_relative(a: &[HostTensor], b: &[HostTensor]) -> f64 {
     a.iter()
         .zip(b)
         .map(|(x, y)| {

@@ -8,7 +8,7 @@
 use super::bucket::BucketProgram;
 use super::fused::{CHUNK, FusedProgram};
 use super::fused_reduce::ReduceProgram;
-use super::half_io::{self, ToBf16, Widened};
+use super::half_io::{self, Widened};
 use super::kernels::pool::Pool2dGeometry;
 use super::kernels::simd::carry;
 use super::kernels::{self, Conv2dGeometry, ConvPass, Epilogue, KernelError, MatRef, Padding2d};
@@ -970,19 +970,14 @@ fn run_kernel(
                 // Stored in bf16 (`lower::half_storage`): a group of images at a time.
                 let image_in = cg.input_len() / cg.batch.max(1);
                 let image_out = cg.output_len() / cg.batch.max(1);
-                half_io::by_images(&outs[0], cg.batch, image_out, |images, y| {
+                let shape = (cg.batch, image_out, g.o);
+                half_io::by_images(&outs[0], shape, e_ref, |images, y, e| {
                     let part = Conv2dGeometry {
                         batch: images.len(),
                         ..cg
                     };
-                    let rows = images.start * image_out / g.o.max(1);
-                    let shifted = ToBf16 {
-                        inner: e_ref,
-                        row0: rows,
-                        out: outs[0],
-                    };
                     let range = images.start * image_in..images.end * image_in;
-                    half_io::with_part(&x, range, |x| forward(&part, x, y, &shifted))
+                    half_io::with_part(&x, range, |x| forward(&part, x, y, e))
                 })?;
             } else {
                 forward(&cg, x, slice_mut(&outs[0], "conv2d")?, e_ref)?;
@@ -1026,19 +1021,14 @@ fn run_kernel(
                 // Stored in bf16 (`lower::half_storage`): a group of images at a time.
                 let image_dy = cg.output_len() / cg.batch.max(1);
                 let image_dx = cg.input_len() / cg.batch.max(1);
-                half_io::by_images(&outs[0], cg.batch, image_dx, |images, dx| {
+                let shape = (cg.batch, image_dx, g.c);
+                half_io::by_images(&outs[0], shape, e_ref, |images, dx, e| {
                     let part = Conv2dGeometry {
                         batch: images.len(),
                         ..cg
                     };
-                    let rows = images.start * image_dx / g.c.max(1);
-                    let shifted = ToBf16 {
-                        inner: e_ref,
-                        row0: rows,
-                        out: outs[0],
-                    };
                     let dy = &dy[images.start * image_dy..images.end * image_dy];
-                    backward(&part, dy, dx, &shifted)
+                    backward(&part, dy, dx, e)
                 })?;
             } else {
                 backward(

@@ -82,10 +82,10 @@ pub fn with_part<R>(
 /// The epilogue of a part of a bf16-stored output that starts at row `row0`: the kernel's
 /// epilogue (told the rows' place in the whole output), then the rows rounded into `out`, as
 /// each block of rows is finished (on the kernel's threads, while the rows are in cache).
-pub struct ToBf16<'a> {
-    pub inner: &'a dyn Epilogue,
-    pub row0: usize,
-    pub out: RawBuf,
+struct ToBf16<'a> {
+    inner: &'a dyn Epilogue,
+    row0: usize,
+    out: RawBuf,
 }
 
 impl Epilogue for ToBf16<'_> {
@@ -110,25 +110,26 @@ thread_local! {
 }
 
 /// Runs a convolution of `batch` images whose output `out` (bf16, `image_len` elements per
-/// image) is computed a group of images at a time (at most [`GROUP_BYTES`] of f32 output, at
-/// least one image): `run(images, y)` computes the output of `images` into the f32 `y`, with
-/// an epilogue that rounds each finished block into `out` ([`ToBf16`]).
+/// image, rows `cols` wide) is computed a group of images at a time (at most [`GROUP_BYTES`]
+/// of f32 output, at least one image): `run(images, y, e)` computes the output of `images`
+/// into the f32 `y` with the epilogue `e`, which applies `epilogue` to each finished block
+/// and rounds it into `out` ([`ToBf16`]).
 pub fn by_images(
     out: &RawBuf,
-    batch: usize,
-    image_len: usize,
-    run: impl Fn(Range<usize>, &mut [f32]) -> Result<(), KernelError>,
+    (batch, image_len, cols): (usize, usize, usize),
+    epilogue: &dyn Epilogue,
+    run: impl Fn(Range<usize>, &mut [f32], &dyn Epilogue) -> Result<(), KernelError>,
 ) -> Result<(), KernelError> {
-    by_groups_of(GROUP_BYTES, out, batch, image_len, run)
+    by_groups_of(GROUP_BYTES, out, (batch, image_len, cols), epilogue, run)
 }
 
 /// [`by_images`] with groups of at most `group_bytes` of f32 output.
 fn by_groups_of(
     group_bytes: usize,
     out: &RawBuf,
-    batch: usize,
-    image_len: usize,
-    run: impl Fn(Range<usize>, &mut [f32]) -> Result<(), KernelError>,
+    (batch, image_len, cols): (usize, usize, usize),
+    epilogue: &dyn Epilogue,
+    run: impl Fn(Range<usize>, &mut [f32], &dyn Epilogue) -> Result<(), KernelError>,
 ) -> Result<(), KernelError> {
     if out.dtype != DType::BF16 || out.len < batch * image_len {
         return Err(KernelError::Shape {
@@ -145,7 +146,12 @@ fn by_groups_of(
         let mut first = 0;
         while first < batch {
             let end = (first + group).min(batch);
-            run(first..end, &mut y[..(end - first) * image_len])?;
+            let e = ToBf16 {
+                inner: epilogue,
+                row0: first * image_len / cols.max(1),
+                out: *out,
+            };
+            run(first..end, &mut y[..(end - first) * image_len], &e)?;
             first = end;
         }
         Ok(())
@@ -214,19 +220,15 @@ mod tests {
                 dtype: DType::BF16,
                 len: got.len(),
             };
-            by_groups_of(images * image_out * 4, &out, 5, image_out, |part, y| {
+            let shape = (5, image_out, 16);
+            by_groups_of(images * image_out * 4, &out, shape, &e, |part, y, e| {
                 let pg = Conv2dGeometry {
                     batch: part.len(),
                     ..g
                 };
-                let e = ToBf16 {
-                    inner: &e,
-                    row0: part.start * image_out / 16,
-                    out,
-                };
                 let range = part.start * image_in..part.end * image_in;
                 with_part(&x, range, |x| {
-                    conv2d_forward_with(auto, &pg, x, &w, y, &e, None)
+                    conv2d_forward_with(auto, &pg, x, &w, y, e, None)
                 })
             })
             .unwrap();

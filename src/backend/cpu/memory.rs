@@ -462,15 +462,7 @@ mod tests {
     /// infinities, ties and subnormals included, from an odd element offset.
     #[test]
     fn bf16_loads_and_stores_are_the_casts_of_the_ir() {
-        let mut s = 0x9E37_79B9_u32;
-        let mut xs: Vec<f32> = (0..997)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                f32::from_bits(s)
-            })
-            .collect();
+        let mut xs = super::super::kernels::round::random_bit_patterns(0x9E37_79B9, 997);
         xs.extend([
             f32::NAN,
             f32::INFINITY,

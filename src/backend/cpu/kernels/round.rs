@@ -70,21 +70,28 @@ unsafe fn f16_round_f16c(xs: &[f32], out: &mut [f32]) {
     HalfFormat::F16.round_into(&xs[whole..n], &mut out[whole..n]);
 }
 
+/// `n` f32 values of random bit patterns (xorshift from `seed`): NaNs, infinities,
+/// subnormals and every exponent, for the tests of conversions.
+#[cfg(test)]
+pub(crate) fn random_bit_patterns(seed: u32, n: usize) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            f32::from_bits(s)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn every_path_rounds_as_the_format_defines() {
-        let mut s = 0x1234_5678_u32;
-        let mut xs: Vec<f32> = (0..100_003)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                f32::from_bits(s)
-            })
-            .collect();
+        let mut xs = random_bit_patterns(0x1234_5678, 100_003);
         xs.extend([
             65504.0,
             65519.99,
