@@ -348,6 +348,41 @@ fn threads_beyond_the_cores_are_a_warning_naming_both_numbers() {
     );
 }
 
+/// A precision slower than fp32 on this CPU is said once: fp16 always, bf16 without AMX tiles
+/// (here forced with `TOWERPACK_AMX=0`); fp32, TF32 and bf16 on tiles say nothing.
+#[test]
+fn a_precision_slower_than_fp32_on_the_cpu_is_a_warning() {
+    use towerpack::backend::cpu::precision_warning;
+    use towerpack::lower::Precision;
+    for tiles in [false, true] {
+        assert!(precision_warning(Precision::Fp16, tiles).is_some_and(|m| m.contains("fp16")));
+        assert_eq!(precision_warning(Precision::Fp32, tiles), None);
+        assert_eq!(precision_warning(Precision::Tf32, tiles), None);
+    }
+    assert!(precision_warning(Precision::Bf16, false).is_some_and(|m| m.contains("AMX")));
+    assert_eq!(precision_warning(Precision::Bf16, true), None);
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let logdir = dir.path().join("log");
+    let out = run_small(&[
+        "--precision",
+        "fp16",
+        "--logdir",
+        logdir.to_str().expect("utf-8 path"),
+        "--max-epoch",
+        "1",
+        "--steps-per-epoch",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        text(&out).matches("fp16 on the CPU rounds").count(),
+        1,
+        "{}",
+        text(&out)
+    );
+}
+
 /// Every example takes the same common flags (`examples/common/cli.rs`), and its help says so.
 #[test]
 fn the_examples_share_their_common_flags() {

@@ -20,4 +20,4 @@ pub mod session;
 mod small;
 
 pub use kernels::{SimdLevel, SimdLevelError};
-pub use session::{AmxUse, CpuOptions, CpuSession, oversubscription_warning};
+pub use session::{AmxUse, CpuOptions, CpuSession, oversubscription_warning, precision_warning};
