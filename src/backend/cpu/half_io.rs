@@ -9,8 +9,9 @@
 //!   this thread, each block of rows the kernel finishes passed through the kernel's epilogue
 //!   and rounded (nearest even) into the output right away, on the kernel's threads while the
 //!   rows are in cache ([`ToBf16`]). Every convolution kernel computes each image
-//!   independently, so the output is the f32 kernel's, rounded. The f32 buffer (at most
-//!   [`GROUP_BYTES`]) is the thread's, reused step after step, outside the planned memory.
+//!   independently, so the output is the f32 kernel's, rounded. The f32 buffer ([`GROUP_BYTES`],
+//!   more for images so large that fewer than one per worker thread fit) is the thread's,
+//!   reused step after step, outside the planned memory.
 
 use super::kernels::round::{from_bf16_bits, to_bf16_bits};
 use super::kernels::{ComputeInput, ConvInput, Epilogue, KernelError};
@@ -19,9 +20,9 @@ use crate::tensor::DType;
 use std::cell::RefCell;
 use std::ops::Range;
 
-/// Bytes of f32 output one group of [`by_images`] computes at most: ResNet-20's largest
-/// activation at batch 128 (8 MiB) in one group. Each group is one parallel run of the kernel;
-/// smaller groups cost a hand-over to the worker threads each.
+/// Bytes of f32 output one group of [`by_images`] computes (unless one image per worker thread
+/// is more): ResNet-20's largest activation at batch 128 (8 MiB) in one group. Each group is
+/// one parallel run of the kernel; smaller groups cost a hand-over to the worker threads each.
 const GROUP_BYTES: usize = 16 << 20;
 
 /// A bf16 tensor read as f32: `len` elements from element `offset` of `raw`.
@@ -110,8 +111,9 @@ thread_local! {
 }
 
 /// Runs a convolution of `batch` images whose output `out` (bf16, `image_len` elements per
-/// image, rows `cols` wide) is computed a group of images at a time (at most [`GROUP_BYTES`]
-/// of f32 output, at least one image): `run(images, y, e)` computes the output of `images`
+/// image, rows `cols` wide) is computed a group of images at a time ([`GROUP_BYTES`] of f32
+/// output, or one image per worker thread of the pool if that is more: the kernels spread a
+/// group's images over the threads, so a smaller group would leave threads idle): `run(images, y, e)` computes the output of `images`
 /// into the f32 `y` with the epilogue `e`, which applies `epilogue` to each finished block
 /// and rounds it into `out` ([`ToBf16`]).
 pub fn by_images(
@@ -140,7 +142,9 @@ fn by_groups_of(
             ),
         });
     }
-    let group = (group_bytes / (4 * image_len.max(1))).clamp(1, batch.max(1));
+    let group = (group_bytes / (4 * image_len.max(1)))
+        .max(rayon::current_num_threads())
+        .clamp(1, batch.max(1));
     GROUP.with_borrow_mut(|y| {
         y.resize(group * image_len, 0.0);
         let mut first = 0;
@@ -178,8 +182,9 @@ mod tests {
     }
 
     /// A convolution of 5 images with a residual epilogue, its input stored in bf16 and its
-    /// output computed 1, 2 or all 5 images at a time into bf16: bitwise the f32 convolution of
-    /// the widened input, rounded — the epilogue reads the residual rows of the right images.
+    /// output computed 1, 2 or all 5 images at a time into bf16 (at least one image per worker
+    /// thread): bitwise the f32 convolution of the widened input, rounded — the epilogue reads
+    /// the residual rows of the right images.
     #[test]
     fn groups_of_images_give_the_rounded_f32_convolution() {
         let mut g = Conv2dGeometry::new(5, [6, 7], 16, 16, [3, 3]);
@@ -213,7 +218,15 @@ mod tests {
             compute: &input,
         };
         let (image_in, image_out) = (g.input_len() / 5, g.output_len() / 5);
-        for images in [1, 2, 5] {
+        // (images per group by bytes, worker threads) → the groups the kernel is run on: never
+        // fewer images than threads.
+        let cases: [(usize, usize, &[usize]); 4] = [
+            (1, 1, &[1, 1, 1, 1, 1]),
+            (2, 1, &[2, 2, 1]),
+            (5, 1, &[5]),
+            (1, 3, &[3, 2]),
+        ];
+        for (images, threads, groups) in cases {
             let mut got = vec![0u16; want.len()];
             let out = RawBuf {
                 ptr: got.as_mut_ptr().cast(),
@@ -221,18 +234,31 @@ mod tests {
                 len: got.len(),
             };
             let shape = (5, image_out, 16);
-            by_groups_of(images * image_out * 4, &out, shape, &e, |part, y, e| {
-                let pg = Conv2dGeometry {
-                    batch: part.len(),
-                    ..g
-                };
-                let range = part.start * image_in..part.end * image_in;
-                with_part(&x, range, |x| {
-                    conv2d_forward_with(auto, &pg, x, &w, y, e, None)
+            let ran = std::sync::Mutex::new(Vec::new());
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            pool.install(|| {
+                by_groups_of(images * image_out * 4, &out, shape, &e, |part, y, e| {
+                    ran.lock().unwrap().push(part.len());
+                    let pg = Conv2dGeometry {
+                        batch: part.len(),
+                        ..g
+                    };
+                    let range = part.start * image_in..part.end * image_in;
+                    with_part(&x, range, |x| {
+                        conv2d_forward_with(auto, &pg, x, &w, y, e, None)
+                    })
                 })
             })
             .unwrap();
-            assert_eq!(got, want16, "groups of {images}");
+            assert_eq!(
+                ran.into_inner().unwrap(),
+                groups,
+                "{images} images, {threads} threads"
+            );
+            assert_eq!(got, want16, "{images} images, {threads} threads");
         }
     }
 }
