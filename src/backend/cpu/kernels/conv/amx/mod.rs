@@ -227,6 +227,9 @@ struct Buffers {
     pairs: Vec<u16>,
     dy_t: Vec<u16>,
     two_rows: Vec<u16>,
+    /// The padded image's neighbouring pixels interleaved, for a filter gradient that reads
+    /// its patch pairs in place (`filter::pair_pixels`).
+    pixel_pairs: Vec<u16>,
     /// The shape their zeros were laid out for.
     filter_for: Option<FilterShape>,
 }
