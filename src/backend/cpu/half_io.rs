@@ -165,21 +165,10 @@ fn by_groups_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::kernels::round::random_values;
     use crate::backend::cpu::kernels::{
         ChannelEpilogue, Conv2dGeometry, ConvAlgorithm, Padding2d, conv2d_forward_with,
     };
-
-    fn random(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2_654_435_761) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s >> 8) as f32 / 16_777_216.0 - 0.5
-            })
-            .collect()
-    }
 
     /// A convolution of 5 images with a residual epilogue, its input stored in bf16 and its
     /// output computed 1, 2 or all 5 images at a time into bf16 (at least one image per worker
@@ -189,8 +178,11 @@ mod tests {
     fn groups_of_images_give_the_rounded_f32_convolution() {
         let mut g = Conv2dGeometry::new(5, [6, 7], 16, 16, [3, 3]);
         g.padding = Padding2d::uniform(1);
-        let (x32, w) = (random(g.input_len(), 1), random(g.filter_len(), 2));
-        let residual = random(g.output_len(), 3);
+        let (x32, w) = (
+            random_values(g.input_len(), 1),
+            random_values(g.filter_len(), 2),
+        );
+        let residual = random_values(g.output_len(), 3);
         let mut x16 = vec![0u16; x32.len()];
         to_bf16_bits(&x32, &mut x16);
         let mut widened = vec![0.0; x16.len()];

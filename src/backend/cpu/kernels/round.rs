@@ -85,6 +85,20 @@ pub(crate) fn random_bit_patterns(seed: u32, n: usize) -> Vec<f32> {
         .collect()
 }
 
+/// `n` values in [-0.5, 0.5) (xorshift from `seed`), for the tests of kernels on ordinary data.
+#[cfg(test)]
+pub(crate) fn random_values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 8) as f32 / 16_777_216.0 - 0.5
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -529,18 +529,7 @@ unsafe fn filter_group(
 mod tests {
     use super::*;
     use crate::backend::cpu::kernels::conv::Padding2d;
-
-    fn random(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(2_654_435_761) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 17;
-                s ^= s << 5;
-                (s >> 8) as f32 / 16_777_216.0 - 0.5
-            })
-            .collect()
-    }
+    use crate::backend::cpu::kernels::round::random_values;
 
     /// Patch pairs read in place give bitwise the gathered path's filter gradient (the same
     /// pairs multiplied in the same order), on 3×3 and 1×1 layers of 16 and 32 channels whose
@@ -571,8 +560,8 @@ mod tests {
         for (i, g) in cases.iter().enumerate() {
             let out_hw = g.validate().unwrap();
             assert!(InPlacePairs::of(g, out_hw).is_some(), "{g:?}");
-            let x = random(g.input_len(), 1 + i as u32);
-            let dy = random(g.output_len(), 7 + i as u32);
+            let x = random_values(g.input_len(), 1 + i as u32);
+            let dy = random_values(g.output_len(), 7 + i as u32);
             let (mut fast, mut gathered) = (vec![0.0; g.filter_len()], vec![0.0; g.filter_len()]);
             backward_filter_with(g, ConvInput::Tensor(&x), &dy, &mut fast, true).unwrap();
             backward_filter_with(g, ConvInput::Tensor(&x), &dy, &mut gathered, false).unwrap();
