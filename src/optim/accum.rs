@@ -5,8 +5,8 @@
 use super::OptimError;
 use super::builder::Builder;
 use super::rule::VariableUpdate;
-use super::state::{self, create_slot, ensure_unassigned};
-use crate::ir::{BinaryOp, Graph, Initializer, Op, TensorType, Value, VarFlags, VarId};
+use super::state::{self, create_slot};
+use crate::ir::{BinaryOp, Graph, Op, Value, VarId};
 use crate::tensor::DType;
 
 /// The name of the accumulation counter.
@@ -24,14 +24,7 @@ pub(crate) fn accumulate(
     steps: u32,
     inner: &mut InnerUpdates<'_>,
 ) -> Result<Vec<VariableUpdate>, OptimError> {
-    let counter = state::get_or_create(
-        graph,
-        ACCUM_COUNTER,
-        TensorType::scalar(DType::I32),
-        Initializer::Zeros,
-        VarFlags::default(),
-    )?;
-    ensure_unassigned(graph, counter)?;
+    let counter = state::step_counter(graph, ACCUM_COUNTER)?;
     let count = state::read(graph, counter, "AccumGrad/counter/read", None)?;
     let mut s = Builder::scalar(graph, "AccumGrad/counter");
     let one = state::constant(s.graph(), "AccumGrad/counter/one", DType::I32, 1.0, None)?;

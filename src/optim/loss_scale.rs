@@ -253,20 +253,9 @@ pub fn gate(
     config.check()?;
     let scale_var = config.scale_variable(graph)?;
     ensure_unassigned(graph, scale_var)?;
-    // The two step counters: i32 scalars from zero, assigned by this gate only.
-    let counter = |graph: &mut Graph, name: &str| {
-        let var = get_or_create(
-            graph,
-            name,
-            TensorType::scalar(DType::I32),
-            Initializer::Zeros,
-            VarFlags::default(),
-        )?;
-        ensure_unassigned(graph, var)?;
-        Ok::<_, OptimError>(var)
-    };
-    let good_var = counter(graph, LOSS_SCALE_GOOD_STEPS)?;
-    let skipped_var = counter(graph, LOSS_SCALE_SKIPPED_STEPS)?;
+    // The two step counters, assigned by this gate only.
+    let good_var = state::step_counter(graph, LOSS_SCALE_GOOD_STEPS)?;
+    let skipped_var = state::step_counter(graph, LOSS_SCALE_SKIPPED_STEPS)?;
     // Every gradient finite. A gradient still as `unscale` made it, `g · (1/scale)`, is checked
     // as `|g| · (1/scale)`: the same value, but the unscaled product then has one reader, the
     // update, which fuses it (checking the product itself would make the lowering write every

@@ -144,6 +144,21 @@ pub(crate) fn get_or_create_unassigned(
     })
 }
 
+/// The i32 scalar step counter `name`, from zero, created if needed; an error when some update
+/// already assigns it (one optimizer application owns it): gradient accumulation's counter,
+/// the loss scale's good and skipped steps.
+pub(crate) fn step_counter(graph: &mut Graph, name: &str) -> Result<VarId, OptimError> {
+    let var = get_or_create(
+        graph,
+        name,
+        TensorType::scalar(DType::I32),
+        Initializer::Zeros,
+        VarFlags::default(),
+    )?;
+    ensure_unassigned(graph, var)?;
+    Ok(var)
+}
+
 /// Errors when some `Assign` node already writes `var` (a step may assign a variable once, so
 /// state shared by all variables must be updated by a single optimizer application).
 pub(crate) fn ensure_unassigned(graph: &Graph, var: VarId) -> Result<(), OptimError> {
