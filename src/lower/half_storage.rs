@@ -71,9 +71,8 @@ fn writes_half(kind: &KernelKind, slot: usize) -> bool {
 /// rounds it to bf16 right where it is computed, so the kernel's other outputs — batch norm's
 /// statistics taken in a convolution's epilogue, a second output of an elementwise kernel — are
 /// computed from the rounded value, as every later reader sees it. The backend's store of the
-/// rounded value is then exact. Returns how many expressions were rewritten.
-pub fn round_where_computed(k: &mut Kernelized, chosen: &HashSet<Value>) -> usize {
-    let mut rewritten = 0;
+/// rounded value is then exact.
+pub fn round_where_computed(k: &mut Kernelized, chosen: &HashSet<Value>) {
     for d in k.drafts.iter_mut().filter(|d| d.alive) {
         let stored: Vec<usize> = d
             .outputs
@@ -98,10 +97,8 @@ pub fn round_where_computed(k: &mut Kernelized, chosen: &HashSet<Value>) -> usiz
                 let id = expr.outputs[slot];
                 *expr = expr.with_rounded(id, DType::BF16);
             }
-            rewritten += 1;
         }
     }
-    rewritten
 }
 
 /// The values of a kernelized step that are stored in bf16 (see the [module docs](self)).

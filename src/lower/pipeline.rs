@@ -499,14 +499,13 @@ impl Pass for HalfStorage {
     fn run(&self, ir: Lowered, cx: &PassContext) -> Result<(Lowered, Option<usize>), LowerError> {
         let mut k = kernels_of(self.name(), ir)?;
         let stage = &mut *k;
-        stage.kernels.half_stored = super::half_storage::choose(
+        let chosen = super::half_storage::choose(
             &stage.step_graph,
             &stage.kernels,
             cx.batch,
             &stage.arenas,
             &stage.collectives,
         );
-        let chosen = std::mem::take(&mut stage.kernels.half_stored);
         super::half_storage::round_where_computed(&mut stage.kernels, &chosen);
         let n = chosen.len();
         stage.kernels.half_stored = chosen;

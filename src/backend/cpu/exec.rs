@@ -863,7 +863,6 @@ fn run_kernel(
     threads: usize,
     bf16_tiles: bool,
 ) -> Result<(), KernelError> {
-    let none = kernels::NoEpilogue;
     let auto = kernels::ConvAlgorithm::Auto;
     match (&k.kind, step) {
         (KernelKind::Elementwise { .. }, Step::Fused(f, points)) => {
@@ -961,31 +960,17 @@ fn run_kernel(
                     kernels::conv2d_forward_with(auto, cg, x, w, y, e, g.round_operands)
                 }
             };
-            let e = epilogue(step, k, ins, outs, 0);
-            let e_ref: &dyn kernels::Epilogue = match &e {
-                Some(e) => e,
-                None => &none,
-            };
-            if outs[0].dtype == DType::BF16 {
-                // Stored in bf16 (`lower::half_storage`): a group of images at a time.
-                let image_in = cg.input_len() / cg.batch.max(1);
-                let image_out = cg.output_len() / cg.batch.max(1);
-                let shape = (cg.batch, image_out, g.o);
-                half_io::by_images(&outs[0], shape, e_ref, |images, y, e| {
-                    let part = Conv2dGeometry {
-                        batch: images.len(),
-                        ..cg
-                    };
-                    let range = images.start * image_in..images.end * image_in;
-                    half_io::with_part(&x, range, |x| forward(&part, x, y, e))
-                })?;
-            } else {
-                forward(&cg, x, slice_mut(&outs[0], "conv2d")?, e_ref)?;
-            }
-            if let Some(e) = e {
-                e.finish(cg.output_len() / g.o.max(1), g.o);
-            }
-            Ok(())
+            let image_in = cg.input_len() / cg.batch.max(1);
+            let image_out = cg.output_len() / cg.batch.max(1);
+            let shape = (cg.batch, image_out, g.o);
+            conv_output(step, k, (ins, outs), shape, "conv2d", |images, y, e| {
+                let part = Conv2dGeometry {
+                    batch: images.len(),
+                    ..cg
+                };
+                let range = images.start * image_in..images.end * image_in;
+                half_io::with_part(&x, range, |x| forward(&part, x, y, e))
+            })
         }
         (KernelKind::Conv2dBackpropInput(g, _), _) => {
             let cg = conv_geometry(g);
@@ -1012,36 +997,18 @@ fn run_kernel(
                     kernels::conv2d_backward_input_with(auto, cg, dy, w, dx, e, g.round_operands)
                 }
             };
-            let e = epilogue(step, k, ins, outs, 0);
-            let e_ref: &dyn kernels::Epilogue = match &e {
-                Some(e) => e,
-                None => &none,
-            };
-            if outs[0].dtype == DType::BF16 {
-                // Stored in bf16 (`lower::half_storage`): a group of images at a time.
-                let image_dy = cg.output_len() / cg.batch.max(1);
-                let image_dx = cg.input_len() / cg.batch.max(1);
-                let shape = (cg.batch, image_dx, g.c);
-                half_io::by_images(&outs[0], shape, e_ref, |images, dx, e| {
-                    let part = Conv2dGeometry {
-                        batch: images.len(),
-                        ..cg
-                    };
-                    let dy = &dy[images.start * image_dy..images.end * image_dy];
-                    backward(&part, dy, dx, e)
-                })?;
-            } else {
-                backward(
-                    &cg,
-                    dy,
-                    slice_mut(&outs[0], "conv2d_backprop_input")?,
-                    e_ref,
-                )?;
-            }
-            if let Some(e) = e {
-                e.finish(cg.input_len() / g.c.max(1), g.c);
-            }
-            Ok(())
+            let image_dy = cg.output_len() / cg.batch.max(1);
+            let image_dx = cg.input_len() / cg.batch.max(1);
+            let shape = (cg.batch, image_dx, g.c);
+            let what = "conv2d_backprop_input";
+            conv_output(step, k, (ins, outs), shape, what, |images, dx, e| {
+                let part = Conv2dGeometry {
+                    batch: images.len(),
+                    ..cg
+                };
+                let dy = &dy[images.start * image_dy..images.end * image_dy];
+                backward(&part, dy, dx, e)
+            })
         }
         (KernelKind::Conv2dBackpropFilter(g, ..), _) => {
             let cg = conv_geometry(g);
@@ -1154,6 +1121,35 @@ fn run_kernel(
             message: format!("kernel kind {} was prepared inconsistently", kind.name()),
         }),
     }
+}
+
+/// Runs a convolution of `batch` images whose output (`outs[0]`, `image_len` elements per
+/// image in rows of `cols`) `run(images, y, e)` computes for `images` into `y` with the
+/// epilogue `e`: an f32 output whole and in place, a bf16 one (`lower::half_storage`) a group
+/// of images at a time (`half_io::by_images`); then the epilogue's reductions are written.
+fn conv_output(
+    step: &Step,
+    k: &Kernel,
+    (ins, outs): (&[RawBuf], &[RawBuf]),
+    (batch, image_len, cols): (usize, usize, usize),
+    what: &'static str,
+    run: impl Fn(std::ops::Range<usize>, &mut [f32], &dyn Epilogue) -> Result<(), KernelError>,
+) -> Result<(), KernelError> {
+    let e = epilogue(step, k, ins, outs, 0);
+    let none = kernels::NoEpilogue;
+    let e_ref: &dyn Epilogue = match &e {
+        Some(e) => e,
+        None => &none,
+    };
+    if outs[0].dtype == DType::BF16 {
+        half_io::by_images(&outs[0], (batch, image_len, cols), e_ref, run)?;
+    } else {
+        run(0..batch, slice_mut(&outs[0], what)?, e_ref)?;
+    }
+    if let Some(e) = e {
+        e.finish(batch * image_len / cols.max(1), cols);
+    }
+    Ok(())
 }
 
 /// Integer labels as `i64`, whatever their stored integer type.
