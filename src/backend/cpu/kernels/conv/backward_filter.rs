@@ -8,7 +8,8 @@
 use rayon::prelude::*;
 
 use super::{
-    Conv2dGeometry, ConvAlgorithm, ConvInput, block_rows, check_operands, im2col, rounded_copy,
+    Conv2dGeometry, ConvAlgorithm, ConvInput, ConvPass, block_rows, check_operands, im2col,
+    rounded_copy,
 };
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::gemm::{MatRef, sgemm_on};
@@ -40,6 +41,10 @@ pub fn conv2d_backward_filter_with<'a>(
     round: Option<HalfFormat>,
 ) -> Result<(), KernelError> {
     let x = x.into();
+    if algorithm.use_winograd(g, ConvPass::FilterGradient, round)? {
+        #[cfg(target_arch = "x86_64")]
+        return super::winograd::backward_filter(g, x, dy, dw);
+    }
     if algorithm.use_direct(g)? {
         #[cfg(target_arch = "x86_64")]
         return super::direct::backward_filter(g, x, dy, dw, round);

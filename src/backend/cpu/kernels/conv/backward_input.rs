@@ -6,7 +6,9 @@
 //! scatter-add the patches into `dx` (col2im), one image per task.
 
 use super::forward::{conv2d_forward_with, gemm_overwrite};
-use super::{Conv2dGeometry, ConvAlgorithm, Padding2d, block_rows, check_operands, rounded_copy};
+use super::{
+    Conv2dGeometry, ConvAlgorithm, ConvPass, Padding2d, block_rows, check_operands, rounded_copy,
+};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::gemm::MatRef;
@@ -41,6 +43,10 @@ pub fn conv2d_backward_input_with(
     let out_hw = check_operands("conv2d_backward_input", g, dx.len(), w.len(), dy.len())?;
     let rows = g.batch * g.in_hw[0] * g.in_hw[1];
     epilogue.check(rows, g.in_channels)?;
+    if algorithm.use_winograd(g, ConvPass::InputGradient, round)? {
+        #[cfg(target_arch = "x86_64")]
+        return super::winograd::backward_input(g, out_hw, dy, w, dx, epilogue);
+    }
     if algorithm.use_direct(g)? {
         #[cfg(target_arch = "x86_64")]
         return super::direct_input::backward_input(g, out_hw, dy, w, dx, epilogue, round);

@@ -2,7 +2,8 @@
 //! time (im2col of the block, GEMM against the filter, epilogue while the block is hot).
 
 use super::{
-    Conv2dGeometry, ConvAlgorithm, ConvInput, block_rows, check_operands, im2col, rounded_copy,
+    Conv2dGeometry, ConvAlgorithm, ConvInput, ConvPass, block_rows, check_operands, im2col,
+    rounded_copy,
 };
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
@@ -39,6 +40,10 @@ pub fn conv2d_forward_with<'a>(
     round: Option<HalfFormat>,
 ) -> Result<(), KernelError> {
     let x = x.into();
+    if algorithm.use_winograd(g, ConvPass::Forward, round)? {
+        #[cfg(target_arch = "x86_64")]
+        return super::winograd::forward(g, x, w, y, epilogue);
+    }
     if algorithm.use_direct(g)? {
         #[cfg(target_arch = "x86_64")]
         return super::direct::forward(g, x, w, y, epilogue, round);

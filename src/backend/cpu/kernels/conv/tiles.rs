@@ -217,9 +217,9 @@ pub(super) fn tile_row<K: TileKernels>(
     }
 }
 
-/// Adds one image's filter gradient to `dw` (`[rows, o]`): `dy_image` holds one row of
-/// `dy_stride` ([`row_stride::<K>`] of `o`) values per entry of `origins`, the window origins
-/// of the output pixels in the padded image.
+/// Adds one image's filter gradient to `dw` (`[rows, o]`): `dy_image` holds one row per entry
+/// of `origins` (the window origins of the output pixels in the padded image), `dy_stride`
+/// values apart, each readable for [`row_stride::<K>`] of `o` values.
 ///
 /// Panics (a bug, not a user error) unless the CPU runs `K::LEVEL`, every read lies in `padded`
 /// and `dy_image` and every filter row in `dw`; checked once per image, not per element.
@@ -238,9 +238,9 @@ pub(super) fn filter_image<K: TileKernels>(
     let (reach, rows) = extent(segs);
     let last_origin = origins.iter().copied().max().unwrap_or(0);
     assert!(
-        dy_stride == row_stride::<K>(o)
+        dy_stride >= row_stride::<K>(o)
             && last_origin + reach <= padded.len()
-            && origins.len() * dy_stride <= dy_image.len()
+            && (origins.len() - 1) * dy_stride + row_stride::<K>(o) <= dy_image.len()
             && rows * o <= dw.len(),
         "direct filter-gradient tile out of bounds"
     );
@@ -257,8 +257,8 @@ pub(super) fn filter_image<K: TileKernels>(
                 let r = tile_rows(K::max_rows(v), seg.len, j);
                 // SAFETY: the CPU runs `K::LEVEL` and the bounds were asserted above: every
                 // window origin plus `a_off + j + r <= a_off + len` stays below
-                // `last_origin + reach`; `dy_image` holds `origins.len()` rows of `dy_stride`
-                // (whole vectors included); filter rows `k0 + j + r <= rows` of `o` exist, and
+                // `last_origin + reach`; `dy_image` holds `origins.len()` rows `dy_stride`
+                // apart, each readable for whole vectors up to `row_stride(o)`; filter rows `k0 + j + r <= rows` of `o` exist, and
                 // lanes past `o` are masked.
                 unsafe {
                     K::filter(

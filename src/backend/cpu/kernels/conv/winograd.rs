@@ -1,0 +1,920 @@
+//! Winograd F(4×4, 3×3) convolution (Lavin & Gray, "Fast Algorithms for Convolutional Neural
+//! Networks", 2016) for the three passes of 3×3, stride-1, undilated, one-group convolutions: 36
+//! multiplications for every 4×4 block of outputs where the direct kernels do 144, which is what
+//! lets a CPU's FMA units, already running the direct kernels at 85–100% of their peak, go faster
+//! still.
+//!
+//! **Forward**, for a group of images (one task): each image is copied into a zero-padded buffer
+//! (its prologue computed on the way, like the direct kernels'), every 6×6 input tile `d` (stride
+//! 4) becomes `V = Bᵀ d B`; for each of the 36 points `ξ` of the transformed tile, one GEMM over
+//! the channels `M_ξ = V_ξ · U_ξ`, `U = G g Gᵀ` being the filter's transform (computed once per
+//! call, in f64); each 4×4 output block is `Aᵀ M A`, and the epilogue runs on each finished
+//! image. The **input gradient** of a stride-1 convolution is the forward convolution of `dy`
+//! with the spatially flipped, channel-transposed filter (`backward_input::transposed_geometry`),
+//! so it runs the same code. The **filter gradient** is the chain rule through the same formula:
+//! `∂U_ξ = Σ_tiles V_ξᵀ · (A ∂Y Aᵀ)_ξ`, then `∂g = Gᵀ ∂U G`.
+//!
+//! A tile's 36 transformed points are stored together (`[tiles][36][C]`), so each transform
+//! writes or reads one contiguous block; the GEMMs read a point's rows 36·C apart. The GEMMs are
+//! the direct convolution's register tiles (`tiles::tile_row` and `tiles::filter_image`, one
+//! reduction segment of `C` channels), so they run at the same speed and give the same bits at
+//! every SIMD level; the transforms are AVX2 + FMA at both levels, so the AVX2 and AVX-512 levels
+//! give bit-identical results here too.
+//!
+//! **Numerics.** The transforms' coefficients (up to 5 in `Bᵀ`, 8 in `Aᵀ`, 1/24 in `G`) cost
+//! accuracy: on the ResNet-20 shapes the three passes differ from an f64 reference by 2e-6–8e-6
+//! of the outputs' largest magnitude, against 2e-7–9e-7 for the direct kernels (measured in
+//! `winograd_matches_the_direct_kernels_on_resnet_shapes`; its bound is 2e-5). Training does
+//! not see it (the held-out accuracy figures of the README); a model that needs the direct
+//! kernels' accuracy pins [`super::ConvAlgorithm::Direct`].
+
+use super::backward_input::{flip_filter, transposed_geometry};
+use super::direct::at_level;
+use super::tiles::{Segment, TileKernels, filter_image, row_stride, tile_row};
+use super::{Conv2dGeometry, ConvInput, check_operands};
+use crate::backend::cpu::kernels::KernelError;
+use crate::backend::cpu::kernels::epilogue::Epilogue;
+use crate::backend::cpu::kernels::parallel::{
+    for_each_row_block, scratch_of, split_range, threads, worth_parallel,
+};
+use crate::backend::cpu::kernels::simd::{SimdLevel, carry, vectorized};
+use rayon::prelude::*;
+
+/// Outputs per tile edge.
+const OUT: usize = 4;
+/// Inputs per tile edge: `OUT + 3 − 1`.
+const TILE: usize = 6;
+/// Points of a transformed tile, one GEMM each.
+const POINTS: usize = TILE * TILE;
+/// Channels per transform step (one AVX2 vector).
+const LANES: usize = 8;
+/// Tiles a task gathers at least (from several images when each has fewer), so that the GEMMs'
+/// register tiles of up to 6 (AVX2) or 14 (AVX-512) rows are full.
+const MIN_TASK_TILES: usize = 24;
+
+/// Whether Winograd can run the forward pass and the filter gradient of `g` at the SIMD level in
+/// force: a 3×3 window,
+/// stride 1, no dilation, one group, channel counts that are whole vectors of 8, and the AVX2 or
+/// AVX-512 GEMM kernels.
+pub(super) fn supported(g: &Conv2dGeometry) -> bool {
+    g.groups == 1
+        && g.kernel_hw == [3, 3]
+        && g.strides == [1, 1]
+        && g.dilations == [1, 1]
+        && g.in_channels.is_multiple_of(LANES)
+        && g.out_channels.is_multiple_of(LANES)
+        && g.in_channels > 0
+        && g.out_channels > 0
+        && SimdLevel::current() >= SimdLevel::Avx2
+}
+
+/// Whether Winograd can run the input gradient of `g` (the forward pass of its transposed
+/// convolution).
+pub(super) fn supported_input(g: &Conv2dGeometry) -> bool {
+    let out_hw = g.out_hw();
+    supported(g) && transposed_geometry(g, out_hw).is_some_and(|t| supported(&t))
+}
+
+/// Whether Winograd beats the direct kernels on `g` (the `Auto` choice): from 16 channels in and
+/// out (measured on the ResNet-20 shapes, `cargo bench --bench cpu_kernels -- conv-algos`: 1.6–
+/// 2.9× at 16–64 channels; 8-channel layers, where the transforms — which grow with the channel
+/// counts, not with their product — weigh most, are not measured and stay direct).
+pub(super) fn pays_off(g: &Conv2dGeometry) -> bool {
+    g.in_channels >= 16 && g.out_channels >= 16
+}
+
+/// The forward convolution (see [`super::conv2d_forward`]); `supported(g)` must hold.
+pub(super) fn forward(
+    g: &Conv2dGeometry,
+    x: ConvInput<'_>,
+    w: &[f32],
+    y: &mut [f32],
+    epilogue: &dyn Epilogue,
+) -> Result<(), KernelError> {
+    at_level!(forward_with(g, x, w, y, epilogue))
+}
+
+/// The input gradient (see [`super::conv2d_backward_input`]); `supported_input(g)` must hold.
+pub(super) fn backward_input(
+    g: &Conv2dGeometry,
+    out_hw: [usize; 2],
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    epilogue: &dyn Epilogue,
+) -> Result<(), KernelError> {
+    let Some(transposed) = transposed_geometry(g, out_hw) else {
+        return Err(super::shape_error(
+            "conv2d_backward_input",
+            format!("Winograd needs padding of at most 2 on each side: {g:?}"),
+        ));
+    };
+    let flipped = flip_filter(g, w);
+    forward(&transposed, ConvInput::Tensor(dy), &flipped, dx, epilogue)
+}
+
+/// The filter gradient (see [`super::conv2d_backward_filter`]); `supported(g)` must hold. The
+/// chain rule through `Y = Aᵀ[(G g Gᵀ) ⊙ V]A`: `∂U_ξ = Σ_tiles V_ξᵀ · (A ∂Y Aᵀ)_ξ` (one
+/// reduction over the tiles per point, on the direct kernels' filter-gradient tiles), then
+/// `∂g = Gᵀ ∂U G` (in f64). Images are split into one range per thread; the partial `∂U`s are
+/// summed in range order.
+pub(super) fn backward_filter(
+    g: &Conv2dGeometry,
+    x: ConvInput<'_>,
+    dy: &[f32],
+    dw: &mut [f32],
+) -> Result<(), KernelError> {
+    at_level!(backward_filter_with(g, x, dy, dw))
+}
+
+fn backward_filter_with<K: TileKernels>(
+    g: &Conv2dGeometry,
+    x: ConvInput<'_>,
+    dy: &[f32],
+    dw: &mut [f32],
+) -> Result<(), KernelError> {
+    let out_hw = check_operands("conv2d_backward_filter", g, x.len(), dw.len(), dy.len())?;
+    let (c, o) = (g.in_channels, g.out_channels);
+    let out_rows = out_hw[0] * out_hw[1];
+    if out_rows == 0 || g.batch == 0 {
+        dw.fill(0.0);
+        return Ok(());
+    }
+    assert!(supported(g), "Winograd filter gradient of {g:?}");
+    let tiling = Tiling::new(out_hw);
+    let tiles = tiling.tiles();
+    let image_len = g.in_hw[0] * g.in_hw[1] * c;
+    let [ph, pw] = tiling.padded_hw;
+    let parts = if worth_parallel(2 * g.macs()) {
+        threads()
+    } else {
+        1
+    };
+    let origins: Vec<usize> = (0..tiles).map(|t| t * POINTS * c).collect();
+    let run = |images: std::ops::Range<usize>| {
+        let mut du = vec![0.0; POINTS * c * o];
+        let mut padded = vec![0.0; ph * pw * c];
+        let mut v = vec![0.0; tiles * POINTS * c];
+        // One point's rows are read as whole vectors from `ξ·O` on: room past the last tile.
+        let mut dm = vec![0.0; (tiles + 1) * POINTS * o];
+        let mut dy_tiles = vec![0.0; OUT * tiling.tiles_hw[0] * OUT * tiling.tiles_hw[1] * o];
+        for n in images {
+            x.with_image(n * image_len..(n + 1) * image_len, |image| {
+                pad(g, &tiling, image, &mut padded);
+            });
+            transform_input(&tiling, c, &padded, &mut v, tiles, 0);
+            let dy_image = &dy[n * out_rows * o..(n + 1) * out_rows * o];
+            transform_gradient(&tiling, o, dy_image, &mut dy_tiles, &mut dm);
+            for point in 0..POINTS {
+                let segment = [Segment {
+                    a_off: point * c,
+                    k0: 0,
+                    len: c,
+                }];
+                filter_image::<K>(
+                    &segment,
+                    &origins,
+                    &v,
+                    &dm[point * o..],
+                    POINTS * o,
+                    o,
+                    &mut du[point * c * o..(point + 1) * c * o],
+                );
+            }
+        }
+        du
+    };
+    let ranges = split_range(g.batch, parts);
+    let du = if ranges.len() <= 1 {
+        run(0..g.batch)
+    } else {
+        let partials: Vec<Vec<f32>> = ranges.into_par_iter().map(carry(run)).collect();
+        let mut total = partials[0].clone();
+        for partial in &partials[1..] {
+            total.iter_mut().zip(partial).for_each(|(t, p)| *t += p);
+        }
+        total
+    };
+    untransform_filter_gradient(&du, c, o, dw);
+    Ok(())
+}
+
+/// The filter transform `G` (6 × 3) of F(4×4, 3×3): interpolation at 0, ±1, ±2 and ∞.
+const G: [[f64; 3]; TILE] = [
+    [1.0 / 4.0, 0.0, 0.0],
+    [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+    [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+    [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+    [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+    [0.0, 0.0, 1.0],
+];
+
+/// The tiling of one image.
+#[derive(Clone, Copy, Debug)]
+struct Tiling {
+    /// Output `[OH, OW]`.
+    out_hw: [usize; 2],
+    /// Tiles `[down, across]`.
+    tiles_hw: [usize; 2],
+    /// The zero-padded buffer's `[rows, cols]`: the padded input, grown to whole tiles.
+    padded_hw: [usize; 2],
+}
+
+impl Tiling {
+    fn new(out_hw: [usize; 2]) -> Self {
+        let tiles_hw = [out_hw[0].div_ceil(OUT), out_hw[1].div_ceil(OUT)];
+        // A valid geometry has `OH + 2` padded rows; whole tiles read `4·tiles + 2 >= OH + 2`.
+        let padded_hw = [OUT * tiles_hw[0] + 2, OUT * tiles_hw[1] + 2];
+        Tiling {
+            out_hw,
+            tiles_hw,
+            padded_hw,
+        }
+    }
+
+    fn tiles(&self) -> usize {
+        self.tiles_hw[0] * self.tiles_hw[1]
+    }
+}
+
+fn forward_with<K: TileKernels>(
+    g: &Conv2dGeometry,
+    x: ConvInput<'_>,
+    w: &[f32],
+    y: &mut [f32],
+    epilogue: &dyn Epilogue,
+) -> Result<(), KernelError> {
+    let out_hw = check_operands("conv2d_forward", g, x.len(), w.len(), y.len())?;
+    let (c, o) = (g.in_channels, g.out_channels);
+    let out_rows = out_hw[0] * out_hw[1];
+    epilogue.check(g.batch * out_rows, o)?;
+    if out_rows == 0 || o == 0 || g.batch == 0 {
+        return Ok(());
+    }
+    assert!(supported(g), "Winograd convolution of {g:?}");
+    let tiling = Tiling::new(out_hw);
+    let tiles = tiling.tiles();
+    let image_len = g.in_hw[0] * g.in_hw[1] * c;
+    let parallel = worth_parallel(2 * g.macs()) && g.batch > 1;
+    // Enough images per task to fill the GEMMs' register tiles, as long as every thread still
+    // gets a task.
+    let per_thread = if parallel {
+        g.batch.div_ceil(threads())
+    } else {
+        g.batch
+    };
+    let images = MIN_TASK_TILES.div_ceil(tiles).clamp(1, per_thread.max(1));
+    let u_stride = row_stride::<K>(o);
+    let u = transform_filter(w, c, o, u_stride);
+    let [ph, pw] = tiling.padded_hw;
+    let padded_len = ph * pw * c;
+    for_each_row_block(
+        y,
+        o,
+        out_rows * images,
+        parallel,
+        |y_block, first_row, scratch| {
+            let n0 = first_row / out_rows;
+            let count = y_block.len() / (out_rows * o);
+            let rows = count * tiles;
+            let scratch = scratch_of(scratch, padded_len + POINTS * rows * (c + o));
+            let (padded, rest) = scratch.split_at_mut(padded_len);
+            let (v, m) = rest.split_at_mut(POINTS * rows * c);
+            for i in 0..count {
+                let n = n0 + i;
+                x.with_image(n * image_len..(n + 1) * image_len, |image| {
+                    pad(g, &tiling, image, padded);
+                });
+                transform_input(&tiling, c, padded, v, rows, i * tiles);
+            }
+            let segment = [Segment {
+                a_off: 0,
+                k0: 0,
+                len: c,
+            }];
+            for point in 0..POINTS {
+                tile_row::<K>(
+                    &v[point * c..],
+                    POINTS * c,
+                    rows,
+                    &segment,
+                    &u[point * c * u_stride..(point + 1) * c * u_stride],
+                    u_stride,
+                    o,
+                    &mut m[point * o..],
+                    POINTS * o,
+                );
+            }
+            for (i, y_image) in y_block.chunks_exact_mut(out_rows * o).enumerate() {
+                transform_output(&tiling, o, m, rows, i * tiles, y_image);
+                // One epilogue call per image, as the direct kernels make: its blocks (and so
+                // batch-norm statistics' summation order) do not depend on the task size.
+                if !epilogue.is_identity() {
+                    epilogue.apply(y_image, first_row + i * out_rows, o);
+                }
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Copies one `[H, W, C]` image into the buffer at the geometry's top-left padding and zeroes
+/// the rest of it (only the rest: the buffer is rewritten for every image).
+fn pad(g: &Conv2dGeometry, tiling: &Tiling, image: &[f32], padded: &mut [f32]) {
+    let c = g.in_channels;
+    let pw = tiling.padded_hw[1];
+    let (row_len, padded_row) = (g.in_hw[1] * c, pw * c);
+    let (top, left) = (g.padding.top * padded_row, g.padding.left * c);
+    padded[..top].fill(0.0);
+    let mut at = top;
+    for row in image.chunks_exact(row_len.max(1)) {
+        let dst = &mut padded[at..at + padded_row];
+        dst[..left].fill(0.0);
+        dst[left..left + row_len].copy_from_slice(row);
+        dst[left + row_len..].fill(0.0);
+        at += padded_row;
+    }
+    padded[at..].fill(0.0);
+}
+
+/// The filter's transform `U = G g Gᵀ` for every input channel `ci` and output channel `k`, in
+/// f64 rounded once: `u[(ξ·C + ci)·stride + k]`, zeros past `o` in each row. Vectorized over the
+/// output channels (two stages, `G g` then `· Gᵀ`, skipping `G`'s zeros).
+fn transform_filter(w: &[f32], c: usize, o: usize, stride: usize) -> Vec<f32> {
+    let mut u = vec![0.0; POINTS * c * stride];
+    // (G g)[r][j] for one input channel: 6 × 3 rows of `o` values.
+    let mut gg = vec![0.0f64; TILE * 3 * o];
+    let mut acc = vec![0.0f64; o];
+    vectorized!({
+        for ci in 0..c {
+            let tap = |i: usize, j: usize| &w[((i * 3 + j) * c + ci) * o..][..o];
+            for r in 0..TILE {
+                for j in 0..3 {
+                    let row = &mut gg[(r * 3 + j) * o..][..o];
+                    row.fill(0.0);
+                    for (i, &coef) in G[r].iter().enumerate().filter(|(_, c)| **c != 0.0) {
+                        row.iter_mut()
+                            .zip(tap(i, j))
+                            .for_each(|(a, &x)| *a += coef * f64::from(x));
+                    }
+                }
+            }
+            for r in 0..TILE {
+                for (s, g_s) in G.iter().enumerate() {
+                    acc.fill(0.0);
+                    for (j, &coef) in g_s.iter().enumerate().filter(|(_, c)| **c != 0.0) {
+                        let row = &gg[(r * 3 + j) * o..][..o];
+                        acc.iter_mut().zip(row).for_each(|(a, &x)| *a += coef * x);
+                    }
+                    let dst = &mut u[((r * TILE + s) * c + ci) * stride..][..o];
+                    dst.iter_mut().zip(&acc).for_each(|(d, &a)| *d = a as f32);
+                }
+            }
+        }
+    });
+    u
+}
+
+/// `∂g = Gᵀ ∂U G` for every input channel `ci` and output channel `k`, in f64 rounded once, from
+/// `du[(ξ·C + ci)·O + k]` into the HWIO `dw`.
+fn untransform_filter_gradient(du: &[f32], c: usize, o: usize, dw: &mut [f32]) {
+    let mut gu = vec![0.0f64; 3 * TILE * o];
+    let mut acc = vec![0.0f64; o];
+    vectorized!({
+        for ci in 0..c {
+            let point = |r: usize, s: usize| &du[((r * TILE + s) * c + ci) * o..][..o];
+            // (Gᵀ ∂U)[i][s]
+            for i in 0..3 {
+                for s in 0..TILE {
+                    let row = &mut gu[(i * TILE + s) * o..][..o];
+                    row.fill(0.0);
+                    for r in (0..TILE).filter(|&r| G[r][i] != 0.0) {
+                        let coef = G[r][i];
+                        row.iter_mut()
+                            .zip(point(r, s))
+                            .for_each(|(a, &x)| *a += coef * f64::from(x));
+                    }
+                }
+            }
+            for i in 0..3 {
+                for j in 0..3 {
+                    acc.fill(0.0);
+                    for s in (0..TILE).filter(|&s| G[s][j] != 0.0) {
+                        let coef = G[s][j];
+                        let row = &gu[(i * TILE + s) * o..][..o];
+                        acc.iter_mut().zip(row).for_each(|(a, &x)| *a += coef * x);
+                    }
+                    let dst = &mut dw[((i * 3 + j) * c + ci) * o..][..o];
+                    dst.iter_mut().zip(&acc).for_each(|(d, &a)| *d = a as f32);
+                }
+            }
+        }
+    });
+}
+
+/// Writes `A ∂Y Aᵀ` of every tile of one image's output gradient `dy_image` (`[OH, OW, O]`)
+/// into `dm` (`[tiles][36][O]`), through `dy_tiles`, the gradient copied to whole tiles (zeros
+/// past the output).
+fn transform_gradient(
+    tiling: &Tiling,
+    o: usize,
+    dy_image: &[f32],
+    dy_tiles: &mut [f32],
+    dm: &mut [f32],
+) {
+    let [th, tw] = tiling.tiles_hw;
+    let [oh_len, ow_len] = tiling.out_hw;
+    let row_len = OUT * tw * o;
+    assert!(
+        SimdLevel::detected() >= SimdLevel::Avx2
+            && o.is_multiple_of(LANES)
+            && dy_image.len() == oh_len * ow_len * o
+            && dy_tiles.len() >= OUT * th * row_len
+            && dm.len() >= th * tw * POINTS * o,
+        "Winograd gradient transform out of bounds"
+    );
+    for (r, dst) in dy_tiles
+        .chunks_exact_mut(row_len)
+        .take(OUT * th)
+        .enumerate()
+    {
+        if r < oh_len {
+            let src = &dy_image[r * ow_len * o..(r + 1) * ow_len * o];
+            dst[..src.len()].copy_from_slice(src);
+            dst[src.len()..].fill(0.0);
+        } else {
+            dst.fill(0.0);
+        }
+    }
+    for ty in 0..th {
+        for tx in 0..tw {
+            let tile = ty * tw + tx;
+            let origin = OUT * ty * row_len + OUT * tx * o;
+            for k0 in (0..o).step_by(LANES) {
+                // SAFETY: AVX2 and FMA were detected (asserted above); the tile's 4×4 values
+                // lie in `dy_tiles` (whole tiles), its 36 points in the block of `tile` in `dm`,
+                // `k0 + LANES <= o`.
+                unsafe {
+                    avx2::gradient_tile(
+                        dy_tiles.as_ptr().add(origin + k0),
+                        row_len,
+                        o,
+                        dm.as_mut_ptr().add(tile * POINTS * o + k0),
+                        o,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Writes `V = Bᵀ d B` of every tile of one padded image into `v` (`[rows][36][C]`: each tile's
+/// points together, so that the transform writes one contiguous block), the image's tiles from
+/// row `first_tile`.
+fn transform_input(
+    tiling: &Tiling,
+    c: usize,
+    padded: &[f32],
+    v: &mut [f32],
+    rows: usize,
+    first_tile: usize,
+) {
+    let [th, tw] = tiling.tiles_hw;
+    let [ph, pw] = tiling.padded_hw;
+    assert!(
+        SimdLevel::detected() >= SimdLevel::Avx2
+            && c.is_multiple_of(LANES)
+            && padded.len() >= ph * pw * c
+            && v.len() >= POINTS * rows * c
+            && first_tile + th * tw <= rows,
+        "Winograd input transform out of bounds"
+    );
+    for ty in 0..th {
+        for tx in 0..tw {
+            let tile = first_tile + ty * tw + tx;
+            let origin = (OUT * ty * pw + OUT * tx) * c;
+            for c0 in (0..c).step_by(LANES) {
+                // SAFETY: AVX2 and FMA were detected (asserted above). The tile's 6×6 pixels
+                // from `origin` lie in the padded image (`OUT·(tiles − 1) + TILE <= padded`
+                // rows and columns, and `c0 + LANES <= c`); its 36 points land in the block of
+                // tile `tile < rows` of `v`.
+                unsafe {
+                    avx2::input_tile(
+                        padded.as_ptr().add(origin + c0),
+                        pw * c,
+                        c,
+                        v.as_mut_ptr().add(tile * POINTS * c + c0),
+                        c,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Writes `Aᵀ M A` of one image's tiles (rows `first_tile..` of `m`, `[rows][36][O]`) into its
+/// `[OH, OW, O]` output, dropping the rows and columns of edge tiles past the output.
+fn transform_output(
+    tiling: &Tiling,
+    o: usize,
+    m: &[f32],
+    rows: usize,
+    first_tile: usize,
+    y_image: &mut [f32],
+) {
+    let [th, tw] = tiling.tiles_hw;
+    let [oh_len, ow_len] = tiling.out_hw;
+    assert!(
+        SimdLevel::detected() >= SimdLevel::Avx2
+            && o.is_multiple_of(LANES)
+            && m.len() >= POINTS * rows * o
+            && first_tile + th * tw <= rows
+            && y_image.len() >= oh_len * ow_len * o,
+        "Winograd output transform out of bounds"
+    );
+    for ty in 0..th {
+        for tx in 0..tw {
+            let tile = first_tile + ty * tw + tx;
+            let extent = [OUT.min(oh_len - OUT * ty), OUT.min(ow_len - OUT * tx)];
+            let origin = (OUT * ty * ow_len + OUT * tx) * o;
+            for k0 in (0..o).step_by(LANES) {
+                // SAFETY: AVX2 and FMA were detected (asserted above); the tile's 36 points
+                // are the block of tile `tile < rows` of `m`; the `extent` rows and columns of
+                // the block from `origin` lie in the `[OH, OW]` output, `k0 + LANES <= o`.
+                unsafe {
+                    avx2::output_tile(
+                        m.as_ptr().add(tile * POINTS * o + k0),
+                        o,
+                        y_image.as_mut_ptr().add(origin + k0),
+                        ow_len * o,
+                        o,
+                        extent,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The transforms of one tile and 8 channels in AVX2 + FMA (at the `avx512` level too: the
+/// same instructions, so the same bits).
+mod avx2 {
+    use super::{OUT, TILE};
+    use std::arch::x86_64::*;
+
+    /// `Bᵀ d` of one column of 6 inputs.
+    #[inline(always)]
+    unsafe fn input_1d(d: [__m256; TILE]) -> [__m256; TILE] {
+        // SAFETY: the callers run with AVX2 and FMA enabled.
+        unsafe {
+            let (two, four, five) = (
+                _mm256_set1_ps(2.0),
+                _mm256_set1_ps(4.0),
+                _mm256_set1_ps(5.0),
+            );
+            let d31 = _mm256_sub_ps(d[3], d[1]);
+            let d42 = _mm256_sub_ps(d[4], d[2]);
+            [
+                _mm256_fmadd_ps(four, d[0], _mm256_fnmadd_ps(five, d[2], d[4])),
+                _mm256_fnmadd_ps(four, _mm256_add_ps(d[1], d[2]), _mm256_add_ps(d[3], d[4])),
+                _mm256_fmadd_ps(four, _mm256_sub_ps(d[1], d[2]), _mm256_sub_ps(d[4], d[3])),
+                _mm256_fmadd_ps(two, d31, d42),
+                _mm256_fnmadd_ps(two, d31, d42),
+                _mm256_fmadd_ps(four, d[1], _mm256_fnmadd_ps(five, d[3], d[5])),
+            ]
+        }
+    }
+
+    /// `Aᵀ m` of one column of 6 transformed values.
+    #[inline(always)]
+    unsafe fn output_1d(m: [__m256; TILE]) -> [__m256; OUT] {
+        // SAFETY: the callers run with AVX2 and FMA enabled.
+        unsafe {
+            let (two, four, eight) = (
+                _mm256_set1_ps(2.0),
+                _mm256_set1_ps(4.0),
+                _mm256_set1_ps(8.0),
+            );
+            let (sum12, diff12) = (_mm256_add_ps(m[1], m[2]), _mm256_sub_ps(m[1], m[2]));
+            let (sum34, diff34) = (_mm256_add_ps(m[3], m[4]), _mm256_sub_ps(m[3], m[4]));
+            [
+                _mm256_add_ps(_mm256_add_ps(m[0], sum12), sum34),
+                _mm256_fmadd_ps(two, diff34, diff12),
+                _mm256_fmadd_ps(four, sum34, sum12),
+                _mm256_add_ps(_mm256_fmadd_ps(eight, diff34, diff12), m[5]),
+            ]
+        }
+    }
+
+    /// `V = Bᵀ d B` of one tile's 8 channels: pixel `(i, j)` at `src + i·row + j·pixel`,
+    /// point `ξ` stored at `dst + ξ·point_stride`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; the 36 pixels are readable and the 36 points writable for 8
+    /// floats each.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn input_tile(
+        src: *const f32,
+        row: usize,
+        pixel: usize,
+        dst: *mut f32,
+        point_stride: usize,
+    ) {
+        // SAFETY: by the contract.
+        unsafe {
+            let mut t = [_mm256_setzero_ps(); TILE * TILE];
+            for j in 0..TILE {
+                let column = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * row + j * pixel)));
+                for (r, value) in input_1d(column).into_iter().enumerate() {
+                    t[r * TILE + j] = value;
+                }
+            }
+            for r in 0..TILE {
+                let row_values = std::array::from_fn(|j| t[r * TILE + j]);
+                for (s, value) in input_1d(row_values).into_iter().enumerate() {
+                    _mm256_storeu_ps(dst.add((r * TILE + s) * point_stride), value);
+                }
+            }
+        }
+    }
+
+    /// `A ∂y` of one column of 4 output gradients.
+    #[inline(always)]
+    unsafe fn gradient_1d(d: [__m256; OUT]) -> [__m256; TILE] {
+        // SAFETY: the callers run with AVX2 and FMA enabled.
+        unsafe {
+            let (two, four, eight) = (
+                _mm256_set1_ps(2.0),
+                _mm256_set1_ps(4.0),
+                _mm256_set1_ps(8.0),
+            );
+            let sum02 = _mm256_add_ps(d[0], d[2]);
+            let sum13 = _mm256_add_ps(d[1], d[3]);
+            // d0 + 4·d2 and 2·d1 + 8·d3.
+            let even = _mm256_fmadd_ps(four, d[2], d[0]);
+            let odd = _mm256_fmadd_ps(eight, d[3], _mm256_mul_ps(two, d[1]));
+            [
+                d[0],
+                _mm256_add_ps(sum02, sum13),
+                _mm256_sub_ps(sum02, sum13),
+                _mm256_add_ps(even, odd),
+                _mm256_sub_ps(even, odd),
+                d[3],
+            ]
+        }
+    }
+
+    /// `∂M = A ∂Y Aᵀ` of one tile's 8 channels: output gradient `(a, b)` at
+    /// `src + a·row + b·pixel`, point `ξ` stored at `dst + ξ·point_stride`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; the 16 gradients are readable and the 36 points writable for
+    /// 8 floats each.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn gradient_tile(
+        src: *const f32,
+        row: usize,
+        pixel: usize,
+        dst: *mut f32,
+        point_stride: usize,
+    ) {
+        // SAFETY: by the contract.
+        unsafe {
+            let mut t = [_mm256_setzero_ps(); TILE * OUT];
+            for b in 0..OUT {
+                let column = std::array::from_fn(|a| _mm256_loadu_ps(src.add(a * row + b * pixel)));
+                for (i, value) in gradient_1d(column).into_iter().enumerate() {
+                    t[i * OUT + b] = value;
+                }
+            }
+            for i in 0..TILE {
+                let row_values = std::array::from_fn(|b| t[i * OUT + b]);
+                for (j, value) in gradient_1d(row_values).into_iter().enumerate() {
+                    _mm256_storeu_ps(dst.add((i * TILE + j) * point_stride), value);
+                }
+            }
+        }
+    }
+
+    /// `Y = Aᵀ M A` of one tile's 8 channels: point `ξ` at `src + ξ·point_stride`, output
+    /// `(a, b)` stored at `dst + a·row + b·pixel` for `a < extent[0]`, `b < extent[1]`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and FMA; the 36 points are readable and the `extent` outputs writable
+    /// for 8 floats each.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn output_tile(
+        src: *const f32,
+        point_stride: usize,
+        dst: *mut f32,
+        row: usize,
+        pixel: usize,
+        extent: [usize; 2],
+    ) {
+        // SAFETY: by the contract.
+        unsafe {
+            let mut s = [_mm256_setzero_ps(); OUT * TILE];
+            for j in 0..TILE {
+                let column = std::array::from_fn(|i| {
+                    _mm256_loadu_ps(src.add((i * TILE + j) * point_stride))
+                });
+                for (a, value) in output_1d(column).into_iter().enumerate() {
+                    s[a * TILE + j] = value;
+                }
+            }
+            for a in 0..extent[0] {
+                let row_values = std::array::from_fn(|j| s[a * TILE + j]);
+                for (b, value) in output_1d(row_values)
+                    .into_iter()
+                    .enumerate()
+                    .take(extent[1])
+                {
+                    _mm256_storeu_ps(dst.add(a * row + b * pixel), value);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::kernels::conv::Padding2d;
+    use crate::backend::cpu::kernels::epilogue::NoEpilogue;
+    use rand::{Rng, SeedableRng};
+
+    fn random(len: usize, seed: u64) -> Vec<f32> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        (0..len).map(|_| rng.random_range(-1.0..1.0)).collect()
+    }
+
+    /// Calls `f(x index, w index, y index)` for every product of the convolution `g`.
+    fn for_each_product(g: &Conv2dGeometry, mut f: impl FnMut(usize, usize, usize)) {
+        let [oh_len, ow_len] = g.out_hw();
+        let [h, wd] = g.in_hw;
+        let (c, o) = (g.in_channels, g.out_channels);
+        for n in 0..g.batch {
+            for oh in 0..oh_len {
+                for ow in 0..ow_len {
+                    for kh in 0..3 {
+                        for kw in 0..3 {
+                            let ih = (oh + kh) as isize - g.padding.top as isize;
+                            let iw = (ow + kw) as isize - g.padding.left as isize;
+                            if ih < 0 || iw < 0 || ih >= h as isize || iw >= wd as isize {
+                                continue;
+                            }
+                            let xi = ((n * h + ih as usize) * wd + iw as usize) * c;
+                            let yi = ((n * oh_len + oh) * ow_len + ow) * o;
+                            for ci in 0..c {
+                                for k in 0..o {
+                                    f(xi + ci, ((kh * 3 + kw) * c + ci) * o + k, yi + k);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The forward convolution in f64, by its definition.
+    fn reference(g: &Conv2dGeometry, x: &[f32], w: &[f32]) -> Vec<f64> {
+        let mut y = vec![0.0; g.output_len()];
+        for_each_product(g, |xi, wi, yi| y[yi] += f64::from(x[xi]) * f64::from(w[wi]));
+        y
+    }
+
+    /// The input and filter gradients in f64, by their definitions.
+    fn reference_gradients(
+        g: &Conv2dGeometry,
+        x: &[f32],
+        w: &[f32],
+        dy: &[f32],
+    ) -> (Vec<f64>, Vec<f64>) {
+        let (mut dx, mut dw) = (vec![0.0; g.input_len()], vec![0.0; g.filter_len()]);
+        for_each_product(g, |xi, wi, yi| {
+            dx[xi] += f64::from(dy[yi]) * f64::from(w[wi]);
+            dw[wi] += f64::from(dy[yi]) * f64::from(x[xi]);
+        });
+        (dx, dw)
+    }
+
+    /// Winograd's three passes against f64 references on ResNet-20's stride-1 shapes (a few
+    /// images), next to the direct kernels': the error bound of the module docs.
+    #[test]
+    fn winograd_matches_the_direct_kernels_on_resnet_shapes() {
+        use crate::backend::cpu::kernels::conv::direct;
+        if SimdLevel::current() < SimdLevel::Avx2 {
+            return;
+        }
+        for (seed, (hw, ch)) in [(32, 16), (16, 32), (8, 64)].into_iter().enumerate() {
+            let g = Conv2dGeometry {
+                padding: Padding2d::uniform(1),
+                ..Conv2dGeometry::new(4, [hw, hw], ch, ch, [3, 3])
+            };
+            let seed = 10 * seed as u64;
+            let (x, w, dy) = (
+                random(g.input_len(), seed),
+                random(g.filter_len(), seed + 1),
+                random(g.output_len(), seed + 2),
+            );
+            let want_y = reference(&g, &x, &w);
+            let (want_dx, want_dw) = reference_gradients(&g, &x, &w, &dy);
+            let out_hw = g.out_hw();
+            let mut y = vec![f32::NAN; g.output_len()];
+            let mut dx = vec![f32::NAN; g.input_len()];
+            let mut dw = vec![f32::NAN; g.filter_len()];
+            forward(&g, ConvInput::Tensor(&x), &w, &mut y, &NoEpilogue).unwrap();
+            backward_input(&g, out_hw, &dy, &w, &mut dx, &NoEpilogue).unwrap();
+            backward_filter(&g, ConvInput::Tensor(&x), &dy, &mut dw).unwrap();
+            let winograd = [
+                relative_error(&y, &want_y),
+                relative_error(&dx, &want_dx),
+                relative_error(&dw, &want_dw),
+            ];
+            direct::forward(&g, ConvInput::Tensor(&x), &w, &mut y, &NoEpilogue, None).unwrap();
+            direct::backward_filter(&g, ConvInput::Tensor(&x), &dy, &mut dw, None).unwrap();
+            let direct = [relative_error(&y, &want_y), relative_error(&dw, &want_dw)];
+            eprintln!(
+                "{hw}x{hw}x{ch}: Winograd y {:.1e} dx {:.1e} dw {:.1e}; direct y {:.1e} dw {:.1e}",
+                winograd[0], winograd[1], winograd[2], direct[0], direct[1]
+            );
+            for err in winograd {
+                assert!(err < 2e-5, "{g:?}: Winograd errors {winograd:?}");
+            }
+        }
+    }
+
+    /// Largest difference from the reference, relative to the reference's largest magnitude.
+    fn relative_error(got: &[f32], want: &[f64]) -> f64 {
+        let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-30);
+        got.iter()
+            .zip(want)
+            .map(|(g, w)| (f64::from(*g) - w).abs())
+            .fold(0.0, f64::max)
+            / scale
+    }
+
+    #[test]
+    fn forward_matches_the_definition_on_edge_tiles_and_uneven_padding() {
+        if SimdLevel::current() < SimdLevel::Avx2 {
+            return;
+        }
+        // Outputs that are not whole tiles (7×5, 3×9), asymmetric padding, 8 and 24 channels.
+        let cases = [
+            ([7, 5], Padding2d::uniform(1), 8, 16),
+            (
+                [5, 11],
+                Padding2d {
+                    top: 0,
+                    bottom: 2,
+                    left: 2,
+                    right: 0,
+                },
+                24,
+                8,
+            ),
+            ([4, 4], Padding2d::default(), 16, 24),
+        ];
+        for (seed, (in_hw, padding, c, o)) in cases.into_iter().enumerate() {
+            let g = Conv2dGeometry {
+                padding,
+                ..Conv2dGeometry::new(3, in_hw, c, o, [3, 3])
+            };
+            let x = random(g.input_len(), seed as u64);
+            let w = random(g.filter_len(), 100 + seed as u64);
+            let mut y = vec![f32::NAN; g.output_len()];
+            forward(&g, ConvInput::Tensor(&x), &w, &mut y, &NoEpilogue).unwrap();
+            let err = relative_error(&y, &reference(&g, &x, &w));
+            eprintln!("{in_hw:?} {c}->{o}: relative error {err:e}");
+            assert!(err < 1e-5, "{g:?}: relative error {err:e}");
+        }
+    }
+
+    #[test]
+    fn every_level_gives_the_same_bits() {
+        let levels: Vec<SimdLevel> = SimdLevel::available()
+            .into_iter()
+            .filter(|&l| l >= SimdLevel::Avx2)
+            .collect();
+        let g = Conv2dGeometry {
+            padding: Padding2d::uniform(1),
+            ..Conv2dGeometry::new(2, [9, 10], 16, 32, [3, 3])
+        };
+        let x = random(g.input_len(), 7);
+        let w = random(g.filter_len(), 8);
+        let outputs: Vec<Vec<f32>> = levels
+            .iter()
+            .map(|level| {
+                level.run(|| {
+                    let mut y = vec![0.0; g.output_len()];
+                    forward(&g, ConvInput::Tensor(&x), &w, &mut y, &NoEpilogue).unwrap();
+                    y
+                })
+            })
+            .collect();
+        for (level, y) in levels.iter().zip(&outputs).skip(1) {
+            assert!(y == &outputs[0], "{level} differs from {}", levels[0]);
+        }
+    }
+}
