@@ -60,8 +60,8 @@ fn winograd_runs(g: &Conv2dGeometry, input_gradient: bool) -> bool {
         && g.groups == 1
         && g.in_channels > 0
         && g.out_channels > 0
-        && g.in_channels % 8 == 0
-        && g.out_channels % 8 == 0
+        && g.in_channels.is_multiple_of(8)
+        && g.out_channels.is_multiple_of(8)
         && direct_runs_at(SimdLevel::current())
         && (!input_gradient
             || [p.top, p.bottom, p.left, p.right]
@@ -448,7 +448,7 @@ fn winograd_runs_where_its_contract_says_and_matches_the_naive_convolution() {
         let w = random_vec(&mut r, g.filter_len());
         let dy = random_vec(&mut r, g.output_len());
         let threads = 1 + (case % 2) as usize;
-        let mut first: Option<(SimdLevel, Vec<f32>, Vec<f32>, Vec<f32>)> = None;
+        let mut first: Option<(SimdLevel, Passes)> = None;
         for &level in &levels {
             let wino = ConvAlgorithm::Winograd;
             let (y, dx, dw) = level.run(|| {
@@ -491,8 +491,8 @@ fn winograd_runs_where_its_contract_says_and_matches_the_naive_convolution() {
                 assert_close(&format!("filter gradient {what}"), &dw, &want, 1e-4, 1e-4);
             }
             match &first {
-                None => first = Some((level, y, dx, dw)),
-                Some((l0, y0, dx0, dw0)) => assert!(
+                None => first = Some((level, (y, dx, dw))),
+                Some((l0, (y0, dx0, dw0))) => assert!(
                     &y == y0 && &dx == dx0 && &dw == dw0,
                     "case {case}: Winograd at {level} and {l0} differs on {g:?}"
                 ),
