@@ -9,7 +9,7 @@ use towerpack::backend::Session;
 use towerpack::backend::cpu::kernels::{
     Conv2dGeometry, ConvPass, Padding2d, SimdLevel, bf16_tiles_preferred,
 };
-use towerpack::backend::cpu::{AmxUse, CpuOptions, CpuSession};
+use towerpack::backend::cpu::{AmxUse, CpuOptions, CpuSession, WinogradUse};
 use towerpack::backend::reference::ReferenceSession;
 use towerpack::lower::{KernelKind, LowerOptions, Precision, Storage, autocast, lower};
 use towerpack::models::CifarResNet;
@@ -137,6 +137,42 @@ fn amx(amx: AmxUse) -> CpuOptions {
     CpuOptions {
         amx,
         ..CpuOptions::default()
+    }
+}
+
+/// Winograd (`kernels::conv::winograd`) runs ResNet-8's 16-channel 3×3 convolutions in an fp32
+/// program — turning it off (`CpuOptions::winograd`) changes the step's bits, by about the
+/// rounding Winograd adds — and never in a bf16 or fp16 one, whose convolutions sum exact
+/// products of 16-bit operands: there the option changes no bit. Batch 8 (more images than
+/// worker threads, as the automatic choice wants).
+#[test]
+fn winograd_runs_in_fp32_programs_only_and_can_be_turned_off() {
+    let resnet = CifarResNet::new(1);
+    let tg = training_graph(resnet.inputs(), |x| resnet.build(x));
+    let off = CpuOptions {
+        winograd: WinogradUse::Off,
+        ..CpuOptions::default()
+    };
+    let lowered = Some(LowerOptions::default());
+    let fp32_on = run_steps(&tg, 8, 1, Precision::Fp32, lowered);
+    let fp32_off = run_steps_with(&tg, 8, 1, Precision::Fp32, lowered, off);
+    let d = max_relative(&fp32_on, &fp32_off);
+    eprintln!("resnet8 fp32: Winograd on vs off {d:.1e}");
+    assert!(d > 0.0 && d < 1e-2, "resnet8 fp32: Winograd on vs off {d}");
+    // With the casts as kernels of their own (`fuse: false`), the convolutions see unrounded
+    // f32 operands (16-bit values) and would take Winograd if the program's precision did not
+    // keep them off it.
+    let explicit_casts = Some(LowerOptions {
+        fuse: false,
+        half_activations: false,
+        ..LowerOptions::default()
+    });
+    for precision in [Precision::Bf16, Precision::Fp16] {
+        for lowering in [lowered, explicit_casts] {
+            let on = run_steps(&tg, 8, 1, precision, lowering);
+            let off = run_steps_with(&tg, 8, 1, precision, lowering, off);
+            assert!(on == off, "{precision}: the Winograd option changed a bit");
+        }
     }
 }
 

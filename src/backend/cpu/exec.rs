@@ -15,7 +15,9 @@ use super::kernels::{self, Conv2dGeometry, ConvPass, Epilogue, KernelError, MatR
 use super::memory::{Arena, RawBuf};
 use crate::backend::{BackendError, Collective};
 use crate::ir::{PoolKind, ReduceOp};
-use crate::lower::{ConvGeom, HalfFormat, Kernel, KernelKind, PoolGeom, Program, Storage, View};
+use crate::lower::{
+    ConvGeom, HalfFormat, Kernel, KernelKind, PoolGeom, Precision, Program, Storage, View,
+};
 use crate::tensor::DType;
 use rayon::prelude::*;
 use std::sync::Mutex;
@@ -76,6 +78,9 @@ pub struct Prepared {
     /// Whether bf16 convolutions may run on AMX tiles (`kernels::conv::amx`) where the CPU has
     /// them.
     bf16_tiles: bool,
+    /// How convolutions choose their algorithm: `Auto`, or `AutoDirect` (no Winograd) for bf16
+    /// and fp16 programs, whose convolutions sum exact products, and where Winograd is off.
+    conv_algorithm: kernels::ConvAlgorithm,
     /// Each kernel's input and output buffers, resolved once (arenas never move).
     bound: Vec<(Vec<RawBuf>, Vec<RawBuf>)>,
     /// True when every kernel is too small to parallelise: the program then runs on the
@@ -295,6 +300,7 @@ impl Prepared {
         let prepared = Prepared {
             timings: None,
             bf16_tiles: false,
+            conv_algorithm: exact_products_or_auto(&program, true),
             bound: Vec::new(),
             small,
             program,
@@ -484,6 +490,12 @@ impl Prepared {
         self.bf16_tiles = on;
     }
 
+    /// Lets f32 convolutions run Winograd where it pays off (on by default; never in a bf16 or
+    /// fp16 program).
+    pub fn set_winograd(&mut self, on: bool) {
+        self.conv_algorithm = exact_products_or_auto(&self.program, on);
+    }
+
     /// Per kernel: its total wall time and number of runs, if profiling.
     pub fn timings(&self) -> Option<&[(std::time::Duration, u64)]> {
         self.timings.as_deref()
@@ -552,8 +564,11 @@ impl Prepared {
         if let KernelKind::AllReduce { op, len } = &k.kind {
             all_reduce(k, &ins[0], &outs[0], *op, *len, collective)
         } else {
-            run_kernel(k, &self.steps[i], ins, outs, threads, self.bf16_tiles)
-                .map_err(|e| kernel_error(k, e))
+            let conv = ConvChoice {
+                algorithm: self.conv_algorithm,
+                bf16_tiles: self.bf16_tiles,
+            };
+            run_kernel(k, &self.steps[i], ins, outs, threads, conv).map_err(|e| kernel_error(k, e))
         }
     }
 
@@ -855,15 +870,35 @@ fn on_tiles(round: Option<HalfFormat>, g: &Conv2dGeometry, pass: ConvPass) -> bo
     round == Some(HalfFormat::Bf16) && kernels::bf16_tiles_preferred(g, pass)
 }
 
+/// How a program's convolutions run: the algorithm choice and whether bf16 ones may take the
+/// AMX tiles.
+#[derive(Clone, Copy)]
+struct ConvChoice {
+    algorithm: kernels::ConvAlgorithm,
+    bf16_tiles: bool,
+}
+
+/// The automatic convolution choice for `program`: without Winograd in bf16 and fp16 programs
+/// (their convolutions sum the exact products of 16-bit operands, whether the kernel rounds
+/// them or explicit casts did) and where `winograd` is off.
+fn exact_products_or_auto(program: &Program, winograd: bool) -> kernels::ConvAlgorithm {
+    let half = matches!(program.precision, Precision::Bf16 | Precision::Fp16);
+    if winograd && !half {
+        kernels::ConvAlgorithm::Auto
+    } else {
+        kernels::ConvAlgorithm::AutoDirect
+    }
+}
+
 fn run_kernel(
     k: &Kernel,
     step: &Step,
     ins: &[RawBuf],
     outs: &[RawBuf],
     threads: usize,
-    bf16_tiles: bool,
+    conv: ConvChoice,
 ) -> Result<(), KernelError> {
-    let auto = kernels::ConvAlgorithm::Auto;
+    let (auto, bf16_tiles) = (conv.algorithm, conv.bf16_tiles);
     match (&k.kind, step) {
         (KernelKind::Elementwise { .. }, Step::Fused(f, points)) => {
             let points = *points;

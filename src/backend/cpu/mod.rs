@@ -20,4 +20,6 @@ pub mod session;
 mod small;
 
 pub use kernels::{SimdLevel, SimdLevelError};
-pub use session::{AmxUse, CpuOptions, CpuSession, oversubscription_warning, precision_warning};
+pub use session::{
+    AmxUse, CpuOptions, CpuSession, WinogradUse, oversubscription_warning, precision_warning,
+};

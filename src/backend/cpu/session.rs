@@ -39,6 +39,21 @@ pub struct CpuOptions {
     /// (`kernels::conv::amx`; `TOWERPACK_AMX=0` turns them off for the whole process). Off,
     /// they multiply the same bf16-rounded operands on the vector units.
     pub amx: AmxUse,
+    /// Whether f32 3×3 stride-1 convolutions may run Winograd F(4×4, 3×3)
+    /// (`kernels::conv::winograd`: fewer multiplications, ~10× the rounding error of the direct
+    /// kernels; `TOWERPACK_WINOGRAD=0` turns it off for the whole process). bf16 and fp16
+    /// programs never do: their convolutions sum exact products of 16-bit operands.
+    pub winograd: WinogradUse,
+}
+
+/// Whether a session's f32 convolutions may run Winograd ([`CpuOptions::winograd`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WinogradUse {
+    /// Where it runs and pays off (3×3, stride 1, 16 channels or more in and out).
+    #[default]
+    Auto,
+    /// Never: every convolution on the direct kernels (or im2col + GEMM).
+    Off,
 }
 
 /// Whether a session's bf16 convolutions may use AMX tiles ([`CpuOptions::amx`]).
@@ -279,6 +294,7 @@ impl CpuSession {
                 self.options.profile || std::env::var_os("TOWERPACK_PROFILE").is_some(),
             );
             prepared.set_bf16_tiles(self.options.amx == AmxUse::Auto);
+            prepared.set_winograd(self.options.winograd == WinogradUse::Auto);
             self.programs.insert(step, batch, prepared);
         }
         self.programs

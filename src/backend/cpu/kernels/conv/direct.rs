@@ -52,16 +52,31 @@ pub(super) fn padded_hw(g: &Conv2dGeometry) -> [usize; 2] {
     [g.in_hw[0] + p.top + p.bottom, g.in_hw[1] + p.left + p.right]
 }
 
-/// Copies one `[H, W, C]` image into the middle of a zeroed padded buffer, rounded to `round`'s
-/// format when there is one.
-fn pad_image(g: &Conv2dGeometry, image: &[f32], padded: &mut [f32], round: Option<HalfFormat>) {
+/// Writes image `n` of `x` into the middle of the padded buffer and zeroes the rest, rounded to
+/// `round`'s format when there is one. Without rounding, a computed image is computed straight
+/// into place.
+fn pad_image(
+    g: &Conv2dGeometry,
+    x: &ConvInput<'_>,
+    n: usize,
+    padded: &mut [f32],
+    round: Option<HalfFormat>,
+) {
     let c = g.in_channels;
     let [_, wp] = padded_hw(g);
     let row_len = g.in_hw[1] * c;
+    let image_len = g.in_hw[0] * row_len;
+    let first = (g.padding.top * wp + g.padding.left) * c;
     padded.fill(0.0);
-    for (ih, row) in image.chunks_exact(row_len.max(1)).enumerate() {
-        let start = ((ih + g.padding.top) * wp + g.padding.left) * c;
-        copy_operand(round, row, &mut padded[start..start + row_len]);
+    let range = n * image_len..(n + 1) * image_len;
+    match round {
+        None => x.write_rows(range, row_len, padded, first, wp * c),
+        Some(_) => x.with_image(range, |image| {
+            for (ih, row) in image.chunks_exact(row_len.max(1)).enumerate() {
+                let start = first + ih * wp * c;
+                copy_operand(round, row, &mut padded[start..start + row_len]);
+            }
+        }),
     }
 }
 
@@ -131,7 +146,6 @@ fn forward_with<K: TileKernels>(
 ) -> Result<(), KernelError> {
     let out_hw = check_operands("conv2d_forward", g, x.len(), w.len(), y.len())?;
     let (c, o) = (g.in_channels, g.out_channels);
-    let image_len = g.in_hw[0] * g.in_hw[1] * c;
     let out_rows = out_hw[0] * out_hw[1];
     epilogue.check(g.batch * out_rows, o)?;
     if out_rows == 0 || o == 0 {
@@ -146,9 +160,7 @@ fn forward_with<K: TileKernels>(
     for_each_row_block(y, o, out_rows, parallel, |y_image, first_row, scratch| {
         let n = first_row / out_rows;
         let padded = scratch_of(scratch, hp * wp * c);
-        x.with_image(n * image_len..(n + 1) * image_len, |image| {
-            pad_image(g, image, padded, round);
-        });
+        pad_image(g, &x, n, padded, round);
         forward_image::<K>(g, out_hw, &segs, padded, &w, w_stride, y_image);
         if !epilogue.is_identity() {
             epilogue.apply(y_image, first_row, o);
@@ -223,12 +235,9 @@ fn backward_filter_with<K: TileKernels>(
         dw.fill(0.0);
         let [hp, wp] = padded_hw(g);
         let mut padded = vec![0.0; hp * wp * g.in_channels];
-        let image_len = g.in_hw[0] * g.in_hw[1] * g.in_channels;
         let dy_len = origins.len() * o;
         for n in images {
-            x.with_image(n * image_len..(n + 1) * image_len, |image| {
-                pad_image(g, image, &mut padded, round);
-            });
+            pad_image(g, &x, n, &mut padded, round);
             // `dy` rows padded to whole vectors where the microkernels need it.
             let dy_image = with_row_stride(&dy[n * dy_len..(n + 1) * dy_len], o, dy_stride, round);
             filter_image::<K>(&segs, &origins, &padded, &dy_image, dy_stride, o, dw);

@@ -179,6 +179,11 @@ pub enum ConvAlgorithm {
     /// the padded input in place; one group only. An error at the `scalar` level or where the
     /// geometry has several groups.
     Direct,
+    /// [`ConvAlgorithm::Auto`] without Winograd: the direct kernels where they run, im2col +
+    /// GEMM elsewhere, so that every output is the f32 sum of the exact products of its
+    /// operands (what a bf16 or fp16 program's convolutions promise, and what
+    /// `CpuOptions::winograd` off or `TOWERPACK_WINOGRAD=0` asks for).
+    AutoDirect,
     /// Winograd F(4×4, 3×3) on the direct kernels' GEMM tiles ([`winograd`]-module docs): the
     /// three passes of 3×3, stride-1, undilated, one-group convolutions with channel counts in
     /// whole vectors of 8, of unrounded f32 operands (the input gradient: padding of at most 2
@@ -209,6 +214,7 @@ impl ConvAlgorithm {
             #[cfg(target_arch = "x86_64")]
             ConvAlgorithm::Auto => Ok(supported
                 && winograd::pays_off(g)
+                && !winograd::disabled_by_env()
                 && (g.batch >= parallel::threads() || !parallel::worth_parallel(2 * g.macs()))),
             ConvAlgorithm::Winograd if supported => Ok(true),
             ConvAlgorithm::Winograd => Err(shape_error(
@@ -239,7 +245,7 @@ impl ConvAlgorithm {
         match self {
             // The direct kernels spread images over the pool: with fewer images than threads,
             // large problems go to the GEMM path, which splits pixel blocks instead.
-            ConvAlgorithm::Auto => Ok(supported
+            ConvAlgorithm::Auto | ConvAlgorithm::AutoDirect => Ok(supported
                 && (g.batch >= parallel::threads() || !parallel::worth_parallel(2 * g.macs()))),
             // The passes ask `use_winograd` first, which runs Winograd or refuses.
             ConvAlgorithm::Im2colGemm | ConvAlgorithm::Winograd => Ok(false),

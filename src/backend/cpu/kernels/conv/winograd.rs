@@ -75,6 +75,23 @@ pub(super) fn supported_input(g: &Conv2dGeometry) -> bool {
     supported(g) && transposed_geometry(g, out_hw).is_some_and(|t| supported(&t))
 }
 
+/// The environment variable that keeps the automatic choice off Winograd for the process (`0`,
+/// `off` or `false`): every convolution then sums exact products, as the direct kernels do.
+pub const WINOGRAD_ENV: &str = "TOWERPACK_WINOGRAD";
+
+/// Whether `TOWERPACK_WINOGRAD` turns Winograd off (read once).
+pub(super) fn disabled_by_env() -> bool {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DISABLED.get_or_init(|| {
+        std::env::var(WINOGRAD_ENV).is_ok_and(|v| {
+            matches!(
+                v.trim().to_ascii_lowercase().as_str(),
+                "0" | "off" | "false"
+            )
+        })
+    })
+}
+
 /// Whether Winograd beats the direct kernels on `g` (the `Auto` choice): from 16 channels in and
 /// out (measured on the ResNet-20 shapes, `cargo bench --bench cpu_kernels -- conv-algos`: 1.6–
 /// 2.9× at 16–64 channels; 8-channel layers, where the transforms — which grow with the channel
@@ -143,7 +160,6 @@ fn backward_filter_with<K: TileKernels>(
     assert!(supported(g), "Winograd filter gradient of {g:?}");
     let tiling = Tiling::new(out_hw);
     let tiles = tiling.tiles();
-    let image_len = g.in_hw[0] * g.in_hw[1] * c;
     let [ph, pw] = tiling.padded_hw;
     let parts = if worth_parallel(2 * g.macs()) {
         threads()
@@ -159,9 +175,7 @@ fn backward_filter_with<K: TileKernels>(
         let mut dm = vec![0.0; (tiles + 1) * POINTS * o];
         let mut dy_tiles = vec![0.0; OUT * tiling.tiles_hw[0] * OUT * tiling.tiles_hw[1] * o];
         for n in images {
-            x.with_image(n * image_len..(n + 1) * image_len, |image| {
-                pad(g, &tiling, image, &mut padded);
-            });
+            pad(g, &tiling, &x, n, &mut padded);
             transform_input(&tiling, c, &padded, &mut v, tiles, 0);
             let dy_image = &dy[n * out_rows * o..(n + 1) * out_rows * o];
             transform_gradient(&tiling, o, dy_image, &mut dy_tiles, &mut dm);
@@ -254,7 +268,6 @@ fn forward_with<K: TileKernels>(
     assert!(supported(g), "Winograd convolution of {g:?}");
     let tiling = Tiling::new(out_hw);
     let tiles = tiling.tiles();
-    let image_len = g.in_hw[0] * g.in_hw[1] * c;
     let parallel = worth_parallel(2 * g.macs()) && g.batch > 1;
     // Enough images per task to fill the GEMMs' register tiles, as long as every thread still
     // gets a task.
@@ -281,10 +294,7 @@ fn forward_with<K: TileKernels>(
             let (padded, rest) = scratch.split_at_mut(padded_len);
             let (v, m) = rest.split_at_mut(POINTS * rows * c);
             for i in 0..count {
-                let n = n0 + i;
-                x.with_image(n * image_len..(n + 1) * image_len, |image| {
-                    pad(g, &tiling, image, padded);
-                });
+                pad(g, &tiling, &x, n0 + i, padded);
                 transform_input(&tiling, c, padded, v, rows, i * tiles);
             }
             let segment = [Segment {
@@ -318,23 +328,29 @@ fn forward_with<K: TileKernels>(
     )
 }
 
-/// Copies one `[H, W, C]` image into the buffer at the geometry's top-left padding and zeroes
-/// the rest of it (only the rest: the buffer is rewritten for every image).
-fn pad(g: &Conv2dGeometry, tiling: &Tiling, image: &[f32], padded: &mut [f32]) {
+/// Writes image `n` of `x` into the buffer at the geometry's top-left padding (computing it in
+/// place when `x` is computed) and zeroes the rest of the buffer (only the rest: the buffer is
+/// rewritten for every image).
+fn pad(g: &Conv2dGeometry, tiling: &Tiling, x: &ConvInput<'_>, n: usize, padded: &mut [f32]) {
     let c = g.in_channels;
     let pw = tiling.padded_hw[1];
     let (row_len, padded_row) = (g.in_hw[1] * c, pw * c);
     let (top, left) = (g.padding.top * padded_row, g.padding.left * c);
+    let image_len = g.in_hw[0] * row_len;
     padded[..top].fill(0.0);
-    let mut at = top;
-    for row in image.chunks_exact(row_len.max(1)) {
-        let dst = &mut padded[at..at + padded_row];
-        dst[..left].fill(0.0);
-        dst[left..left + row_len].copy_from_slice(row);
-        dst[left + row_len..].fill(0.0);
-        at += padded_row;
+    for r in 0..g.in_hw[0] {
+        let row = &mut padded[top + r * padded_row..][..padded_row];
+        row[..left].fill(0.0);
+        row[left + row_len..].fill(0.0);
     }
-    padded[at..].fill(0.0);
+    padded[top + g.in_hw[0] * padded_row..].fill(0.0);
+    x.write_rows(
+        n * image_len..(n + 1) * image_len,
+        row_len,
+        padded,
+        top + left,
+        padded_row,
+    );
 }
 
 /// The filter's transform `U = G g Gᵀ` for every input channel `ci` and output channel `k`, in
@@ -722,14 +738,20 @@ mod avx2 {
                     s[a * TILE + j] = value;
                 }
             }
-            for a in 0..extent[0] {
-                let row_values = std::array::from_fn(|j| s[a * TILE + j]);
-                for (b, value) in output_1d(row_values)
-                    .into_iter()
-                    .enumerate()
-                    .take(extent[1])
-                {
-                    _mm256_storeu_ps(dst.add(a * row + b * pixel), value);
+            let row_values = |a: usize| std::array::from_fn(|j| s[a * TILE + j]);
+            if extent == [OUT, OUT] {
+                // Whole tiles (all but the edges): loops of constant length, unrolled.
+                for a in 0..OUT {
+                    for (b, value) in output_1d(row_values(a)).into_iter().enumerate() {
+                        _mm256_storeu_ps(dst.add(a * row + b * pixel), value);
+                    }
+                }
+            } else {
+                for a in 0..extent[0] {
+                    let values = output_1d(row_values(a));
+                    for (b, value) in values.into_iter().enumerate().take(extent[1]) {
+                        _mm256_storeu_ps(dst.add(a * row + b * pixel), value);
+                    }
                 }
             }
         }
@@ -797,6 +819,55 @@ mod tests {
             dw[wi] += f64::from(dy[yi]) * f64::from(x[xi]);
         });
         (dx, dw)
+    }
+
+    /// A tensor served as a computed input, row by row.
+    struct Served<'a>(&'a [f32]);
+
+    impl crate::backend::cpu::kernels::ComputeInput for Served<'_> {
+        fn compute(&self, start: usize, out: &mut [f32]) {
+            out.copy_from_slice(&self.0[start..start + out.len()]);
+        }
+    }
+
+    /// A computed input (a prologue), computed straight into the padded buffer row by row,
+    /// gives the bits of the tensor itself: Winograd's forward and filter gradient, and the
+    /// direct kernels', which pad the same way.
+    #[test]
+    fn computed_inputs_give_the_bits_of_the_tensor() {
+        use crate::backend::cpu::kernels::conv::direct;
+        if SimdLevel::current() < SimdLevel::Avx2 {
+            return;
+        }
+        let g = Conv2dGeometry {
+            padding: Padding2d {
+                top: 2,
+                bottom: 0,
+                left: 1,
+                right: 2,
+            },
+            ..Conv2dGeometry::new(3, [9, 7], 16, 24, [3, 3])
+        };
+        let (x, w, dy) = (
+            random(g.input_len(), 1),
+            random(g.filter_len(), 2),
+            random(g.output_len(), 3),
+        );
+        let served = Served(&x);
+        let computed = ConvInput::Computed {
+            len: x.len(),
+            compute: &served,
+        };
+        let passes = |x: ConvInput<'_>| {
+            let mut y = [vec![0.0; g.output_len()], vec![0.0; g.output_len()]];
+            let mut dw = [vec![0.0; g.filter_len()], vec![0.0; g.filter_len()]];
+            forward(&g, x, &w, &mut y[0], &NoEpilogue).unwrap();
+            backward_filter(&g, x, &dy, &mut dw[0]).unwrap();
+            direct::forward(&g, x, &w, &mut y[1], &NoEpilogue, None).unwrap();
+            direct::backward_filter(&g, x, &dy, &mut dw[1], None).unwrap();
+            (y, dw)
+        };
+        assert!(passes(ConvInput::Tensor(&x)) == passes(computed));
     }
 
     /// Winograd's three passes against f64 references on ResNet-20's stride-1 shapes (a few
