@@ -52,9 +52,8 @@ pub(super) fn padded_hw(g: &Conv2dGeometry) -> [usize; 2] {
     [g.in_hw[0] + p.top + p.bottom, g.in_hw[1] + p.left + p.right]
 }
 
-/// Writes image `n` of `x` into the middle of the padded buffer and zeroes the rest, rounded to
-/// `round`'s format when there is one. Without rounding, a computed image is computed straight
-/// into place.
+/// Writes image `n` of `x` (computed first when `x` is computed) into the middle of the padded
+/// buffer and zeroes the rest, rounded to `round`'s format when there is one.
 fn pad_image(
     g: &Conv2dGeometry,
     x: &ConvInput<'_>,

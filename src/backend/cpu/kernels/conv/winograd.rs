@@ -328,8 +328,8 @@ fn forward_with<K: TileKernels>(
     )
 }
 
-/// Writes image `n` of `x` into the buffer at the geometry's top-left padding (computing it in
-/// place when `x` is computed) and zeroes the rest of the buffer (only the rest: the buffer is
+/// Writes image `n` of `x` (computed first when `x` is computed) into the buffer at the
+/// geometry's top-left padding and zeroes the rest of the buffer (only the rest: the buffer is
 /// rewritten for every image).
 fn pad(g: &Conv2dGeometry, tiling: &Tiling, x: &ConvInput<'_>, n: usize, padded: &mut [f32]) {
     let c = g.in_channels;
@@ -830,7 +830,7 @@ mod tests {
         }
     }
 
-    /// A computed input (a prologue), computed straight into the padded buffer row by row,
+    /// A computed input (a prologue), computed and copied into the padded buffer row by row,
     /// gives the bits of the tensor itself: Winograd's forward and filter gradient, and the
     /// direct kernels', which pad the same way.
     #[test]
