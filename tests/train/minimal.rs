@@ -195,13 +195,15 @@ fn convnet_reaches_98_percent_on_held_out_digits() {
     // gentler decay (tried: 12 epochs 0.05/0.005, a 12-epoch cosine, weight decay 5e-4 and
     // dropout 0.5 — the regularised ones underfit further, 97.5–97.9%) lifts the plateau.
     // Measured held-out accuracy of this recipe after the last epoch, by SIMD level
-    // (TOWERPACK_SIMD) × threads, on an AVX-512 Xeon (avx2 forced: AVX2 direct convolutions,
-    // bit-identical to AVX-512 ones, and the GEMM crate's AVX2 kernels):
-    //   avx512: 98.40 (1 thread), 98.50 (2 threads); init seed 1, 1 thread: 98.70
-    //   avx2:   98.30 (1 thread), 98.35 (2 threads)
-    // Spread 98.30–98.70: 0.3 points clear of the bar at worst. The scalar level was not
-    // measured (about 10× slower here); epochs 13–16 wander by ±0.15 on every path, so this
-    // model's plateau on 8,000 images is about 98.5%.
+    // (TOWERPACK_SIMD) × threads (RAYON_NUM_THREADS), on an AVX-512 Xeon (avx2 forced: the
+    // same convolution bits — conv1 runs Winograd, bit-identical at both levels — and the GEMM
+    // crate's AVX2 kernels for the dense layers), 2026-11-28:
+    //   avx512: 98.45 (1 thread), 98.45 (2 threads)
+    //   avx2:   98.50 (1 thread), 98.50 (2 threads)
+    // Before Winograd (direct kernels): avx512 98.40 / 98.50, avx2 98.30 / 98.35, init seed 1:
+    // 98.70. Spread 98.30–98.70 over both: 0.3 points clear of the bar at worst. The scalar
+    // level was not measured (about 10× slower here); epochs 13–16 wander by ±0.15 on every
+    // path, so this model's plateau on 8,000 images is about 98.5%.
     let schedule = [
         0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.05, 0.01, 0.01, 0.01, 0.01, 0.002, 0.002,
         0.002, 0.002,
