@@ -92,12 +92,30 @@ pub(super) fn disabled_by_env() -> bool {
     })
 }
 
+/// Most bytes of one image's transformed input and output (`tiles · 36 · (C + O) · 4`) for
+/// which Winograd pays off: beyond, they spill out of the caches. Measured with one thread, the
+/// forward pass and filter gradient together, direct then Winograd: 112×112×64 (14 MiB)
+/// 67–84 → 30–32 ms, 224×224×64 (55 MiB) 172–196 → 207–223 ms.
+const MAX_IMAGE_TRANSFORM_BYTES: usize = 16 << 20;
+
+/// Most bytes of the filter's transform (`36 · C · O · 4`, computed serially once per call) for
+/// which Winograd pays off. Measured as above: 14×14×256 at batch 8 (9 MiB) 67 → 27–30 ms,
+/// 7×7×512 at batch 16 (36 MiB) 207–209 → 214–238 ms.
+const MAX_FILTER_TRANSFORM_BYTES: usize = 16 << 20;
+
 /// Whether Winograd beats the direct kernels on `g` (the `Auto` choice): from 16 channels in and
 /// out (measured on the ResNet-20 shapes, `cargo bench --bench cpu_kernels -- conv-algos`: 1.6–
 /// 2.9× at 16–64 channels; 8-channel layers, where the transforms — which grow with the channel
-/// counts, not with their product — weigh most, are not measured and stay direct).
+/// counts, not with their product — weigh most, are not measured and stay direct), while one
+/// image's and the filter's transforms stay in the caches' reach (the limits above).
 pub(super) fn pays_off(g: &Conv2dGeometry) -> bool {
-    g.in_channels >= 16 && g.out_channels >= 16
+    let [oh, ow] = g.out_hw();
+    let tiles = oh.div_ceil(OUT) * ow.div_ceil(OUT);
+    let (c, o) = (g.in_channels, g.out_channels);
+    c >= 16
+        && o >= 16
+        && tiles * POINTS * (c + o) * 4 <= MAX_IMAGE_TRANSFORM_BYTES
+        && POINTS * c * o * 4 <= MAX_FILTER_TRANSFORM_BYTES
 }
 
 /// The forward convolution (see [`super::conv2d_forward`]); `supported(g)` must hold.
@@ -849,6 +867,29 @@ mod tests {
             dw[wi] += f64::from(dy[yi]) * f64::from(x[xi]);
         });
         (dx, dw)
+    }
+
+    /// The automatic choice takes Winograd on ResNet-20's and ResNet-50's mid-sized layers,
+    /// not where the measured limits say it loses (8 channels, 224×224 images, 512×512
+    /// filters).
+    #[test]
+    fn winograd_pays_off_within_the_measured_limits() {
+        let layer = |hw: usize, c: usize, o: usize| Conv2dGeometry {
+            padding: Padding2d::uniform(1),
+            ..Conv2dGeometry::new(8, [hw, hw], c, o, [3, 3])
+        };
+        for (hw, c, o) in [
+            (32, 16, 16),
+            (16, 32, 32),
+            (8, 64, 64),
+            (56, 64, 64),
+            (14, 256, 256),
+        ] {
+            assert!(pays_off(&layer(hw, c, o)), "{hw}×{hw}×{c}→{o}");
+        }
+        for (hw, c, o) in [(32, 8, 16), (224, 64, 64), (7, 512, 512)] {
+            assert!(!pays_off(&layer(hw, c, o)), "{hw}×{hw}×{c}→{o}");
+        }
     }
 
     /// A tensor served as a computed input, row by row.
