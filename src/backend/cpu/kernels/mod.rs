@@ -91,6 +91,15 @@ pub(crate) fn check_len(
     }
 }
 
+/// Whether the environment variable `var` switches a kernel path off for the process: `0`,
+/// `off` or `false` (any case, surrounding spaces ignored).
+pub(crate) fn switched_off_by_env(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| {
+        let v = v.trim();
+        v == "0" || v.eq_ignore_ascii_case("off") || v.eq_ignore_ascii_case("false")
+    })
+}
+
 /// A [`KernelError::Shape`] with a formatted message.
 pub(crate) fn shape_error(kernel: &'static str, message: impl Into<String>) -> KernelError {
     KernelError::Shape {

@@ -52,31 +52,37 @@ pub(super) fn padded_hw(g: &Conv2dGeometry) -> [usize; 2] {
     [g.in_hw[0] + p.top + p.bottom, g.in_hw[1] + p.left + p.right]
 }
 
-/// Writes image `n` of `x` (computed first when `x` is computed) into the middle of the padded
-/// buffer and zeroes the rest, rounded to `round`'s format when there is one.
-fn pad_image(
+/// Writes image `n` of `x` (computed first when `x` is computed) into `padded`, rows `wp`
+/// pixels wide, at the geometry's top-left padding, rounded to `round`'s format when there is
+/// one, and zeroes the rest of `padded` (only the rest: the buffer is rewritten for every
+/// image). The direct kernels pass the padded input's width ([`padded_hw`]); Winograd a width
+/// of whole tiles.
+pub(super) fn pad_image(
     g: &Conv2dGeometry,
     x: &ConvInput<'_>,
     n: usize,
+    wp: usize,
     padded: &mut [f32],
     round: Option<HalfFormat>,
 ) {
     let c = g.in_channels;
-    let [_, wp] = padded_hw(g);
-    let row_len = g.in_hw[1] * c;
-    let image_len = g.in_hw[0] * row_len;
-    let first = (g.padding.top * wp + g.padding.left) * c;
-    padded.fill(0.0);
-    let range = n * image_len..(n + 1) * image_len;
-    match round {
-        None => x.write_rows(range, row_len, padded, first, wp * c),
-        Some(_) => x.with_image(range, |image| {
-            for (ih, row) in image.chunks_exact(row_len.max(1)).enumerate() {
-                let start = first + ih * wp * c;
-                copy_operand(round, row, &mut padded[start..start + row_len]);
-            }
-        }),
+    let (row_len, padded_row) = (g.in_hw[1] * c, wp * c);
+    let (top, left) = (g.padding.top * padded_row, g.padding.left * c);
+    let image_rows = g.in_hw[0];
+    padded[..top].fill(0.0);
+    for r in 0..image_rows {
+        let row = &mut padded[top + r * padded_row..][..padded_row];
+        row[..left].fill(0.0);
+        row[left + row_len..].fill(0.0);
     }
+    padded[top + image_rows * padded_row..].fill(0.0);
+    let image_len = image_rows * row_len;
+    x.with_image(n * image_len..(n + 1) * image_len, |image| {
+        for (r, src) in image.chunks_exact(row_len.max(1)).enumerate() {
+            let start = top + r * padded_row + left;
+            copy_operand(round, src, &mut padded[start..start + row_len]);
+        }
+    });
 }
 
 /// The reduction as contiguous runs of the padded image: one per window row when horizontal taps
@@ -159,7 +165,7 @@ fn forward_with<K: TileKernels>(
     for_each_row_block(y, o, out_rows, parallel, |y_image, first_row, scratch| {
         let n = first_row / out_rows;
         let padded = scratch_of(scratch, hp * wp * c);
-        pad_image(g, &x, n, padded, round);
+        pad_image(g, &x, n, wp, padded, round);
         forward_image::<K>(g, out_hw, &segs, padded, &w, w_stride, y_image);
         if !epilogue.is_identity() {
             epilogue.apply(y_image, first_row, o);
@@ -236,7 +242,7 @@ fn backward_filter_with<K: TileKernels>(
         let mut padded = vec![0.0; hp * wp * g.in_channels];
         let dy_len = origins.len() * o;
         for n in images {
-            pad_image(g, &x, n, &mut padded, round);
+            pad_image(g, &x, n, wp, &mut padded, round);
             // `dy` rows padded to whole vectors where the microkernels need it.
             let dy_image = with_row_stride(&dy[n * dy_len..(n + 1) * dy_len], o, dy_stride, round);
             filter_image::<K>(&segs, &origins, &padded, &dy_image, dy_stride, o, dw);

@@ -77,28 +77,6 @@ impl<'a> ConvInput<'a> {
         }
     }
 
-    /// Writes the rows of elements `range` (one image, rows of `row_len` elements) into `dst`,
-    /// row `r` at `dst[first + r·stride..]`. A computed image is computed whole into this
-    /// thread's image buffer first: the prologue engine computes one long range faster than
-    /// many rows (computing each row in place made ResNet-20's step ~7% slower, measured).
-    pub fn write_rows(
-        &self,
-        range: Range<usize>,
-        row_len: usize,
-        dst: &mut [f32],
-        first: usize,
-        stride: usize,
-    ) {
-        if row_len == 0 {
-            return;
-        }
-        self.with_image(range, |image| {
-            for (r, row) in image.chunks_exact(row_len).enumerate() {
-                dst[first + r * stride..][..row_len].copy_from_slice(row);
-            }
-        });
-    }
-
     /// The whole input: the tensor, or a computed copy (the portable im2col path).
     pub fn whole(&self) -> Cow<'a, [f32]> {
         match *self {

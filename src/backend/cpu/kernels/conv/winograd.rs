@@ -29,7 +29,7 @@
 //! kernels' accuracy pins [`super::ConvAlgorithm::Direct`].
 
 use super::backward_input::{flip_filter, transposed_geometry};
-use super::direct::at_level;
+use super::direct::{at_level, pad_image};
 use super::tiles::{Segment, TileKernels, filter_image, row_stride, tile_row};
 use super::{Conv2dGeometry, ConvInput, check_operands};
 use crate::backend::cpu::kernels::KernelError;
@@ -49,7 +49,7 @@ const POINTS: usize = TILE * TILE;
 /// Channels per transform step (one AVX2 vector).
 const LANES: usize = 8;
 /// Tiles a task gathers at least (from several images when each has fewer), so that the GEMMs'
-/// register tiles of up to 6 (AVX2) or 14 (AVX-512) rows are full.
+/// register tiles of up to 6 (AVX2) or 12 (AVX-512) rows of two vectors are full.
 const MIN_TASK_TILES: usize = 24;
 
 /// Whether Winograd can run the forward pass and the filter gradient of `g` at the SIMD level in
@@ -82,14 +82,7 @@ pub const WINOGRAD_ENV: &str = "TOWERPACK_WINOGRAD";
 /// Whether `TOWERPACK_WINOGRAD` turns Winograd off (read once).
 pub(super) fn disabled_by_env() -> bool {
     static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *DISABLED.get_or_init(|| {
-        std::env::var(WINOGRAD_ENV).is_ok_and(|v| {
-            matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "0" | "off" | "false"
-            )
-        })
-    })
+    *DISABLED.get_or_init(|| crate::backend::cpu::kernels::switched_off_by_env(WINOGRAD_ENV))
 }
 
 /// Most bytes of one image's transformed input and output (`tiles · 36 · (C + O) · 4`) for
@@ -175,7 +168,12 @@ fn backward_filter_with<K: TileKernels>(
         dw.fill(0.0);
         return Ok(());
     }
-    assert!(supported(g), "Winograd filter gradient of {g:?}");
+    if !supported(g) {
+        return Err(super::shape_error(
+            "conv2d_backward_filter",
+            format!("no Winograd kernels for {g:?}"),
+        ));
+    }
     let tiling = Tiling::new(out_hw);
     let tiles = tiling.tiles();
     let [ph, pw] = tiling.padded_hw;
@@ -193,7 +191,7 @@ fn backward_filter_with<K: TileKernels>(
         let mut dm = vec![0.0; (tiles + 1) * POINTS * o];
         let mut dy_tiles = vec![0.0; OUT * tiling.tiles_hw[0] * OUT * tiling.tiles_hw[1] * o];
         for n in images {
-            pad(g, &tiling, &x, n, &mut padded);
+            pad_image(g, &x, n, pw, &mut padded, None);
             transform_input(&tiling, c, &padded, &mut v, tiles, 0);
             let dy_image = &dy[n * out_rows * o..(n + 1) * out_rows * o];
             transform_gradient(&tiling, o, dy_image, &mut dy_tiles, &mut dm);
@@ -283,7 +281,12 @@ fn forward_with<K: TileKernels>(
     if out_rows == 0 || o == 0 || g.batch == 0 {
         return Ok(());
     }
-    assert!(supported(g), "Winograd convolution of {g:?}");
+    if !supported(g) {
+        return Err(super::shape_error(
+            "conv2d_forward",
+            format!("no Winograd kernels for {g:?}"),
+        ));
+    }
     let tiling = Tiling::new(out_hw);
     let tiles = tiling.tiles();
     let parallel = worth_parallel(2 * g.macs()) && g.batch > 1;
@@ -312,7 +315,7 @@ fn forward_with<K: TileKernels>(
             let (padded, rest) = scratch.split_at_mut(padded_len);
             let (v, m) = rest.split_at_mut(POINTS * rows * c);
             for i in 0..count {
-                pad(g, &tiling, &x, n0 + i, padded);
+                pad_image(g, &x, n0 + i, pw, padded, None);
                 transform_input(&tiling, c, padded, v, rows, i * tiles);
             }
             let segment = [Segment {
@@ -346,99 +349,69 @@ fn forward_with<K: TileKernels>(
     )
 }
 
-/// Writes image `n` of `x` (computed first when `x` is computed) into the buffer at the
-/// geometry's top-left padding and zeroes the rest of the buffer (only the rest: the buffer is
-/// rewritten for every image).
-fn pad(g: &Conv2dGeometry, tiling: &Tiling, x: &ConvInput<'_>, n: usize, padded: &mut [f32]) {
-    let c = g.in_channels;
-    let pw = tiling.padded_hw[1];
-    let (row_len, padded_row) = (g.in_hw[1] * c, pw * c);
-    let (top, left) = (g.padding.top * padded_row, g.padding.left * c);
-    let image_len = g.in_hw[0] * row_len;
-    padded[..top].fill(0.0);
-    for r in 0..g.in_hw[0] {
-        let row = &mut padded[top + r * padded_row..][..padded_row];
-        row[..left].fill(0.0);
-        row[left + row_len..].fill(0.0);
-    }
-    padded[top + g.in_hw[0] * padded_row..].fill(0.0);
-    x.write_rows(
-        n * image_len..(n + 1) * image_len,
-        row_len,
-        padded,
-        top + left,
-        padded_row,
-    );
-}
-
-/// The filter's transform `U = G g Gᵀ` for every input channel `ci` and output channel `k`, in
-/// f64 rounded once: `u[(ξ·C + ci)·stride + k]`, zeros past `o` in each row. Vectorized over the
-/// output channels (two stages, `G g` then `· Gᵀ`, skipping `G`'s zeros).
+/// The filter's transform `U = G g Gᵀ` for every input channel `ci` and output channel `k`:
+/// `u[(ξ·C + ci)·stride + k]`, zeros past `o` in each row.
 fn transform_filter(w: &[f32], c: usize, o: usize, stride: usize) -> Vec<f32> {
     let mut u = vec![0.0; POINTS * c * stride];
-    // (G g)[r][j] for one input channel: 6 × 3 rows of `o` values.
-    let mut gg = vec![0.0f64; TILE * 3 * o];
-    let mut acc = vec![0.0f64; o];
-    vectorized!({
-        for ci in 0..c {
-            let tap = |i: usize, j: usize| &w[((i * 3 + j) * c + ci) * o..][..o];
-            for r in 0..TILE {
-                for j in 0..3 {
-                    let row = &mut gg[(r * 3 + j) * o..][..o];
-                    row.fill(0.0);
-                    for (i, &coef) in G[r].iter().enumerate().filter(|(_, c)| **c != 0.0) {
-                        row.iter_mut()
-                            .zip(tap(i, j))
-                            .for_each(|(a, &x)| *a += coef * f64::from(x));
-                    }
-                }
-            }
-            for r in 0..TILE {
-                for (s, g_s) in G.iter().enumerate() {
-                    acc.fill(0.0);
-                    for (j, &coef) in g_s.iter().enumerate().filter(|(_, c)| **c != 0.0) {
-                        let row = &gg[(r * 3 + j) * o..][..o];
-                        acc.iter_mut().zip(row).for_each(|(a, &x)| *a += coef * x);
-                    }
-                    let dst = &mut u[((r * TILE + s) * c + ci) * stride..][..o];
-                    dst.iter_mut().zip(&acc).for_each(|(d, &a)| *d = a as f32);
-                }
-            }
-        }
-    });
+    sandwich(
+        &G,
+        c,
+        o,
+        (w, |i, j, ci| ((i * 3 + j) * c + ci) * o),
+        (&mut u, |r, s, ci| ((r * TILE + s) * c + ci) * stride),
+    );
     u
 }
 
-/// `∂g = Gᵀ ∂U G` for every input channel `ci` and output channel `k`, in f64 rounded once, from
+/// `∂g = Gᵀ ∂U G` for every input channel `ci` and output channel `k`, from
 /// `du[(ξ·C + ci)·O + k]` into the HWIO `dw`.
 fn untransform_filter_gradient(du: &[f32], c: usize, o: usize, dw: &mut [f32]) {
-    let mut gu = vec![0.0f64; 3 * TILE * o];
+    let g_t: [[f64; TILE]; 3] = std::array::from_fn(|i| std::array::from_fn(|r| G[r][i]));
+    sandwich(
+        &g_t,
+        c,
+        o,
+        (du, |r, s, ci| ((r * TILE + s) * c + ci) * o),
+        (dw, |i, j, ci| ((i * 3 + j) * c + ci) * o),
+    );
+}
+
+/// `Y = P X Pᵀ` (`P` is `N × K`) for every input channel `ci`, vectorized over the `o` output
+/// channels: `X[i][j]` is the row of `o` values at `x.1(i, j, ci)` in `x.0`, `Y[r][s]` is
+/// written at `y.1(r, s, ci)` in `y.0`. In f64 (two stages, `P X` then `· Pᵀ`, skipping `P`'s
+/// zeros), rounded once: the filter transforms in both directions.
+fn sandwich<const K: usize, const N: usize>(
+    p: &[[f64; K]; N],
+    c: usize,
+    o: usize,
+    x: (&[f32], impl Fn(usize, usize, usize) -> usize),
+    y: (&mut [f32], impl Fn(usize, usize, usize) -> usize),
+) {
+    let ((x, x_at), (y, y_at)) = (x, y);
+    // (P X)[r][j] for one input channel: N × K rows of `o` values.
+    let mut px = vec![0.0f64; N * K * o];
     let mut acc = vec![0.0f64; o];
     vectorized!({
         for ci in 0..c {
-            let point = |r: usize, s: usize| &du[((r * TILE + s) * c + ci) * o..][..o];
-            // (Gᵀ ∂U)[i][s]
-            for i in 0..3 {
-                for s in 0..TILE {
-                    let row = &mut gu[(i * TILE + s) * o..][..o];
+            for r in 0..N {
+                for j in 0..K {
+                    let row = &mut px[(r * K + j) * o..][..o];
                     row.fill(0.0);
-                    for r in (0..TILE).filter(|&r| G[r][i] != 0.0) {
-                        let coef = G[r][i];
+                    for (i, &coef) in p[r].iter().enumerate().filter(|(_, c)| **c != 0.0) {
                         row.iter_mut()
-                            .zip(point(r, s))
-                            .for_each(|(a, &x)| *a += coef * f64::from(x));
+                            .zip(&x[x_at(i, j, ci)..][..o])
+                            .for_each(|(a, &v)| *a += coef * f64::from(v));
                     }
                 }
             }
-            for i in 0..3 {
-                for j in 0..3 {
+            for r in 0..N {
+                for (s, p_s) in p.iter().enumerate() {
                     acc.fill(0.0);
-                    for s in (0..TILE).filter(|&s| G[s][j] != 0.0) {
-                        let coef = G[s][j];
-                        let row = &gu[(i * TILE + s) * o..][..o];
-                        acc.iter_mut().zip(row).for_each(|(a, &x)| *a += coef * x);
+                    for (j, &coef) in p_s.iter().enumerate().filter(|(_, c)| **c != 0.0) {
+                        let row = &px[(r * K + j) * o..][..o];
+                        acc.iter_mut().zip(row).for_each(|(a, &v)| *a += coef * v);
                     }
-                    let dst = &mut dw[((i * 3 + j) * c + ci) * o..][..o];
+                    let dst = &mut y[y_at(r, s, ci)..][..o];
                     dst.iter_mut().zip(&acc).for_each(|(d, &a)| *d = a as f32);
                 }
             }

@@ -107,14 +107,8 @@ macro_rules! tile_zero {
 /// state, and `TOWERPACK_AMX` does not turn them off. Probed once.
 pub fn available() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
-    *AVAILABLE.get_or_init(|| !disabled_by_env() && probe())
-}
-
-fn disabled_by_env() -> bool {
-    std::env::var(AMX_ENV).is_ok_and(|v| {
-        let v = v.trim();
-        v == "0" || v.eq_ignore_ascii_case("off") || v.eq_ignore_ascii_case("false")
-    })
+    *AVAILABLE
+        .get_or_init(|| !crate::backend::cpu::kernels::switched_off_by_env(AMX_ENV) && probe())
 }
 
 #[cfg(target_os = "linux")]
