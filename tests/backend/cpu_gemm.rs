@@ -10,7 +10,7 @@ use crate::cpu_kernels_common;
 use cpu_kernels_common::*;
 use rand::Rng;
 use towerpack::backend::cpu::kernels::{
-    ChannelEpilogue, KernelError, MatRef, sgemm, sgemm_with_epilogue,
+    ChannelEpilogue, KernelError, MatRef, SimdLevel, sgemm, sgemm_with_epilogue,
 };
 
 /// A random `rows × cols` view: row-major or transposed storage, with a padded leading dimension.
@@ -120,6 +120,47 @@ fn large_products_match_and_are_deterministic_on_two_threads() {
             assert!(first == with_threads(2, run), "{m}x{n}x{k}: runs differ");
             let want = naive(m, n, k, 1.0, &av, &bv, 0.0, &vec![0.0; m * n], n);
             assert_close(&format!("{m}x{n}x{k}"), &first, &want, 1e-3, 1e-4);
+        }
+    });
+}
+
+/// At `avx2` the blocked GEMM runs: products crossing its block boundaries (several and uneven
+/// depth blocks, row blocks, column panels, edge tiles, every operand layout) match the naive
+/// loop, and the bits do not depend on the thread count (it splits the output only).
+#[test]
+fn blocked_products_cross_every_block_boundary_and_ignore_the_thread_count() {
+    if !SimdLevel::available().contains(&SimdLevel::Avx2) {
+        return;
+    }
+    SimdLevel::Avx2.run(|| {
+        let mut r = rng(14);
+        let shapes = [
+            (200, 50, 784), // 4 depth blocks of 196, 3 row blocks, edge columns
+            (97, 33, 513),  // 3 uneven depth blocks, edge rows and columns
+            (7, 2100, 40),  // two column panels, one partial tile row
+            (256, 10, 512), // narrower than one tile
+            (130, 257, 9),  // shallow
+        ];
+        for (case, (m, n, k)) in shapes.into_iter().enumerate() {
+            let (a_data, ars, acs) = random_view(&mut r, m, k);
+            let (b_data, brs, bcs) = random_view(&mut r, k, n);
+            let a = MatRef::new(&a_data, ars, acs);
+            let b = MatRef::new(&b_data, brs, bcs);
+            let ldc = n + case % 2;
+            let (alpha, beta) = ([1.0, -0.5][case % 2], [0.0, 0.5][(case / 2) % 2]);
+            let c0 = random_vec(&mut r, m * ldc);
+            let run = |threads| {
+                with_threads(threads, || {
+                    let mut c = c0.clone();
+                    sgemm(m, n, k, alpha, a, b, beta, &mut c, ldc).unwrap();
+                    c
+                })
+            };
+            let one = run(1);
+            let what = format!("{m}x{n}x{k} a({ars},{acs}) b({brs},{bcs}) beta {beta}");
+            assert!(one == run(2), "{what}: one and two threads differ");
+            let want = naive(m, n, k, alpha, &a, &b, beta, &c0, ldc);
+            assert_close(&what, &one, &want, 1e-3, 1e-4);
         }
     });
 }
