@@ -18,8 +18,10 @@
 //! writes or reads one contiguous block; the GEMMs read a point's rows 36·C apart. The GEMMs are
 //! the direct convolution's register tiles (`tiles::tile_row` and `tiles::filter_image`, one
 //! reduction segment of `C` channels), so they run at the same speed and give the same bits at
-//! every SIMD level; the transforms are AVX2 + FMA at both levels, so the AVX2 and AVX-512 levels
-//! give bit-identical results here too.
+//! every SIMD level. The transforms run 16 channels at a time at AVX-512 and 8 at AVX2 with the
+//! same instruction sequence per lane, so the AVX2 and AVX-512 levels give bit-identical
+//! results here too. (They ran 8 channels at both levels at first, and were ~20% of the
+//! ResNet-20 step at AVX-512; 16 lanes made that step ~7% faster, measured alternately.)
 //!
 //! **Numerics.** The transforms' coefficients (up to 5 in `Bᵀ`, 8 in `Aᵀ`, 1/24 in `G`) cost
 //! accuracy: on the ResNet-20 shapes the three passes differ from an f64 reference by 2e-6–8e-6
@@ -457,20 +459,23 @@ fn transform_gradient(
         for tx in 0..tw {
             let tile = ty * tw + tx;
             let origin = OUT * ty * row_len + OUT * tx * o;
-            for k0 in (0..o).step_by(LANES) {
-                // SAFETY: AVX2 and FMA were detected (asserted above); the tile's 4×4 values
-                // lie in `dy_tiles` (whole tiles), its 36 points in the block of `tile` in `dm`,
-                // `k0 + LANES <= o`.
+            for_each_vector(o, |k0, wide| {
+                let (src, dst) = (
+                    dy_tiles[origin + k0..].as_ptr(),
+                    dm[tile * POINTS * o + k0..].as_mut_ptr(),
+                );
+                // SAFETY: AVX2 and FMA were detected (asserted above), AVX-512 where `wide`
+                // (the level in force); the tile's 4×4 values lie in `dy_tiles` (whole tiles),
+                // its 36 points in the block of `tile` in `dm`, and the vector's channels end
+                // at `o` at the latest.
                 unsafe {
-                    avx2::gradient_tile(
-                        dy_tiles.as_ptr().add(origin + k0),
-                        row_len,
-                        o,
-                        dm.as_mut_ptr().add(tile * POINTS * o + k0),
-                        o,
-                    );
+                    if wide {
+                        transforms::avx512::gradient_tile(src, row_len, o, dst, o)
+                    } else {
+                        transforms::avx2::gradient_tile(src, row_len, o, dst, o)
+                    }
                 }
-            }
+            });
         }
     }
 }
@@ -500,21 +505,23 @@ fn transform_input(
         for tx in 0..tw {
             let tile = first_tile + ty * tw + tx;
             let origin = (OUT * ty * pw + OUT * tx) * c;
-            for c0 in (0..c).step_by(LANES) {
-                // SAFETY: AVX2 and FMA were detected (asserted above). The tile's 6×6 pixels
-                // from `origin` lie in the padded image (`OUT·(tiles − 1) + TILE <= padded`
-                // rows and columns, and `c0 + LANES <= c`); its 36 points land in the block of
-                // tile `tile < rows` of `v`.
+            for_each_vector(c, |c0, wide| {
+                let (src, dst) = (
+                    padded[origin + c0..].as_ptr(),
+                    v[tile * POINTS * c + c0..].as_mut_ptr(),
+                );
+                // SAFETY: AVX2 and FMA were detected (asserted above), AVX-512 where `wide`.
+                // The tile's 6×6 pixels from `origin` lie in the padded image (`OUT·(tiles −
+                // 1) + TILE <= padded` rows and columns, and the vector's channels end at `c`
+                // at the latest); its 36 points land in the block of tile `tile < rows` of `v`.
                 unsafe {
-                    avx2::input_tile(
-                        padded.as_ptr().add(origin + c0),
-                        pw * c,
-                        c,
-                        v.as_mut_ptr().add(tile * POINTS * c + c0),
-                        c,
-                    );
+                    if wide {
+                        transforms::avx512::input_tile(src, pw * c, c, dst, c)
+                    } else {
+                        transforms::avx2::input_tile(src, pw * c, c, dst, c)
+                    }
                 }
-            }
+            });
         }
     }
 }
@@ -544,100 +551,252 @@ fn transform_output(
             let tile = first_tile + ty * tw + tx;
             let extent = [OUT.min(oh_len - OUT * ty), OUT.min(ow_len - OUT * tx)];
             let origin = (OUT * ty * ow_len + OUT * tx) * o;
-            for k0 in (0..o).step_by(LANES) {
-                // SAFETY: AVX2 and FMA were detected (asserted above); the tile's 36 points
-                // are the block of tile `tile < rows` of `m`; the `extent` rows and columns of
-                // the block from `origin` lie in the `[OH, OW]` output, `k0 + LANES <= o`.
+            for_each_vector(o, |k0, wide| {
+                let (src, dst) = (
+                    m[tile * POINTS * o + k0..].as_ptr(),
+                    y_image[origin + k0..].as_mut_ptr(),
+                );
+                // SAFETY: AVX2 and FMA were detected (asserted above), AVX-512 where `wide`;
+                // the tile's 36 points are the block of tile `tile < rows` of `m`; the
+                // `extent` rows and columns of the block from `origin` lie in the `[OH, OW]`
+                // output, and the vector's channels end at `o` at the latest.
                 unsafe {
-                    avx2::output_tile(
-                        m.as_ptr().add(tile * POINTS * o + k0),
-                        o,
-                        y_image.as_mut_ptr().add(origin + k0),
-                        ow_len * o,
-                        o,
-                        extent,
-                    );
+                    if wide {
+                        transforms::avx512::output_tile(src, o, dst, ow_len * o, o, extent)
+                    } else {
+                        transforms::avx2::output_tile(src, o, dst, ow_len * o, o, extent)
+                    }
                 }
-            }
+            });
         }
     }
 }
 
-/// The transforms of one tile and 8 channels in AVX2 + FMA (at the `avx512` level too: the
-/// same instructions, so the same bits).
-mod avx2 {
+/// The transforms of one tile and one vector of channels: 8 (AVX2 + FMA) or 16 (AVX-512) at a
+/// time. Every lane runs the same instructions whatever the width, so both widths give the same
+/// bits, and each level gives the other's.
+mod transforms {
     use super::{OUT, TILE};
     use std::arch::x86_64::*;
 
+    /// A vector of channels: the operations the transforms use.
+    pub(super) trait Vector: Copy {
+        /// Channels per vector.
+        const LANES: usize;
+        /// # Safety
+        /// The CPU has the vector's features; `p` is readable for `LANES` floats.
+        unsafe fn load(p: *const f32) -> Self;
+        /// # Safety
+        /// The CPU has the vector's features; `p` is writable for `LANES` floats.
+        unsafe fn store(self, p: *mut f32);
+        /// # Safety
+        /// The CPU has the vector's features (so for the operations below).
+        unsafe fn splat(x: f32) -> Self;
+        /// # Safety
+        /// As [`Vector::splat`].
+        unsafe fn zero() -> Self;
+        /// # Safety
+        /// As [`Vector::splat`].
+        unsafe fn add(self, other: Self) -> Self;
+        /// # Safety
+        /// As [`Vector::splat`].
+        unsafe fn sub(self, other: Self) -> Self;
+        /// # Safety
+        /// As [`Vector::splat`].
+        unsafe fn mul(self, other: Self) -> Self;
+        /// `a·b + c`, rounded once.
+        ///
+        /// # Safety
+        /// As [`Vector::splat`].
+        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self;
+        /// `c − a·b`, rounded once.
+        ///
+        /// # Safety
+        /// As [`Vector::splat`].
+        unsafe fn fnmadd(a: Self, b: Self, c: Self) -> Self;
+    }
+
+    impl Vector for __m256 {
+        const LANES: usize = 8;
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm256_loadu_ps(p) }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: by the contract.
+            unsafe { _mm256_storeu_ps(p, self) }
+        }
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm256_set1_ps(x) }
+        }
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm256_setzero_ps() }
+        }
+        #[inline(always)]
+        unsafe fn add(self, other: Self) -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm256_add_ps(self, other) }
+        }
+        #[inline(always)]
+        unsafe fn sub(self, other: Self) -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm256_sub_ps(self, other) }
+        }
+        #[inline(always)]
+        unsafe fn mul(self, other: Self) -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm256_mul_ps(self, other) }
+        }
+        #[inline(always)]
+        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm256_fmadd_ps(a, b, c) }
+        }
+        #[inline(always)]
+        unsafe fn fnmadd(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm256_fnmadd_ps(a, b, c) }
+        }
+    }
+
+    impl Vector for __m512 {
+        const LANES: usize = 16;
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm512_loadu_ps(p) }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: by the contract.
+            unsafe { _mm512_storeu_ps(p, self) }
+        }
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm512_set1_ps(x) }
+        }
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm512_setzero_ps() }
+        }
+        #[inline(always)]
+        unsafe fn add(self, other: Self) -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm512_add_ps(self, other) }
+        }
+        #[inline(always)]
+        unsafe fn sub(self, other: Self) -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm512_sub_ps(self, other) }
+        }
+        #[inline(always)]
+        unsafe fn mul(self, other: Self) -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm512_mul_ps(self, other) }
+        }
+        #[inline(always)]
+        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm512_fmadd_ps(a, b, c) }
+        }
+        #[inline(always)]
+        unsafe fn fnmadd(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: by the contract.
+            unsafe { _mm512_fnmadd_ps(a, b, c) }
+        }
+    }
+
     /// `Bᵀ d` of one column of 6 inputs.
     #[inline(always)]
-    unsafe fn input_1d(d: [__m256; TILE]) -> [__m256; TILE] {
-        // SAFETY: the callers run with AVX2 and FMA enabled.
+    unsafe fn input_1d<V: Vector>(d: [V; TILE]) -> [V; TILE] {
+        // SAFETY: the callers run with the vector's features enabled.
         unsafe {
-            let (two, four, five) = (
-                _mm256_set1_ps(2.0),
-                _mm256_set1_ps(4.0),
-                _mm256_set1_ps(5.0),
-            );
-            let d31 = _mm256_sub_ps(d[3], d[1]);
-            let d42 = _mm256_sub_ps(d[4], d[2]);
+            let (two, four, five) = (V::splat(2.0), V::splat(4.0), V::splat(5.0));
+            let d31 = d[3].sub(d[1]);
+            let d42 = d[4].sub(d[2]);
             [
-                _mm256_fmadd_ps(four, d[0], _mm256_fnmadd_ps(five, d[2], d[4])),
-                _mm256_fnmadd_ps(four, _mm256_add_ps(d[1], d[2]), _mm256_add_ps(d[3], d[4])),
-                _mm256_fmadd_ps(four, _mm256_sub_ps(d[1], d[2]), _mm256_sub_ps(d[4], d[3])),
-                _mm256_fmadd_ps(two, d31, d42),
-                _mm256_fnmadd_ps(two, d31, d42),
-                _mm256_fmadd_ps(four, d[1], _mm256_fnmadd_ps(five, d[3], d[5])),
+                V::fmadd(four, d[0], V::fnmadd(five, d[2], d[4])),
+                V::fnmadd(four, d[1].add(d[2]), d[3].add(d[4])),
+                V::fmadd(four, d[1].sub(d[2]), d[4].sub(d[3])),
+                V::fmadd(two, d31, d42),
+                V::fnmadd(two, d31, d42),
+                V::fmadd(four, d[1], V::fnmadd(five, d[3], d[5])),
             ]
         }
     }
 
     /// `Aᵀ m` of one column of 6 transformed values.
     #[inline(always)]
-    unsafe fn output_1d(m: [__m256; TILE]) -> [__m256; OUT] {
-        // SAFETY: the callers run with AVX2 and FMA enabled.
+    unsafe fn output_1d<V: Vector>(m: [V; TILE]) -> [V; OUT] {
+        // SAFETY: the callers run with the vector's features enabled.
         unsafe {
-            let (two, four, eight) = (
-                _mm256_set1_ps(2.0),
-                _mm256_set1_ps(4.0),
-                _mm256_set1_ps(8.0),
-            );
-            let (sum12, diff12) = (_mm256_add_ps(m[1], m[2]), _mm256_sub_ps(m[1], m[2]));
-            let (sum34, diff34) = (_mm256_add_ps(m[3], m[4]), _mm256_sub_ps(m[3], m[4]));
+            let (two, four, eight) = (V::splat(2.0), V::splat(4.0), V::splat(8.0));
+            let (sum12, diff12) = (m[1].add(m[2]), m[1].sub(m[2]));
+            let (sum34, diff34) = (m[3].add(m[4]), m[3].sub(m[4]));
             [
-                _mm256_add_ps(_mm256_add_ps(m[0], sum12), sum34),
-                _mm256_fmadd_ps(two, diff34, diff12),
-                _mm256_fmadd_ps(four, sum34, sum12),
-                _mm256_add_ps(_mm256_fmadd_ps(eight, diff34, diff12), m[5]),
+                m[0].add(sum12).add(sum34),
+                V::fmadd(two, diff34, diff12),
+                V::fmadd(four, sum34, sum12),
+                V::fmadd(eight, diff34, diff12).add(m[5]),
             ]
         }
     }
 
-    /// The separable 2-D transform `F d Fᵀ` of one tile's 8 channels, `f` being `F` applied to
-    /// one column: value `(i, j)` of the `N × N` block at `src + i·row + j·pixel`, result
-    /// `(r, s)` of the `M × M` block stored at `dst + (r·M + s)·point_stride`.
+    /// `A ∂y` of one column of 4 output gradients.
+    #[inline(always)]
+    unsafe fn gradient_1d<V: Vector>(d: [V; OUT]) -> [V; TILE] {
+        // SAFETY: the callers run with the vector's features enabled.
+        unsafe {
+            let (two, four, eight) = (V::splat(2.0), V::splat(4.0), V::splat(8.0));
+            let sum02 = d[0].add(d[2]);
+            let sum13 = d[1].add(d[3]);
+            // d0 + 4·d2 and 2·d1 + 8·d3.
+            let even = V::fmadd(four, d[2], d[0]);
+            let odd = V::fmadd(eight, d[3], two.mul(d[1]));
+            [
+                d[0],
+                sum02.add(sum13),
+                sum02.sub(sum13),
+                even.add(odd),
+                even.sub(odd),
+                d[3],
+            ]
+        }
+    }
+
+    /// The separable 2-D transform `F d Fᵀ` of one tile's vector of channels, `f` being `F`
+    /// applied to one column: value `(i, j)` of the `N × N` block at `src + i·row + j·pixel`,
+    /// result `(r, s)` of the `M × M` block stored at `dst + (r·M + s)·point_stride`.
     ///
     /// # Safety
-    /// The CPU has AVX2 and FMA; the block is readable and the results writable for 8 floats
-    /// each.
+    /// The CPU has the vector's features; the block is readable and the results writable for
+    /// `V::LANES` floats each.
     #[inline(always)]
-    unsafe fn separable<const N: usize, const M: usize>(
+    unsafe fn separable<V: Vector, const N: usize, const M: usize>(
         src: *const f32,
         row: usize,
         pixel: usize,
-        f: impl Fn([__m256; N]) -> [__m256; M],
+        f: impl Fn([V; N]) -> [V; M],
         dst: *mut f32,
         point_stride: usize,
     ) {
         // SAFETY: by the contract.
         unsafe {
             // Columns first: t[r][j] = (F d)[r][j]. Plain loops: building `t` with nested
-            // `array::from_fn` closures compiled them outside this function's AVX2 context
+            // `array::from_fn` closures compiled them outside this function's SIMD context
             // (measured 5× slower).
-            let mut t = [[_mm256_setzero_ps(); N]; M];
+            let mut t = [[V::zero(); N]; M];
             #[allow(clippy::needless_range_loop)]
             for j in 0..N {
-                let column = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * row + j * pixel)));
+                let column = std::array::from_fn(|i| V::load(src.add(i * row + j * pixel)));
                 for (r, value) in f(column).into_iter().enumerate() {
                     t[r][j] = value;
                 }
@@ -645,29 +804,29 @@ mod avx2 {
             // Then rows: (t Fᵀ)[r][s].
             for (r, values) in t.into_iter().enumerate() {
                 for (s, value) in f(values).into_iter().enumerate() {
-                    _mm256_storeu_ps(dst.add((r * M + s) * point_stride), value);
+                    value.store(dst.add((r * M + s) * point_stride));
                 }
             }
         }
     }
 
-    /// `V = Bᵀ d B` of one tile's 8 channels: pixel `(i, j)` at `src + i·row + j·pixel`,
-    /// point `ξ` stored at `dst + ξ·point_stride`.
+    /// `V = Bᵀ d B` of one tile's vector of channels: pixel `(i, j)` at `src + i·row +
+    /// j·pixel`, point `ξ` stored at `dst + ξ·point_stride`.
     ///
     /// # Safety
-    /// The CPU has AVX2 and FMA; the 36 pixels are readable and the 36 points writable for 8
-    /// floats each.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn input_tile(
+    /// The CPU has the vector's features; the 36 pixels are readable and the 36 points
+    /// writable for `V::LANES` floats each.
+    #[inline(always)]
+    unsafe fn input_tile<V: Vector>(
         src: *const f32,
         row: usize,
         pixel: usize,
         dst: *mut f32,
         point_stride: usize,
     ) {
-        // SAFETY: by the contract; `input_1d` needs AVX2 and FMA, which this function has.
+        // SAFETY: by the contract.
         unsafe {
-            separable::<TILE, TILE>(
+            separable::<V, TILE, TILE>(
                 src,
                 row,
                 pixel,
@@ -679,49 +838,23 @@ mod avx2 {
         }
     }
 
-    /// `A ∂y` of one column of 4 output gradients.
-    #[inline(always)]
-    unsafe fn gradient_1d(d: [__m256; OUT]) -> [__m256; TILE] {
-        // SAFETY: the callers run with AVX2 and FMA enabled.
-        unsafe {
-            let (two, four, eight) = (
-                _mm256_set1_ps(2.0),
-                _mm256_set1_ps(4.0),
-                _mm256_set1_ps(8.0),
-            );
-            let sum02 = _mm256_add_ps(d[0], d[2]);
-            let sum13 = _mm256_add_ps(d[1], d[3]);
-            // d0 + 4·d2 and 2·d1 + 8·d3.
-            let even = _mm256_fmadd_ps(four, d[2], d[0]);
-            let odd = _mm256_fmadd_ps(eight, d[3], _mm256_mul_ps(two, d[1]));
-            [
-                d[0],
-                _mm256_add_ps(sum02, sum13),
-                _mm256_sub_ps(sum02, sum13),
-                _mm256_add_ps(even, odd),
-                _mm256_sub_ps(even, odd),
-                d[3],
-            ]
-        }
-    }
-
-    /// `∂M = A ∂Y Aᵀ` of one tile's 8 channels: output gradient `(a, b)` at
-    /// `src + a·row + b·pixel`, point `ξ` stored at `dst + ξ·point_stride`.
+    /// `∂M = A ∂Y Aᵀ` of one tile's vector of channels: output gradient `(a, b)` at `src +
+    /// a·row + b·pixel`, point `ξ` stored at `dst + ξ·point_stride`.
     ///
     /// # Safety
-    /// The CPU has AVX2 and FMA; the 16 gradients are readable and the 36 points writable for
-    /// 8 floats each.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn gradient_tile(
+    /// The CPU has the vector's features; the 16 gradients are readable and the 36 points
+    /// writable for `V::LANES` floats each.
+    #[inline(always)]
+    unsafe fn gradient_tile<V: Vector>(
         src: *const f32,
         row: usize,
         pixel: usize,
         dst: *mut f32,
         point_stride: usize,
     ) {
-        // SAFETY: by the contract; `gradient_1d` needs AVX2 and FMA, which this function has.
+        // SAFETY: by the contract.
         unsafe {
-            separable::<OUT, TILE>(
+            separable::<V, OUT, TILE>(
                 src,
                 row,
                 pixel,
@@ -733,14 +866,14 @@ mod avx2 {
         }
     }
 
-    /// `Y = Aᵀ M A` of one tile's 8 channels: point `ξ` at `src + ξ·point_stride`, output
-    /// `(a, b)` stored at `dst + a·row + b·pixel` for `a < extent[0]`, `b < extent[1]`.
+    /// `Y = Aᵀ M A` of one tile's vector of channels: point `ξ` at `src + ξ·point_stride`,
+    /// output `(a, b)` stored at `dst + a·row + b·pixel` for `a < extent[0]`, `b < extent[1]`.
     ///
     /// # Safety
-    /// The CPU has AVX2 and FMA; the 36 points are readable and the `extent` outputs writable
-    /// for 8 floats each.
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn output_tile(
+    /// The CPU has the vector's features; the 36 points are readable and the `extent` outputs
+    /// writable for `V::LANES` floats each.
+    #[inline(always)]
+    unsafe fn output_tile<V: Vector>(
         src: *const f32,
         point_stride: usize,
         dst: *mut f32,
@@ -750,11 +883,10 @@ mod avx2 {
     ) {
         // SAFETY: by the contract.
         unsafe {
-            let mut s = [_mm256_setzero_ps(); OUT * TILE];
+            let mut s = [V::zero(); OUT * TILE];
             for j in 0..TILE {
-                let column = std::array::from_fn(|i| {
-                    _mm256_loadu_ps(src.add((i * TILE + j) * point_stride))
-                });
+                let column =
+                    std::array::from_fn(|i| V::load(src.add((i * TILE + j) * point_stride)));
                 for (a, value) in output_1d(column).into_iter().enumerate() {
                     s[a * TILE + j] = value;
                 }
@@ -764,18 +896,101 @@ mod avx2 {
                 // Whole tiles (all but the edges): loops of constant length, unrolled.
                 for a in 0..OUT {
                     for (b, value) in output_1d(row_values(a)).into_iter().enumerate() {
-                        _mm256_storeu_ps(dst.add(a * row + b * pixel), value);
+                        value.store(dst.add(a * row + b * pixel));
                     }
                 }
             } else {
                 for a in 0..extent[0] {
                     let values = output_1d(row_values(a));
                     for (b, value) in values.into_iter().enumerate().take(extent[1]) {
-                        _mm256_storeu_ps(dst.add(a * row + b * pixel), value);
+                        value.store(dst.add(a * row + b * pixel));
                     }
                 }
             }
         }
+    }
+
+    /// The entry points of one vector width, compiled for its instruction set.
+    macro_rules! width {
+        ($name:ident, $vector:ty, $features:literal) => {
+            pub(super) mod $name {
+                use super::*;
+
+                /// Channels per call.
+                pub(in super::super) const LANES: usize = <$vector as Vector>::LANES;
+
+                /// [`input_tile`](super::input_tile) at this width.
+                ///
+                /// # Safety
+                /// The CPU has this width's features; as `input_tile`.
+                #[target_feature(enable = $features)]
+                pub(in super::super) unsafe fn input_tile(
+                    src: *const f32,
+                    row: usize,
+                    pixel: usize,
+                    dst: *mut f32,
+                    point_stride: usize,
+                ) {
+                    // SAFETY: by the contract.
+                    unsafe { super::input_tile::<$vector>(src, row, pixel, dst, point_stride) }
+                }
+
+                /// [`gradient_tile`](super::gradient_tile) at this width.
+                ///
+                /// # Safety
+                /// The CPU has this width's features; as `gradient_tile`.
+                #[target_feature(enable = $features)]
+                pub(in super::super) unsafe fn gradient_tile(
+                    src: *const f32,
+                    row: usize,
+                    pixel: usize,
+                    dst: *mut f32,
+                    point_stride: usize,
+                ) {
+                    // SAFETY: by the contract.
+                    unsafe { super::gradient_tile::<$vector>(src, row, pixel, dst, point_stride) }
+                }
+
+                /// [`output_tile`](super::output_tile) at this width.
+                ///
+                /// # Safety
+                /// The CPU has this width's features; as `output_tile`.
+                #[target_feature(enable = $features)]
+                pub(in super::super) unsafe fn output_tile(
+                    src: *const f32,
+                    point_stride: usize,
+                    dst: *mut f32,
+                    row: usize,
+                    pixel: usize,
+                    extent: [usize; 2],
+                ) {
+                    // SAFETY: by the contract.
+                    unsafe {
+                        super::output_tile::<$vector>(src, point_stride, dst, row, pixel, extent)
+                    }
+                }
+            }
+        };
+    }
+
+    width!(avx2, __m256, "avx2,fma");
+    width!(avx512, __m512, "avx512f,avx2,fma");
+}
+
+/// Runs `f(c0, wide)` on every vector of `channels` (a multiple of 8): 16 channels at a time
+/// (`wide`) where the level in force is AVX-512, else 8.
+#[inline(always)]
+fn for_each_vector(channels: usize, mut f: impl FnMut(usize, bool)) {
+    let wide = SimdLevel::current() == SimdLevel::Avx512;
+    let mut c0 = 0;
+    while c0 < channels {
+        let take_wide = wide && c0 + transforms::avx512::LANES <= channels;
+        f(c0, take_wide);
+        c0 += if take_wide {
+            transforms::avx512::LANES
+        } else {
+            transforms::avx2::LANES
+        };
     }
 }
 
