@@ -21,7 +21,7 @@
 //! every SIMD level. The transforms run 16 channels at a time at AVX-512 and 8 at AVX2 with the
 //! same instruction sequence per lane, so the AVX2 and AVX-512 levels give bit-identical
 //! results here too. (They ran 8 channels at both levels at first, and were ~20% of the
-//! ResNet-20 step at AVX-512; 16 lanes made that step ~7% faster, measured alternately.)
+//! ResNet-20 step at AVX-512; 16 lanes made that step ~8% faster, measured alternately.)
 //!
 //! **Numerics.** The transforms' coefficients (up to 5 in `Bᵀ`, 8 in `Aᵀ`, 1/24 in `G`) cost
 //! accuracy: on the ResNet-20 shapes the three passes differ from an f64 reference by 2e-6–8e-6
