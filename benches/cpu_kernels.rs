@@ -12,6 +12,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use towerpack::lower::HalfFormat;
+
 use towerpack::backend::cpu::kernels::pool::{Pool2dGeometry, max_pool_backward, max_pool_forward};
 use towerpack::backend::cpu::kernels::reduce::{column_moments, column_sums_dy_xhat};
 use towerpack::backend::cpu::kernels::softmax::{
@@ -356,6 +358,18 @@ fn bench_conv_algorithms(r: &Report) {
                 });
             }
         }
+        // bf16 on the vector kernels (operands rounded as they are copied: what a bf16 program
+        // runs where the tiles do not pay off, or at avx2).
+        let bf16 = Some(HalfFormat::Bf16);
+        let direct = ConvAlgorithm::AutoDirect;
+        let secs = time(0.1, 3, || {
+            conv2d_forward_with(direct, &g, &x, &w, &mut y, &NoEpilogue, bf16).unwrap()
+        });
+        r.line("fwd-bf16-vector", name, secs, flops);
+        let secs = time(0.1, 3, || {
+            conv2d_backward_filter_with(direct, &g, &x, &dy, &mut dw, bf16).unwrap()
+        });
+        r.line("bwdw-bf16-vector", name, secs, flops);
         // bf16 on AMX tiles (operands rounded as they are packed), where the machine has them.
         if bf16_tiles_unsupported(&g, ConvPass::Forward).is_none() {
             let secs = time(0.1, 3, || {
