@@ -616,103 +616,87 @@ mod transforms {
         unsafe fn fnmadd(a: Self, b: Self, c: Self) -> Self;
     }
 
-    impl Vector for __m256 {
-        const LANES: usize = 8;
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm256_loadu_ps(p) }
-        }
-        #[inline(always)]
-        unsafe fn store(self, p: *mut f32) {
-            // SAFETY: by the contract.
-            unsafe { _mm256_storeu_ps(p, self) }
-        }
-        #[inline(always)]
-        unsafe fn splat(x: f32) -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm256_set1_ps(x) }
-        }
-        #[inline(always)]
-        unsafe fn zero() -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm256_setzero_ps() }
-        }
-        #[inline(always)]
-        unsafe fn add(self, other: Self) -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm256_add_ps(self, other) }
-        }
-        #[inline(always)]
-        unsafe fn sub(self, other: Self) -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm256_sub_ps(self, other) }
-        }
-        #[inline(always)]
-        unsafe fn mul(self, other: Self) -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm256_mul_ps(self, other) }
-        }
-        #[inline(always)]
-        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm256_fmadd_ps(a, b, c) }
-        }
-        #[inline(always)]
-        unsafe fn fnmadd(a: Self, b: Self, c: Self) -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm256_fnmadd_ps(a, b, c) }
-        }
+    /// `impl Vector` for one vector type from its intrinsics.
+    macro_rules! vector {
+        ($t:ty, $lanes:expr, $load:ident, $store:ident, $set1:ident, $zero:ident, $add:ident,
+         $sub:ident, $mul:ident, $fmadd:ident, $fnmadd:ident) => {
+            impl Vector for $t {
+                const LANES: usize = $lanes;
+                #[inline(always)]
+                unsafe fn load(p: *const f32) -> Self {
+                    // SAFETY: by the contract.
+                    unsafe { $load(p) }
+                }
+                #[inline(always)]
+                unsafe fn store(self, p: *mut f32) {
+                    // SAFETY: by the contract.
+                    unsafe { $store(p, self) }
+                }
+                #[inline(always)]
+                unsafe fn splat(x: f32) -> Self {
+                    // SAFETY: by the contract.
+                    unsafe { $set1(x) }
+                }
+                #[inline(always)]
+                unsafe fn zero() -> Self {
+                    // SAFETY: by the contract.
+                    unsafe { $zero() }
+                }
+                #[inline(always)]
+                unsafe fn add(self, other: Self) -> Self {
+                    // SAFETY: by the contract.
+                    unsafe { $add(self, other) }
+                }
+                #[inline(always)]
+                unsafe fn sub(self, other: Self) -> Self {
+                    // SAFETY: by the contract.
+                    unsafe { $sub(self, other) }
+                }
+                #[inline(always)]
+                unsafe fn mul(self, other: Self) -> Self {
+                    // SAFETY: by the contract.
+                    unsafe { $mul(self, other) }
+                }
+                #[inline(always)]
+                unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+                    // SAFETY: by the contract.
+                    unsafe { $fmadd(a, b, c) }
+                }
+                #[inline(always)]
+                unsafe fn fnmadd(a: Self, b: Self, c: Self) -> Self {
+                    // SAFETY: by the contract.
+                    unsafe { $fnmadd(a, b, c) }
+                }
+            }
+        };
     }
 
-    impl Vector for __m512 {
-        const LANES: usize = 16;
-        #[inline(always)]
-        unsafe fn load(p: *const f32) -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm512_loadu_ps(p) }
-        }
-        #[inline(always)]
-        unsafe fn store(self, p: *mut f32) {
-            // SAFETY: by the contract.
-            unsafe { _mm512_storeu_ps(p, self) }
-        }
-        #[inline(always)]
-        unsafe fn splat(x: f32) -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm512_set1_ps(x) }
-        }
-        #[inline(always)]
-        unsafe fn zero() -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm512_setzero_ps() }
-        }
-        #[inline(always)]
-        unsafe fn add(self, other: Self) -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm512_add_ps(self, other) }
-        }
-        #[inline(always)]
-        unsafe fn sub(self, other: Self) -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm512_sub_ps(self, other) }
-        }
-        #[inline(always)]
-        unsafe fn mul(self, other: Self) -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm512_mul_ps(self, other) }
-        }
-        #[inline(always)]
-        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm512_fmadd_ps(a, b, c) }
-        }
-        #[inline(always)]
-        unsafe fn fnmadd(a: Self, b: Self, c: Self) -> Self {
-            // SAFETY: by the contract.
-            unsafe { _mm512_fnmadd_ps(a, b, c) }
-        }
-    }
+    vector!(
+        __m256,
+        8,
+        _mm256_loadu_ps,
+        _mm256_storeu_ps,
+        _mm256_set1_ps,
+        _mm256_setzero_ps,
+        _mm256_add_ps,
+        _mm256_sub_ps,
+        _mm256_mul_ps,
+        _mm256_fmadd_ps,
+        _mm256_fnmadd_ps
+    );
+    vector!(
+        __m512,
+        16,
+        _mm512_loadu_ps,
+        _mm512_storeu_ps,
+        _mm512_set1_ps,
+        _mm512_setzero_ps,
+        _mm512_add_ps,
+        _mm512_sub_ps,
+        _mm512_mul_ps,
+        _mm512_fmadd_ps,
+        _mm512_fnmadd_ps
+    );
 
     /// `Bᵀ d` of one column of 6 inputs.
     #[inline(always)]

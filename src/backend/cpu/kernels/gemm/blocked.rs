@@ -55,7 +55,7 @@ unsafe impl Sync for Out {}
 /// when `parallel`.
 ///
 /// # Safety
-/// The CPU runs `K::LEVEL`; the views were checked in bounds for `m×k` and `k×n`, and `c` holds
+/// The CPU has `K`'s instruction set; the views were checked in bounds for `m×k` and `k×n`, and `c` holds
 /// `m` rows of `n` floats `ldc` apart.
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn gemm<K: Microkernel>(

@@ -17,9 +17,9 @@ pub(super) trait Microkernel {
     /// `C[r][j]` at `c + r·ldc + j`; when `overwrite`, `C` is not read (`beta` is ignored).
     ///
     /// # Safety
-    /// The CPU runs `LEVEL`; `a` is readable for `kc·MR` floats and `b` for `kc·NR`; `MR` rows of
-    /// `NR` floats from `c`, `ldc` apart, are writable (and readable unless `overwrite`), and do
-    /// not overlap `a` or `b`.
+    /// The CPU has the tile's instruction set; `a` is readable for `kc·MR` floats and `b` for
+    /// `kc·NR`; `MR` rows of `NR` floats from `c`, `ldc` apart, are writable (and readable unless
+    /// `overwrite`), and do not overlap `a` or `b`.
     #[allow(clippy::too_many_arguments)]
     unsafe fn tile(
         kc: usize,
