@@ -115,7 +115,7 @@ unsafe fn part<K: Microkernel>(
     beta: f32,
     out: Out,
 ) {
-    PACKS.with_borrow_mut(|(a_pack, b_pack)| {
+    let loop_nest = |a_pack: &mut Vec<f32>, b_pack: &mut Vec<f32>| {
         let mut jc = cols.start;
         while jc < cols.end {
             let nc = NC.min(cols.end - jc);
@@ -165,6 +165,14 @@ unsafe fn part<K: Microkernel>(
             }
             jc += nc;
         }
+    };
+    PACKS.with(|packs| match packs.try_borrow_mut() {
+        Ok(mut packs) => {
+            let (a_pack, b_pack) = &mut *packs;
+            loop_nest(a_pack, b_pack);
+        }
+        // Only if a product ran inside another on this thread: buffers of its own.
+        Err(_) => loop_nest(&mut Vec::new(), &mut Vec::new()),
     });
 }
 
