@@ -794,62 +794,6 @@ mod transforms {
         }
     }
 
-    /// `V = Bᵀ d B` of one tile's vector of channels: pixel `(i, j)` at `src + i·row +
-    /// j·pixel`, point `ξ` stored at `dst + ξ·point_stride`.
-    ///
-    /// # Safety
-    /// The CPU has the vector's features; the 36 pixels are readable and the 36 points
-    /// writable for `V::LANES` floats each.
-    #[inline(always)]
-    unsafe fn input_tile<V: Vector>(
-        src: *const f32,
-        row: usize,
-        pixel: usize,
-        dst: *mut f32,
-        point_stride: usize,
-    ) {
-        // SAFETY: by the contract.
-        unsafe {
-            separable::<V, TILE, TILE>(
-                src,
-                row,
-                pixel,
-                #[inline(always)]
-                |d| input_1d(d),
-                dst,
-                point_stride,
-            )
-        }
-    }
-
-    /// `∂M = A ∂Y Aᵀ` of one tile's vector of channels: output gradient `(a, b)` at `src +
-    /// a·row + b·pixel`, point `ξ` stored at `dst + ξ·point_stride`.
-    ///
-    /// # Safety
-    /// The CPU has the vector's features; the 16 gradients are readable and the 36 points
-    /// writable for `V::LANES` floats each.
-    #[inline(always)]
-    unsafe fn gradient_tile<V: Vector>(
-        src: *const f32,
-        row: usize,
-        pixel: usize,
-        dst: *mut f32,
-        point_stride: usize,
-    ) {
-        // SAFETY: by the contract.
-        unsafe {
-            separable::<V, OUT, TILE>(
-                src,
-                row,
-                pixel,
-                #[inline(always)]
-                |d| gradient_1d(d),
-                dst,
-                point_stride,
-            )
-        }
-    }
-
     /// `Y = Aᵀ M A` of one tile's vector of channels: point `ξ` at `src + ξ·point_stride`,
     /// output `(a, b)` stored at `dst + a·row + b·pixel` for `a < extent[0]`, `b < extent[1]`.
     ///
@@ -903,10 +847,12 @@ mod transforms {
                 /// Channels per call.
                 pub(in super::super) const LANES: usize = <$vector as Vector>::LANES;
 
-                /// [`input_tile`](super::input_tile) at this width.
+                /// `V = Bᵀ d B` of one tile's vector of channels: pixel `(i, j)` at `src +
+                /// i·row + j·pixel`, point `ξ` stored at `dst + ξ·point_stride`.
                 ///
                 /// # Safety
-                /// The CPU has this width's features; as `input_tile`.
+                /// The CPU has this width's features; the 36 pixels are readable and the 36
+                /// points writable for `LANES` floats each.
                 #[target_feature(enable = $features)]
                 pub(in super::super) unsafe fn input_tile(
                     src: *const f32,
@@ -915,14 +861,26 @@ mod transforms {
                     dst: *mut f32,
                     point_stride: usize,
                 ) {
-                    // SAFETY: by the contract.
-                    unsafe { super::input_tile::<$vector>(src, row, pixel, dst, point_stride) }
+                    // SAFETY: by the contract; `input_1d` needs this width's features.
+                    unsafe {
+                        super::separable::<$vector, TILE, TILE>(
+                            src,
+                            row,
+                            pixel,
+                            #[inline(always)]
+                            |d| super::input_1d(d),
+                            dst,
+                            point_stride,
+                        )
+                    }
                 }
 
-                /// [`gradient_tile`](super::gradient_tile) at this width.
+                /// `∂M = A ∂Y Aᵀ` of one tile's vector of channels: output gradient `(a, b)`
+                /// at `src + a·row + b·pixel`, point `ξ` stored at `dst + ξ·point_stride`.
                 ///
                 /// # Safety
-                /// The CPU has this width's features; as `gradient_tile`.
+                /// The CPU has this width's features; the 16 gradients are readable and the
+                /// 36 points writable for `LANES` floats each.
                 #[target_feature(enable = $features)]
                 pub(in super::super) unsafe fn gradient_tile(
                     src: *const f32,
@@ -931,8 +889,18 @@ mod transforms {
                     dst: *mut f32,
                     point_stride: usize,
                 ) {
-                    // SAFETY: by the contract.
-                    unsafe { super::gradient_tile::<$vector>(src, row, pixel, dst, point_stride) }
+                    // SAFETY: by the contract; `gradient_1d` needs this width's features.
+                    unsafe {
+                        super::separable::<$vector, OUT, TILE>(
+                            src,
+                            row,
+                            pixel,
+                            #[inline(always)]
+                            |d| super::gradient_1d(d),
+                            dst,
+                            point_stride,
+                        )
+                    }
                 }
 
                 /// [`output_tile`](super::output_tile) at this width.

@@ -126,14 +126,14 @@ unsafe fn part<K: Microkernel>(
             while pc < k {
                 let kc = depth_block.min(k - pc);
                 let bp = aligned(b_pack, b_slivers * kc * K::NR);
-                vectorized!(pack_b::<K>(b, pc..pc + kc, jc..jc + nc, bp));
+                vectorized!(pack_slivers(&b.t(), jc..jc + nc, pc..pc + kc, K::NR, bp));
                 let first = pc == 0;
                 let mut ic = rows.start;
                 while ic < rows.end {
                     let mc = MC.min(rows.end - ic);
                     let a_slivers = mc.div_ceil(K::MR);
                     let ap = aligned(a_pack, a_slivers * kc * K::MR);
-                    vectorized!(pack_a::<K>(a, ic..ic + mc, pc..pc + kc, ap));
+                    vectorized!(pack_slivers(a, ic..ic + mc, pc..pc + kc, K::MR, ap));
                     for jr in 0..b_slivers {
                         let width = K::NR.min(nc - jr * K::NR);
                         let b_sliver = bp[jr * kc * K::NR..].as_ptr();
@@ -225,38 +225,40 @@ fn aligned(buffer: &mut Vec<f32>, len: usize) -> &mut [f32] {
     &mut buffer[skip..skip + len]
 }
 
-/// Packs `A[rows, depth]` into slivers of `MR` rows: sliver `s` holds, for each depth index
-/// `p`, the `MR` values `A[rows.start + s·MR + r, depth.start + p]` (zeros past the rows).
+/// Packs `M[rows, depth]` into slivers of `width` rows: sliver `s` holds, for each depth index
+/// `p`, the `width` values `M[rows.start + s·width + r, depth.start + p]` (zeros past the rows).
+/// `A` packs as itself with `width = MR`; `B` as its transpose (`b.t()`) with `width = NR`.
 #[inline(always)]
-fn pack_a<K: Microkernel>(
-    a: &MatRef<'_>,
+fn pack_slivers(
+    m: &MatRef<'_>,
     rows: Range<usize>,
     depth: Range<usize>,
+    width: usize,
     dst: &mut [f32],
 ) {
-    let (mr, kc) = (K::MR, depth.len());
-    for (s, sliver) in dst.chunks_exact_mut(kc * mr).enumerate() {
-        let r0 = rows.start + s * mr;
-        let height = mr.min(rows.end - r0);
-        let origin = r0 * a.row_stride + depth.start * a.col_stride;
-        if height == mr {
-            // SAFETY: the caller checked `A`'s view in bounds for every row of `rows` and depth
-            // index of `depth`; the sliver holds `kc·MR` floats.
+    let kc = depth.len();
+    for (s, sliver) in dst.chunks_exact_mut(kc * width).enumerate() {
+        let r0 = rows.start + s * width;
+        let height = width.min(rows.end - r0);
+        let origin = r0 * m.row_stride + depth.start * m.col_stride;
+        if height == width {
+            // SAFETY: the caller checked the view in bounds for every row of `rows` and depth
+            // index of `depth`; the sliver holds `kc·width` floats.
             unsafe {
                 gather(
-                    a.data.as_ptr().add(origin),
-                    mr,
-                    a.row_stride,
-                    a.col_stride,
+                    m.data.as_ptr().add(origin),
+                    width,
+                    m.row_stride,
+                    m.col_stride,
                     kc,
                     sliver,
                 )
             };
         } else {
             for p in 0..kc {
-                for r in 0..mr {
-                    sliver[p * mr + r] = if r < height {
-                        a.data[origin + r * a.row_stride + p * a.col_stride]
+                for r in 0..width {
+                    sliver[p * width + r] = if r < height {
+                        m.data[origin + r * m.row_stride + p * m.col_stride]
                     } else {
                         0.0
                     };
@@ -291,46 +293,6 @@ unsafe fn gather(
             for p in 0..len {
                 for i in 0..width {
                     *d.add(p * width + i) = *src.add(i * across + p * along);
-                }
-            }
-        }
-    }
-}
-
-/// Packs `B[depth, cols]` into slivers of `NR` columns: sliver `s` holds, for each depth index
-/// `p`, the `NR` values `B[depth.start + p, cols.start + s·NR + j]` (zeros past the columns).
-#[inline(always)]
-fn pack_b<K: Microkernel>(
-    b: &MatRef<'_>,
-    depth: Range<usize>,
-    cols: Range<usize>,
-    dst: &mut [f32],
-) {
-    let (nr, kc) = (K::NR, depth.len());
-    for (s, sliver) in dst.chunks_exact_mut(kc * nr).enumerate() {
-        let j0 = cols.start + s * nr;
-        let width = nr.min(cols.end - j0);
-        let origin = depth.start * b.row_stride + j0 * b.col_stride;
-        if width == nr {
-            // SAFETY: as in `pack_a`, for `B`.
-            unsafe {
-                gather(
-                    b.data.as_ptr().add(origin),
-                    nr,
-                    b.col_stride,
-                    b.row_stride,
-                    kc,
-                    sliver,
-                )
-            };
-        } else {
-            for p in 0..kc {
-                for j in 0..nr {
-                    sliver[p * nr + j] = if j < width {
-                        b.data[origin + p * b.row_stride + j * b.col_stride]
-                    } else {
-                        0.0
-                    };
                 }
             }
         }
