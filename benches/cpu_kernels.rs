@@ -3,11 +3,14 @@
 //! the 8×10×10 product of a batch-8 `Linear(10, 10)`, and the GEMM crate comparison.
 //!
 //! `cargo bench --bench cpu_kernels [-- SECTION...]` with sections `gemm-crates`, `gemm`, `conv`,
-//! `conv-algos`, `tiny`, `other` (all by default). `--machine` prints one `kind name seconds gflops` line per
+//! `conv-algos`, `tiny`, `other`, `fused` (all by default). `--machine` prints one `kind name seconds gflops` line per
 //! measurement (read by `bench/conv_shapes.py`). Threads: the rayon default (all cores), or
 //! `RAYON_NUM_THREADS`. SIMD level: the detected one capped by `TOWERPACK_SIMD`; `conv-algos`
 //! runs every vector level allowed. Timings are the best of several repetitions; the machine is shared, so
 //! compare figures measured in one run only.
+
+#[path = "cpu_kernels/fused.rs"]
+mod fused;
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -543,6 +546,22 @@ fn main() {
     }
     if wanted("other") {
         bench_other(&report);
+    }
+    if wanted("fused") {
+        // One thread: the engine's cost per point, as each worker pays it.
+        let time = |f: &mut dyn FnMut()| time(0.05, 5, f);
+        let line = |name: &str, secs: f64, points: usize| {
+            report.line("fused", name, secs, 0.0);
+            if !report.machine {
+                println!(
+                    "{:<10} {:<40} {:>10.3} ns/point",
+                    "",
+                    "",
+                    secs * 1e9 / points as f64
+                );
+            }
+        };
+        fused::bench(data, time, line);
     }
     if wanted("gemm-crates") {
         bench_gemm_crates(&report);

@@ -49,6 +49,18 @@ impl ExprOp {
         }
     }
 
+    /// The values this instruction reads, in order.
+    pub fn operands(&self) -> impl Iterator<Item = ExprId> {
+        match *self {
+            ExprOp::Unary(_, a) | ExprOp::Cast(a) => [Some(a), None, None],
+            ExprOp::Binary(_, x, y) => [Some(x), Some(y), None],
+            ExprOp::Select(c, a, b) => [Some(c), Some(a), Some(b)],
+            _ => [None; 3],
+        }
+        .into_iter()
+        .flatten()
+    }
+
     /// This instruction with the operand slot it reads (a load's, a random number's counter)
     /// replaced by `f(slot)`.
     pub fn with_slot(&self, f: impl Fn(u16) -> u16) -> ExprOp {

@@ -366,3 +366,25 @@ pub(super) fn cast(
         }
     }
 }
+
+/// An affine chain ([`super::plan::AffineChain`]) in one pass: `relu?(((x − a)·b)·c + d)`
+/// lane by lane from registers `x` and `steps = [a, b, c, d]` (each before `out`), the
+/// operations in that order and the ReLU as [`unary`]'s, so the lanes are bit-identical to
+/// the instructions' one pass each.
+#[inline(always)]
+pub(super) fn affine(r: &mut Regs, x: usize, steps: [usize; 4], relu: bool, out: usize, n: usize) {
+    let (src, dst) = r.f32.split_at_mut(out);
+    let xs = &src[x..x + n];
+    let [a, b, c, d] = steps.map(|k| &src[k..k + n]);
+    let lanes = dst[..n].iter_mut().zip(xs).zip(a).zip(b).zip(c).zip(d);
+    if relu {
+        for (((((o, &x), &a), &b), &c), &d) in lanes {
+            let v = (x - a) * b * c + d;
+            *o = if v > 0.0 || v.is_nan() { v } else { 0.0 };
+        }
+    } else {
+        for (((((o, &x), &a), &b), &c), &d) in lanes {
+            *o = (x - a) * b * c + d;
+        }
+    }
+}
