@@ -16,7 +16,7 @@ use crate::tensor::DType;
 mod lane_ops;
 mod plan;
 
-use lane_ops::{affine, binary, c_slice, cast, fill_const, select, unary};
+use lane_ops::{affine, binary, c_slice, cast, fill_const, select, select_compared, unary};
 use plan::{AffineChain, Role};
 
 /// Points per chunk.
@@ -152,6 +152,14 @@ pub struct FusedProgram {
     raw_load: Option<u32>,
     /// How each instruction is evaluated ([`plan`]).
     roles: Vec<Role>,
+    /// The instructions that take a pass (not aliases or absorbed steps), in order.
+    evaluated: Vec<usize>,
+    /// Those of them that are not invariant: what each chunk runs after hoisting.
+    varying: Vec<usize>,
+    /// The fused instruction computing the one output, last of all, which
+    /// [`FusedProgram::run_into`] lets write straight into its destination (a prologue's
+    /// batch norm + ReLU: no copy out of a register).
+    direct: Option<usize>,
 }
 
 impl FusedProgram {
@@ -200,7 +208,7 @@ impl FusedProgram {
             let slot = match roles[i] {
                 Role::Alias(a) => slots[a as usize],
                 Role::Absorbed => usize::MAX,
-                Role::Eval | Role::Chain(_) => {
+                Role::Eval | Role::Chain(_) | Role::SelectCompared(..) => {
                     counts[k] += 1;
                     counts[k] - 1
                         + if *c == Class::F32 {
@@ -212,6 +220,28 @@ impl FusedProgram {
             };
             slots.push(slot);
         }
+        let evaluated: Vec<usize> = (0..roles.len())
+            .filter(|&i| {
+                matches!(
+                    roles[i],
+                    Role::Eval | Role::Chain(_) | Role::SelectCompared(..)
+                )
+            })
+            .collect();
+        let varying = evaluated
+            .iter()
+            .copied()
+            .filter(|&i| !invariant[i])
+            .collect();
+        let direct = match (expr.outputs.as_slice(), evaluated.last()) {
+            ([v], Some(&last))
+                if *v as usize == last
+                    && matches!(roles[last], Role::Chain(_) | Role::SelectCompared(..)) =>
+            {
+                Some(last)
+            }
+            _ => None,
+        };
         let raw_load = expr
             .ops
             .iter()
@@ -225,6 +255,9 @@ impl FusedProgram {
             counts,
             accesses,
             shape: shape.to_vec(),
+            evaluated,
+            varying,
+            direct,
             invariant,
             invariant_periods,
             roles,
@@ -296,12 +329,20 @@ impl FusedProgram {
     ) {
         // SAFETY: forwarded from the caller's contract.
         unsafe {
-            self.chunk_loop(regs, idx, start, end, inputs, None, |regs, s, n, _| {
-                for (o, &v) in self.expr.outputs.iter().enumerate() {
-                    // SAFETY: outputs hold `end` elements; this range is this call's own.
-                    self.store(regs, v, &outputs[o], s, n);
-                }
-            })
+            self.chunk_loop(
+                regs,
+                idx,
+                (start, end),
+                inputs,
+                None,
+                None,
+                |regs, s, n, _| {
+                    for (o, &v) in self.expr.outputs.iter().enumerate() {
+                        // SAFETY: outputs hold `end` elements; this range is this call's own.
+                        self.store(regs, v, &outputs[o], s, n);
+                    }
+                },
+            )
         }
     }
 
@@ -309,7 +350,9 @@ impl FusedProgram {
     /// chunk of `start..end` prefetches the contiguous operands `PREFETCH_AHEAD` points ahead,
     /// evaluates the expression, and hands the chunk to `each(regs, chunk_start, n, rows)`.
     /// With `rows` (an epilogue: operand 0 is the producing kernel's result for `start..end`),
-    /// each chunk reads its rows as operand 0 and `each` gets them to write back into.
+    /// each chunk reads its rows as operand 0 and `each` gets them to write back into. With
+    /// `direct` (`end - start` values), the instruction [`FusedProgram::direct`] names writes
+    /// its lanes there instead of into its register.
     ///
     /// # Safety
     /// As [`FusedProgram::run`] for the inputs; `rows`, when given, holds `end - start` values.
@@ -318,10 +361,10 @@ impl FusedProgram {
         &self,
         regs: &mut Regs,
         idx: &mut [usize],
-        start: usize,
-        end: usize,
+        (start, end): (usize, usize),
         inputs: &[RawBuf],
         mut rows: Option<&mut [f32]>,
+        mut direct: Option<&mut [f32]>,
         mut each: impl FnMut(&mut Regs, usize, usize, Option<&mut [f32]>),
     ) {
         // An epilogue's operand 0 is its rows: contiguous (so never hoisted) and already in
@@ -342,8 +385,9 @@ impl FusedProgram {
             self.prefetch(inputs, first_prefetched, s + PREFETCH_AHEAD, ahead);
             let at = s - start..s - start + n;
             let local = rows.as_deref().map(|r| &r[at.clone()]);
+            let to = direct.as_deref_mut().map(|d| &mut d[at.clone()]);
             // SAFETY: forwarded from the caller's contract.
-            unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, local, hoisted) };
+            unsafe { self.chunk(regs, &mut idx[..n], s, n, inputs, local, to, hoisted) };
             each(regs, s, n, rows.as_deref_mut().map(|r| &mut r[at]));
             s += n;
         }
@@ -361,11 +405,34 @@ impl FusedProgram {
         };
         let lanes = self.slots[v as usize] * CHUNK;
         let end = start + out.len();
+        if self.direct.is_some() {
+            // The output's instruction writes straight into `out`.
+            // SAFETY: forwarded from the caller's contract.
+            return self.with_regs(|regs, idx| unsafe {
+                self.chunk_loop(
+                    regs,
+                    idx,
+                    (start, end),
+                    inputs,
+                    None,
+                    Some(out),
+                    |_, _, _, _| {},
+                )
+            });
+        }
         // SAFETY: forwarded from the caller's contract.
         self.with_regs(|regs, idx| unsafe {
-            self.chunk_loop(regs, idx, start, end, inputs, None, |regs, s, n, _| {
-                out[s - start..s - start + n].copy_from_slice(&regs.f32[lanes..lanes + n]);
-            })
+            self.chunk_loop(
+                regs,
+                idx,
+                (start, end),
+                inputs,
+                None,
+                None,
+                |regs, s, n, _| {
+                    out[s - start..s - start + n].copy_from_slice(&regs.f32[lanes..lanes + n]);
+                },
+            )
         })
     }
 
@@ -406,41 +473,49 @@ impl FusedProgram {
         let mut converted: Vec<Vec<f32>> = vec![Vec::new(); self.expr.outputs.len()];
         // SAFETY: forwarded from the caller's contract.
         unsafe {
-            self.chunk_loop(regs, idx, start, end, inputs, None, |regs, s, n, _| {
-                for (o, &v) in self.expr.outputs.iter().enumerate() {
-                    let lanes = self.slots[v as usize] * CHUNK;
-                    let c = &mut converted[o];
-                    c.clear();
-                    match self.classes[v as usize] {
-                        Class::F32 => {}
-                        Class::F64 => {
-                            c.extend(regs.f64[lanes..lanes + n].iter().map(|&x| x as f32))
-                        }
-                        Class::I64 => {
-                            c.extend(regs.i64[lanes..lanes + n].iter().map(|&x| x as f32))
-                        }
-                        Class::Bool => c.extend(
-                            regs.bool[lanes..lanes + n]
-                                .iter()
-                                .map(|&x| f32::from(u8::from(x))),
-                        ),
-                    }
-                }
-                let views: Vec<&[f32]> = self
-                    .expr
-                    .outputs
-                    .iter()
-                    .zip(&converted)
-                    .map(|(&v, c)| {
+            self.chunk_loop(
+                regs,
+                idx,
+                (start, end),
+                inputs,
+                None,
+                None,
+                |regs, s, n, _| {
+                    for (o, &v) in self.expr.outputs.iter().enumerate() {
                         let lanes = self.slots[v as usize] * CHUNK;
+                        let c = &mut converted[o];
+                        c.clear();
                         match self.classes[v as usize] {
-                            Class::F32 => &regs.f32[lanes..lanes + n],
-                            _ => c.as_slice(),
+                            Class::F32 => {}
+                            Class::F64 => {
+                                c.extend(regs.f64[lanes..lanes + n].iter().map(|&x| x as f32))
+                            }
+                            Class::I64 => {
+                                c.extend(regs.i64[lanes..lanes + n].iter().map(|&x| x as f32))
+                            }
+                            Class::Bool => c.extend(
+                                regs.bool[lanes..lanes + n]
+                                    .iter()
+                                    .map(|&x| f32::from(u8::from(x))),
+                            ),
                         }
-                    })
-                    .collect();
-                sink(s, &views);
-            })
+                    }
+                    let views: Vec<&[f32]> = self
+                        .expr
+                        .outputs
+                        .iter()
+                        .zip(&converted)
+                        .map(|(&v, c)| {
+                            let lanes = self.slots[v as usize] * CHUNK;
+                            match self.classes[v as usize] {
+                                Class::F32 => &regs.f32[lanes..lanes + n],
+                                _ => c.as_slice(),
+                            }
+                        })
+                        .collect();
+                    sink(s, &views);
+                },
+            )
         }
     }
 
@@ -499,10 +574,10 @@ impl FusedProgram {
             self.chunk_loop(
                 regs,
                 idx,
-                first,
-                end,
+                (first, end),
                 inputs,
                 Some(rows),
+                None,
                 |regs, s, n, rows| {
                     if stored < self.expr.outputs.len() {
                         self.fold_reductions(regs, stored, s, n, &mut part, sums);
@@ -615,11 +690,14 @@ impl FusedProgram {
             return false;
         }
         // Evaluate only the invariant instructions, over a full chunk.
-        for (i, (op, dt)) in self.expr.ops.iter().enumerate() {
+        for &i in &self.evaluated {
+            let (op, dt) = &self.expr.ops[i];
             if self.invariant[i] {
                 // SAFETY: forwarded from the caller; invariant loads stay within one period
                 // (or one element) of their offset, which the bounds check covered.
-                unsafe { self.instruction(r, idx, i, op, *dt, start, CHUNK, inputs, operand0) };
+                unsafe {
+                    self.instruction(r, idx, i, op, *dt, start, CHUNK, inputs, operand0, None)
+                };
             }
         }
         true
@@ -636,17 +714,22 @@ impl FusedProgram {
         n: usize,
         inputs: &[RawBuf],
         operand0: Option<&[f32]>,
+        mut direct: Option<&mut [f32]>,
         hoisted: bool,
     ) {
         // Compiled for the widest vector unit the CPU has: the instruction loops below are
         // inlined here, so they vectorise to AVX-512 (or AVX2) instead of SSE2.
         vectorized!({
-            for (i, (op, dt)) in self.expr.ops.iter().enumerate() {
-                if hoisted && self.invariant[i] {
-                    continue;
-                }
+            let run = if hoisted {
+                &self.varying
+            } else {
+                &self.evaluated
+            };
+            for &i in run {
+                let (op, dt) = &self.expr.ops[i];
+                let to = direct.as_deref_mut().filter(|_| self.direct == Some(i));
                 // SAFETY: forwarded from the caller's contract.
-                unsafe { self.instruction(r, idx, i, op, *dt, s, n, inputs, operand0) };
+                unsafe { self.instruction(r, idx, i, op, *dt, s, n, inputs, operand0, to) };
             }
         })
     }
@@ -665,9 +748,17 @@ impl FusedProgram {
         n: usize,
         inputs: &[RawBuf],
         operand0: Option<&[f32]>,
+        direct: Option<&mut [f32]>,
     ) {
         let idx = &mut idx[..n];
         let dt = &dt;
+        // Where a fused instruction writes: its register, or `direct`; it reads registers
+        // before its own.
+        let out = self.slots[i] * CHUNK;
+        fn split(lanes: &mut [f32], out: usize, n: usize) -> (&[f32], &mut [f32]) {
+            let (src, dst) = lanes.split_at_mut(out);
+            (src, &mut dst[..n])
+        }
         match &self.roles[i] {
             Role::Eval => {}
             Role::Alias(_) | Role::Absorbed => return,
@@ -678,13 +769,29 @@ impl FusedProgram {
                 let identity = [0, CHUNK, CHUNK, 2 * CHUNK];
                 let steps: [usize; 4] =
                     std::array::from_fn(|j| steps[j].as_ref().map_or(identity[j], register));
-                affine(r, register(x), steps, *relu, self.slots[i] * CHUNK, n);
+                let (src, dst) = match direct {
+                    Some(d) => (&r.f32[..out], d),
+                    None => split(&mut r.f32, out, n),
+                };
+                affine(src, register(x), steps, *relu, dst);
+                return;
+            }
+            Role::SelectCompared(cmp, p, q) => {
+                let ExprOp::Select(_, a, b) = op else {
+                    unreachable!("planned for a select");
+                };
+                let register = |v: &u32| self.slots[*v as usize] * CHUNK;
+                let lanes = [register(p), register(q), register(a), register(b)];
+                let (src, dst) = match direct {
+                    Some(d) => (&r.f32[..out], d),
+                    None => split(&mut r.f32, out, n),
+                };
+                select_compared(src, *cmp, lanes, dst);
                 return;
             }
         }
         {
             let c = self.classes[i];
-            let out = self.slots[i] * CHUNK;
             match op {
                 ExprOp::Load(k) => {
                     let k = usize::from(*k);
@@ -853,7 +960,7 @@ mod tests {
     }
 
     /// Random chains of per-channel steps (the shapes [`plan`] fuses, in and out of order, with
-    /// values read twice, behind bf16 round trips), on inputs with zeros of both signs, NaN,
+    /// values read twice, behind bf16 round trips) and selects on comparisons, on inputs with zeros of both signs, NaN,
     /// infinities, overflowing and subnormal values: the engine's lanes are bitwise the
     /// expression's scalar semantics, hoisted (a long run) or not (a short one).
     #[test]
@@ -879,7 +986,7 @@ mod tests {
             }
         };
         let (rows, c) = (40, 16);
-        let mut chained = 0;
+        let (mut chained, mut direct) = (0, 0);
         for case in 0..300 {
             let f = DType::F32;
             let mut e = FusedExpr::default();
@@ -888,7 +995,7 @@ mod tests {
             let mut outputs = Vec::new();
             for _ in 0..rng.random_range(1..8) {
                 let kk = k[rng.random_range(0..4)];
-                let op = match rng.random_range(0..9) {
+                let op = match rng.random_range(0..11) {
                     0 => ExprOp::Binary(BinaryOp::Sub, x, kk),
                     1 => ExprOp::Binary(BinaryOp::Mul, x, kk),
                     2 => ExprOp::Binary(BinaryOp::Mul, kk, x),
@@ -900,7 +1007,18 @@ mod tests {
                         let rounded = e.push(ExprOp::Cast(x), DType::BF16);
                         ExprOp::Cast(rounded)
                     }
-                    _ => ExprOp::Unary(UnaryOp::Neg, x),
+                    8 => ExprOp::Unary(UnaryOp::Neg, x),
+                    choice => {
+                        use BinaryOp::*;
+                        let cmp = [Lt, Le, Gt, Ge, Eq, Ne][rng.random_range(0..6)];
+                        let cond = e.push(ExprOp::Binary(cmp, x, kk), DType::Bool);
+                        if choice == 10 {
+                            // The condition read twice: it stays a register of its own.
+                            let other = e.push(ExprOp::Select(cond, kk, x), f);
+                            outputs.push(other);
+                        }
+                        ExprOp::Select(cond, x, kk)
+                    }
                 };
                 if rng.random_bool(0.15) {
                     outputs.push(x);
@@ -919,7 +1037,8 @@ mod tests {
                 (0, channel),
             ];
             let program = FusedProgram::new(&e, &[rows, c], &views);
-            chained += usize::from(program.roles.iter().any(|r| matches!(r, Role::Chain(_))));
+            let fused = |r: &Role| matches!(r, Role::Chain(_) | Role::SelectCompared(..));
+            chained += usize::from(program.roles.iter().any(fused));
             let mut operands: Vec<Vec<f32>> = std::iter::once(rows * c)
                 .chain([c; 4])
                 .map(|len| (0..len).map(|_| value(&mut rng)).collect())
@@ -959,10 +1078,35 @@ mod tests {
                     }
                 }
             }
+            if program.single_f32_output() {
+                // As a prologue computes its input: from a start inside the run, into a slice
+                // (straight from the last instruction where `direct` allows).
+                direct += usize::from(program.direct.is_some());
+                let (start, len) = (3 * c, rows * c - 5 * c);
+                let mut got = vec![0.0f32; len];
+                // SAFETY: as above.
+                unsafe { program.run_into(start, &inputs, &mut got) };
+                for (j, g) in got.iter().enumerate() {
+                    let p = start + j;
+                    let load = |i: u16| {
+                        let v = &operands[usize::from(i)];
+                        f64::from(if i == 0 { v[p] } else { v[p % c] })
+                    };
+                    let w = e.eval(load, &[p / c, p % c], p)[0] as f32;
+                    assert!(
+                        g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                        "case {case}, run_into point {p}: {g:e} vs {w:e} in {e}"
+                    );
+                }
+            }
         }
         assert!(
-            chained > 50,
-            "only {chained} of 300 expressions formed a chain"
+            chained > 100,
+            "only {chained} of 300 expressions fused instructions"
+        );
+        assert!(
+            direct > 15,
+            "only {direct} of 300 wrote straight into a prologue's input"
         );
     }
 

@@ -368,15 +368,15 @@ pub(super) fn cast(
 }
 
 /// An affine chain ([`super::plan::AffineChain`]) in one pass: `relu?(((x − a)·b)·c + d)`
-/// lane by lane from registers `x` and `steps = [a, b, c, d]` (each before `out`), the
+/// lane by lane into `dst` from the registers at `x` and `steps = [a, b, c, d]` of `src`, the
 /// operations in that order and the ReLU as [`unary`]'s, so the lanes are bit-identical to
 /// the instructions' one pass each.
 #[inline(always)]
-pub(super) fn affine(r: &mut Regs, x: usize, steps: [usize; 4], relu: bool, out: usize, n: usize) {
-    let (src, dst) = r.f32.split_at_mut(out);
+pub(super) fn affine(src: &[f32], x: usize, steps: [usize; 4], relu: bool, dst: &mut [f32]) {
+    let n = dst.len();
     let xs = &src[x..x + n];
     let [a, b, c, d] = steps.map(|k| &src[k..k + n]);
-    let lanes = dst[..n].iter_mut().zip(xs).zip(a).zip(b).zip(c).zip(d);
+    let lanes = dst.iter_mut().zip(xs).zip(a).zip(b).zip(c).zip(d);
     if relu {
         for (((((o, &x), &a), &b), &c), &d) in lanes {
             let v = (x - a) * b * c + d;
@@ -386,5 +386,31 @@ pub(super) fn affine(r: &mut Regs, x: usize, steps: [usize; 4], relu: bool, out:
         for (((((o, &x), &a), &b), &c), &d) in lanes {
             *o = (x - a) * b * c + d;
         }
+    }
+}
+
+/// `cmp(p, q) ? a : b` lane by lane in one pass into `dst`, from the registers at
+/// `[p, q, a, b]` of `src`: the comparison as [`binary`]'s and the choice as [`select`]'s
+/// bitwise blend, so the lanes are bit-identical to the two passes it replaces.
+#[inline(always)]
+pub(super) fn select_compared(src: &[f32], cmp: BinaryOp, lanes: [usize; 4], dst: &mut [f32]) {
+    let n = dst.len();
+    let [p, q, a, b] = lanes.map(|k| &src[k..k + n]);
+    let lanes = dst.iter_mut().zip(p).zip(q).zip(a).zip(b);
+    macro_rules! blend {
+        (|$x:ident, $y:ident| $test:expr) => {
+            for ((((o, &$x), &$y), &a), &b) in lanes {
+                let keep = 0u32.wrapping_sub(u32::from($test));
+                *o = f32::from_bits((a.to_bits() & keep) | (b.to_bits() & !keep));
+            }
+        };
+    }
+    match cmp {
+        BinaryOp::Eq => blend!(|x, y| x == y),
+        BinaryOp::Ne => blend!(|x, y| x != y),
+        BinaryOp::Lt => blend!(|x, y| x < y),
+        BinaryOp::Le => blend!(|x, y| x <= y),
+        BinaryOp::Gt => blend!(|x, y| x > y),
+        _ => blend!(|x, y| x >= y),
     }
 }

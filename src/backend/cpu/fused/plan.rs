@@ -41,6 +41,9 @@ pub(super) enum Role {
     Absorbed,
     /// The whole chain ending here, in one pass.
     Chain(AffineChain),
+    /// A select whose condition, a comparison of `f32` values read by nothing else, is
+    /// computed lane by lane in the same pass (a ReLU's gradient: `x > 0 ? dy : 0`).
+    SelectCompared(BinaryOp, ExprId, ExprId),
 }
 
 /// A chain being grown: the chain ending at a value, and how many steps it has.
@@ -80,6 +83,23 @@ pub(super) fn plan(
     }
     for &o in &expr.outputs {
         readers[resolve(&roles, o) as usize] += 1;
+    }
+    for (i, (op, _)) in expr.ops.iter().enumerate() {
+        let ExprOp::Select(cond, ..) = op else {
+            continue;
+        };
+        let cond = resolve(&roles, *cond);
+        if let (ExprOp::Binary(b, p, q), Role::Eval) = (&expr.ops[cond as usize].0, &roles[i])
+            && b.is_comparison()
+            && f32_class(*p)
+            && f32_class(*q)
+            && f32_class(i as ExprId)
+            && readers[cond as usize] == 1
+            && !invariant(i as ExprId)
+        {
+            roles[cond as usize] = Role::Absorbed;
+            roles[i] = Role::SelectCompared(*b, *p, *q);
+        }
     }
     let mut partial: Vec<Option<Partial>> = vec![None; n];
     for (i, (op, dtype)) in expr.ops.iter().enumerate() {
