@@ -64,8 +64,8 @@ enum Step {
     /// A fixed-function kernel, with its epilogue and its prologue (a convolution's input
     /// computed as it is read) compiled where it has them.
     Fixed {
-        epilogue: Option<FusedProgram>,
-        prologue: Option<FusedProgram>,
+        epilogue: Option<Box<FusedProgram>>,
+        prologue: Option<Box<FusedProgram>>,
     },
 }
 
@@ -288,7 +288,10 @@ impl Prepared {
                         Some(p) => Some(prologue_program(k, p)?),
                         None => None,
                     };
-                    Step::Fixed { epilogue, prologue }
+                    Step::Fixed {
+                        epilogue: epilogue.map(Box::new),
+                        prologue: prologue.map(Box::new),
+                    }
                 }
             };
             steps.push(step);

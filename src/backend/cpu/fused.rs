@@ -10,7 +10,7 @@ use super::access::{Access, coalesce};
 use super::kernels::simd::vectorized;
 use super::memory::{Lanes, RawBuf};
 use crate::ir::rng;
-use crate::lower::{ExprOp, FusedExpr};
+use crate::lower::{ExprId, ExprOp, FusedExpr};
 use crate::tensor::DType;
 
 mod lane_ops;
@@ -160,6 +160,9 @@ pub struct FusedProgram {
     /// [`FusedProgram::run_into`] lets write straight into its destination (a prologue's
     /// batch norm + ReLU: no copy out of a register).
     direct: Option<usize>,
+    /// Loads that a chain reads from the operand's memory instead of a register, when the
+    /// operand is stored in `f32` or bf16 (see [`FusedProgram::streams`]).
+    streamed: Vec<bool>,
 }
 
 impl FusedProgram {
@@ -194,11 +197,23 @@ impl FusedProgram {
             };
             invariant.push(v);
         }
-        let roles = plan::plan(
+        let (roles, readers) = plan::plan(
             expr,
             |v| classes[v as usize] == Class::F32,
             |v| invariant[v as usize],
         );
+        // A chain's `x` loaded from a contiguous operand and read by nothing else is read
+        // straight from the operand's memory where it is stored in f32 or bf16.
+        let mut streamed = vec![false; expr.ops.len()];
+        for role in &roles {
+            if let Role::Chain(AffineChain { x, .. }) = role
+                && let ExprOp::Load(k) = expr.ops[*x as usize].0
+                && matches!(accesses[usize::from(k)], Access::Contiguous { .. })
+                && readers[*x as usize] == 1
+            {
+                streamed[*x as usize] = true;
+            }
+        }
         // Registers: the `f32` ones after the identities; an alias shares its operand's, an
         // absorbed step needs none.
         let mut counts = [0usize; 4];
@@ -258,6 +273,7 @@ impl FusedProgram {
             evaluated,
             varying,
             direct,
+            streamed,
             invariant,
             invariant_periods,
             roles,
@@ -773,7 +789,15 @@ impl FusedProgram {
                     Some(d) => (&r.f32[..out], d),
                     None => split(&mut r.f32, out, n),
                 };
-                affine(src, register(x), steps, *relu, dst);
+                // SAFETY: forwarded from the caller's contract.
+                match unsafe { self.stream_of(*x, s, n, inputs, operand0) } {
+                    Some(Stream::F32(xs)) => affine(xs, src, steps, *relu, dst),
+                    Some(Stream::Bf16(xs)) => affine(xs, src, steps, *relu, dst),
+                    None => {
+                        let x = register(x);
+                        affine(&src[x..x + n], src, steps, *relu, dst)
+                    }
+                }
                 return;
             }
             Role::SelectCompared(cmp, p, q) => {
@@ -795,6 +819,10 @@ impl FusedProgram {
             match op {
                 ExprOp::Load(k) => {
                     let k = usize::from(*k);
+                    if self.streamed[i] && self.streams(k, inputs, operand0) {
+                        // The chain reading it takes the lanes from the operand itself.
+                        return;
+                    }
                     if let (0, Some(local)) = (k, operand0) {
                         r.f32[out..out + n].copy_from_slice(&local[..n]);
                         return;
@@ -851,6 +879,52 @@ impl FusedProgram {
         }
     }
 
+    /// Whether operand `k`'s lanes can be read where they are stored: an epilogue's rows, or a
+    /// buffer of `f32` or bf16.
+    fn streams(&self, k: usize, inputs: &[RawBuf], operand0: Option<&[f32]>) -> bool {
+        (k == 0 && operand0.is_some()) || matches!(inputs[k].dtype, DType::F32 | DType::BF16)
+    }
+
+    /// The lanes of value `v` for points `s..s + n` straight from its operand's memory, if `v`
+    /// is a streamed load ([`FusedProgram::streamed`]) of an operand that [`FusedProgram::streams`].
+    ///
+    /// # Safety
+    /// As [`FusedProgram::run`]: the operand holds these points (the bounds check covered them).
+    unsafe fn stream_of<'a>(
+        &self,
+        v: ExprId,
+        s: usize,
+        n: usize,
+        inputs: &'a [RawBuf],
+        operand0: Option<&'a [f32]>,
+    ) -> Option<Stream<'a>> {
+        let ExprOp::Load(k) = self.expr.ops[v as usize].0 else {
+            return None;
+        };
+        let k = usize::from(k);
+        if !self.streamed[v as usize] || !self.streams(k, inputs, operand0) {
+            return None;
+        }
+        if let (0, Some(rows)) = (k, operand0) {
+            return Some(Stream::F32(&rows[..n]));
+        }
+        let Access::Contiguous { offset } = self.accesses[k] else {
+            return None;
+        };
+        let buffer = &inputs[k];
+        // SAFETY: the caller's bounds check covered `offset + s + n`; bf16 buffers hold two
+        // bytes per element at even offsets of the 64-byte aligned arena.
+        Some(unsafe {
+            match buffer.dtype {
+                DType::BF16 => Stream::Bf16(std::slice::from_raw_parts(
+                    buffer.ptr.cast::<u16>().add(offset + s),
+                    n,
+                )),
+                _ => Stream::F32(buffer.f32_slice(offset + s, n)),
+            }
+        })
+    }
+
     unsafe fn store(&self, r: &Regs, v: u32, out: &RawBuf, s: usize, n: usize) {
         let c = self.classes[v as usize];
         let lanes = self.slots[v as usize] * CHUNK;
@@ -864,6 +938,12 @@ impl FusedProgram {
             }
         }
     }
+}
+
+/// A streamed load's lanes for one chunk, as stored.
+enum Stream<'a> {
+    F32(&'a [f32]),
+    Bf16(&'a [u16]),
 }
 
 /// Where an epilogue's outputs go: stored outputs, and per-column sums of the others.
@@ -1043,7 +1123,7 @@ mod tests {
                 .chain([c; 4])
                 .map(|len| (0..len).map(|_| value(&mut rng)).collect())
                 .collect();
-            let inputs: Vec<RawBuf> = operands
+            let mut inputs: Vec<RawBuf> = operands
                 .iter_mut()
                 .map(|v| RawBuf {
                     ptr: v.as_mut_ptr().cast(),
@@ -1051,6 +1131,60 @@ mod tests {
                     len: v.len(),
                 })
                 .collect();
+            // Operand 0 stored in bf16 (a chain then widens it as it reads it) or in f32.
+            let mut x16 = vec![0u16; rows * c];
+            if rng.random_bool(0.4) {
+                crate::backend::cpu::kernels::round::to_bf16_bits(&operands[0], &mut x16);
+                crate::backend::cpu::kernels::round::from_bf16_bits(&x16, &mut operands[0]);
+                inputs[0] = RawBuf {
+                    ptr: x16.as_mut_ptr().cast(),
+                    dtype: DType::BF16,
+                    len: x16.len(),
+                };
+            }
+            let operands = operands;
+            let want_at = |p: usize| {
+                let load = |i: u16| {
+                    let v = &operands[usize::from(i)];
+                    f64::from(if i == 0 { v[p] } else { v[p % c] })
+                };
+                e.eval(load, &[p / c, p % c], p)
+            };
+            let same = |g: f32, w: f64| {
+                let w = w as f32;
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan())
+            };
+            {
+                // As an epilogue: operand 0 is the rows, output 0 written back into them.
+                let mut rows_in = operands[0].clone();
+                let mut got = vec![vec![0.0f32; rows * c]; e.outputs.len()];
+                let outs: Vec<RawBuf> = got
+                    .iter_mut()
+                    .map(|v| RawBuf {
+                        ptr: v.as_mut_ptr().cast(),
+                        dtype: DType::F32,
+                        len: v.len(),
+                    })
+                    .collect();
+                let stored = e.outputs.len();
+                // SAFETY: as for `run` below; the rows are the whole space.
+                unsafe {
+                    program.run_epilogue(&mut rows_in, 0, &inputs, &outs, stored, c, &mut [])
+                };
+                for p in 0..rows * c {
+                    let want = want_at(p);
+                    assert!(
+                        same(rows_in[p], want[0]),
+                        "case {case}, epilogue point {p} in {e}"
+                    );
+                    for o in 1..stored {
+                        assert!(
+                            same(got[o][p], want[o]),
+                            "case {case}, epilogue {o}, {p} in {e}"
+                        );
+                    }
+                }
+            }
             for end in [rows * c, 100] {
                 let mut got = vec![vec![0.0f32; rows * c]; e.outputs.len()];
                 let outs: Vec<RawBuf> = got

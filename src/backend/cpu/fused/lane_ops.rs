@@ -367,24 +367,49 @@ pub(super) fn cast(
     }
 }
 
+/// A lane of a chain's `x` as stored: `f32`, or bf16 bits (widened exactly).
+pub(super) trait Lane: Copy {
+    fn widen(self) -> f32;
+}
+
+impl Lane for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl Lane for u16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        f32::from_bits(u32::from(self) << 16)
+    }
+}
+
 /// An affine chain ([`super::plan::AffineChain`]) in one pass: `relu?(((x − a)·b)·c + d)`
-/// lane by lane into `dst` from the registers at `x` and `steps = [a, b, c, d]` of `src`, the
-/// operations in that order and the ReLU as [`unary`]'s, so the lanes are bit-identical to
-/// the instructions' one pass each.
+/// lane by lane into `dst` from `xs` and the registers at `steps = [a, b, c, d]` of `src`,
+/// the operations in that order and the ReLU as [`unary`]'s, so the lanes are bit-identical
+/// to the instructions' one pass each.
 #[inline(always)]
-pub(super) fn affine(src: &[f32], x: usize, steps: [usize; 4], relu: bool, dst: &mut [f32]) {
+pub(super) fn affine<X: Lane>(
+    xs: &[X],
+    src: &[f32],
+    steps: [usize; 4],
+    relu: bool,
+    dst: &mut [f32],
+) {
     let n = dst.len();
-    let xs = &src[x..x + n];
+    let xs = &xs[..n];
     let [a, b, c, d] = steps.map(|k| &src[k..k + n]);
     let lanes = dst.iter_mut().zip(xs).zip(a).zip(b).zip(c).zip(d);
     if relu {
         for (((((o, &x), &a), &b), &c), &d) in lanes {
-            let v = (x - a) * b * c + d;
+            let v = (x.widen() - a) * b * c + d;
             *o = if v > 0.0 || v.is_nan() { v } else { 0.0 };
         }
     } else {
         for (((((o, &x), &a), &b), &c), &d) in lanes {
-            *o = (x - a) * b * c + d;
+            *o = (x.widen() - a) * b * c + d;
         }
     }
 }

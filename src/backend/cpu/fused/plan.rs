@@ -56,12 +56,13 @@ struct Partial {
 }
 
 /// Plans `expr`'s instructions: `f32_class(v)` says whether value `v` lives in `f32` registers,
-/// `invariant(v)` whether it is the same in every chunk.
+/// `invariant(v)` whether it is the same in every chunk. Also returns how many instructions
+/// (and outputs) read each value's register.
 pub(super) fn plan(
     expr: &FusedExpr,
     f32_class: impl Fn(ExprId) -> bool,
     invariant: impl Fn(ExprId) -> bool,
-) -> Vec<Role> {
+) -> (Vec<Role>, Vec<usize>) {
     let n = expr.ops.len();
     let mut roles = vec![Role::Eval; n];
     for (i, (op, dtype)) in expr.ops.iter().enumerate() {
@@ -172,7 +173,7 @@ pub(super) fn plan(
             roles[i] = Role::Chain(p.chain);
         }
     }
-    roles
+    (roles, readers)
 }
 
 /// Whether a step at `position` may follow the chain `p`: steps apply in the order
@@ -227,7 +228,7 @@ mod tests {
             ],
             &[9],
         );
-        let roles = plan(&e, |_| true, |v| [1, 3, 5, 7].contains(&v));
+        let (roles, _) = plan(&e, |_| true, |v| [1, 3, 5, 7].contains(&v));
         assert_eq!(
             roles[9],
             Role::Chain(AffineChain {
@@ -262,7 +263,9 @@ mod tests {
             ],
             &[5, 8],
         );
-        let roles = plan(&e, |_| true, |v| v == 1);
+        let (roles, readers) = plan(&e, |_| true, |v| v == 1);
+        assert_eq!(readers[2], 2, "v2 is read by v3 and v6");
+        assert_eq!(readers[7], 1, "v7 is the output, read through its alias v8");
         assert_eq!(roles[2], Role::Eval);
         assert_eq!(roles[3], Role::Absorbed, "v3 is read by the ReLU alone");
         assert_eq!(
