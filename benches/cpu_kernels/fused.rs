@@ -137,7 +137,7 @@ pub fn bench(
 
     // The forward epilogue: bf16 rounding, stored, and a per-channel sum.
     let expr = parse(ROUND_AND_SUM);
-    let program = FusedProgram::new(&expr, &shape, &[(0, whole)]);
+    let program = FusedProgram::new_epilogue(&expr, &shape, &[(0, whole)], 1);
     let mut rows_out = data(points, 2);
     let mut stored = vec![0u16; points];
     let outputs = [
@@ -164,7 +164,7 @@ pub fn bench(
         (0, channel),
         (0, channel),
     ];
-    let program = FusedProgram::new(&expr, &shape, &views);
+    let program = FusedProgram::new_epilogue(&expr, &shape, &views, 1);
     let mut inputs = vec![
         placeholder[0],
         raw(&mut zero, DType::F32),

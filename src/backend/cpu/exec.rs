@@ -282,7 +282,7 @@ impl Prepared {
                                 .iter()
                                 .map(|v| (v.offset, v.strides.as_slice())),
                         );
-                        FusedProgram::new(&e.expr, out_shape, &views)
+                        FusedProgram::new_epilogue(&e.expr, out_shape, &views, e.stored_outputs())
                     });
                     let prologue = match kind.prologue() {
                         Some(p) => Some(prologue_program(k, p)?),

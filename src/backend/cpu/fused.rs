@@ -160,6 +160,9 @@ pub struct FusedProgram {
     /// [`FusedProgram::run_into`] lets write straight into its destination (a prologue's
     /// batch norm + ReLU: no copy out of a register).
     direct: Option<usize>,
+    /// Whether some product is only summed ([`FusedProgram::new_epilogue`]): the program then
+    /// runs as an epilogue only.
+    sums_products: bool,
     /// Loads that a chain reads from the operand's memory instead of a register, when the
     /// operand is stored in `f32` or bf16 (see [`FusedProgram::streams`]).
     streamed: Vec<bool>,
@@ -168,6 +171,27 @@ pub struct FusedProgram {
 impl FusedProgram {
     /// Prepares `expr` over `shape` with operand views `(offset, strides)`.
     pub fn new(expr: &FusedExpr, shape: &[usize], views: &[(usize, &[usize])]) -> FusedProgram {
+        FusedProgram::build(expr, shape, views, expr.outputs.len())
+    }
+
+    /// Prepares `expr` as an epilogue whose outputs from `stored` on are column sums, run with
+    /// [`FusedProgram::run_epilogue`] only: products that only those sums read are never
+    /// stored, but multiplied as they are summed.
+    pub fn new_epilogue(
+        expr: &FusedExpr,
+        shape: &[usize],
+        views: &[(usize, &[usize])],
+        stored: usize,
+    ) -> FusedProgram {
+        FusedProgram::build(expr, shape, views, stored)
+    }
+
+    fn build(
+        expr: &FusedExpr,
+        shape: &[usize],
+        views: &[(usize, &[usize])],
+        summed: usize,
+    ) -> FusedProgram {
         let strides: Vec<&[usize]> = views.iter().map(|(_, s)| *s).collect();
         let (cshape, cstrides) = coalesce(shape, &strides);
         let accesses: Vec<Access> = views
@@ -201,6 +225,7 @@ impl FusedProgram {
             expr,
             |v| classes[v as usize] == Class::F32,
             |v| invariant[v as usize],
+            summed,
         );
         // A chain's `x` loaded from a contiguous operand and read by nothing else is read
         // straight from the operand's memory where it is stored in f32 or bf16.
@@ -222,7 +247,7 @@ impl FusedProgram {
             let k = *c as usize;
             let slot = match roles[i] {
                 Role::Alias(a) => slots[a as usize],
-                Role::Absorbed => usize::MAX,
+                Role::Absorbed | Role::Summed(..) => usize::MAX,
                 Role::Eval | Role::Chain(_) | Role::SelectCompared(..) => {
                     counts[k] += 1;
                     counts[k] - 1
@@ -270,6 +295,7 @@ impl FusedProgram {
             counts,
             accesses,
             shape: shape.to_vec(),
+            sums_products: roles.iter().any(|r| matches!(r, Role::Summed(..))),
             evaluated,
             varying,
             direct,
@@ -383,6 +409,10 @@ impl FusedProgram {
         mut direct: Option<&mut [f32]>,
         mut each: impl FnMut(&mut Regs, usize, usize, Option<&mut [f32]>),
     ) {
+        assert!(
+            rows.is_some() || !self.sums_products,
+            "a program prepared with new_epilogue runs with run_epilogue"
+        );
         // An epilogue's operand 0 is its rows: contiguous (so never hoisted) and already in
         // cache (so not prefetched).
         let first_prefetched = usize::from(rows.is_some());
@@ -642,20 +672,45 @@ impl FusedProgram {
             return;
         }
         vectorized!({
+            let mut products = [0.0f32; CHUNK];
             for (j, &v) in self.expr.outputs[stored..].iter().enumerate() {
-                let at = self.slots[v as usize] * CHUNK;
+                let register = |v: ExprId| {
+                    let at = self.slots[v as usize] * CHUNK;
+                    &regs.f32[at..at + n]
+                };
+                // The lanes summed: a register, or two whose product is summed (`Summed`).
+                let (lanes, factors) = match self.roles[v as usize] {
+                    Role::Summed(x, y) => (register(x), Some(register(y))),
+                    _ => (&[][..], None),
+                };
+                let phase = s % cols;
+                let sums = &mut sums[j * cols..(j + 1) * cols];
+                if factors.is_some()
+                    && phase == 0
+                    && n.is_multiple_of(cols)
+                    && add_column_sums(lanes, factors, sums)
+                {
+                    // Narrow whole rows, multiplied as they are summed.
+                    continue;
+                }
                 let converted: Vec<f32>;
-                let lanes: &[f32] = match self.classes[v as usize] {
-                    Class::F32 => &regs.f32[at..at + n],
-                    _ => {
+                let lanes: &[f32] = match (factors, self.classes[v as usize]) {
+                    (Some(factors), _) => {
+                        let products = &mut products[..n];
+                        for ((p, &x), &y) in products.iter_mut().zip(lanes).zip(factors) {
+                            *p = x * y;
+                        }
+                        products
+                    }
+                    (None, Class::F32) => register(v),
+                    (None, _) => {
+                        let at = self.slots[v as usize] * CHUNK;
                         converted = regs.f64[at..at + n].iter().map(|&x| x as f32).collect();
                         &converted
                     }
                 };
                 let part = &mut part[j * cols..(j + 1) * cols];
-                let phase = s % cols;
-                let sums = &mut sums[j * cols..(j + 1) * cols];
-                if phase == 0 && n.is_multiple_of(cols) && add_column_sums(lanes, sums) {
+                if phase == 0 && n.is_multiple_of(cols) && add_column_sums(lanes, None, sums) {
                     // Narrow whole rows: summed in registers, straight into `sums`.
                     continue;
                 }
@@ -777,7 +832,7 @@ impl FusedProgram {
         }
         match &self.roles[i] {
             Role::Eval => {}
-            Role::Alias(_) | Role::Absorbed => return,
+            Role::Alias(_) | Role::Absorbed | Role::Summed(..) => return,
             Role::Chain(chain) => {
                 let AffineChain { x, steps, relu } = chain;
                 let register = |v: &u32| self.slots[*v as usize] * CHUNK;
@@ -960,11 +1015,11 @@ struct EpilogueSink<'a> {
 /// accumulators added in order: enough independent additions to hide their latency), so the
 /// result depends only on the rows, never on scheduling.
 #[inline(always)]
-pub(super) fn add_column_sums(lanes: &[f32], sums: &mut [f64]) -> bool {
+pub(super) fn add_column_sums(lanes: &[f32], factors: Option<&[f32]>, sums: &mut [f64]) -> bool {
     match sums.len() {
-        16 => add_sums(&column_sums::<16, 4>(lanes), sums),
-        32 => add_sums(&column_sums::<32, 2>(lanes), sums),
-        64 => add_sums(&column_sums::<64, 1>(lanes), sums),
+        16 => add_sums(&column_sums::<16, 4>(lanes, factors), sums),
+        32 => add_sums(&column_sums::<32, 2>(lanes, factors), sums),
+        64 => add_sums(&column_sums::<64, 1>(lanes, factors), sums),
         _ => return false,
     }
     true
@@ -978,20 +1033,41 @@ fn add_sums(part: &[f32], sums: &mut [f64]) {
 }
 
 /// Per-column sums of the whole `W`-wide rows of `lanes` (a partial last row is ignored; callers
-/// pass whole rows), over `K` interleaved accumulators.
+/// pass whole rows), or of the lane-by-lane products `lanes · factors` (each rounded to `f32`
+/// before it is added, as a register holding them would be), over `K` interleaved accumulators.
 #[inline(always)]
-fn column_sums<const W: usize, const K: usize>(lanes: &[f32]) -> [f32; W] {
+fn column_sums<const W: usize, const K: usize>(lanes: &[f32], factors: Option<&[f32]>) -> [f32; W] {
     let mut acc = [[0.0f32; W]; K];
-    let mut rest = lanes;
-    'rows: loop {
-        for a in acc.iter_mut() {
-            let Some((row, tail)) = rest.split_first_chunk::<W>() else {
-                break 'rows;
-            };
-            for c in 0..W {
-                a[c] += row[c];
+    match factors {
+        None => {
+            let mut rest = lanes;
+            'rows: loop {
+                for a in acc.iter_mut() {
+                    let Some((row, tail)) = rest.split_first_chunk::<W>() else {
+                        break 'rows;
+                    };
+                    for c in 0..W {
+                        a[c] += row[c];
+                    }
+                    rest = tail;
+                }
             }
-            rest = tail;
+        }
+        Some(factors) => {
+            let (mut rest, mut by) = (lanes, factors);
+            'rows: loop {
+                for a in acc.iter_mut() {
+                    let (Some((row, tail)), Some((f, f_tail))) =
+                        (rest.split_first_chunk::<W>(), by.split_first_chunk::<W>())
+                    else {
+                        break 'rows;
+                    };
+                    for c in 0..W {
+                        a[c] += row[c] * f[c];
+                    }
+                    (rest, by) = (tail, f_tail);
+                }
+            }
         }
     }
     let mut total = acc[0];
@@ -1020,7 +1096,7 @@ mod tests {
             for rows in [0, 1, 2, 3, 5, 7, 8, 13, 32] {
                 let lanes: Vec<f32> = (0..rows * width).map(|_| next()).collect();
                 let mut got = vec![0.5f64; width];
-                assert!(add_column_sums(&lanes, &mut got));
+                assert!(add_column_sums(&lanes, None, &mut got));
                 for c in 0..width {
                     let want = 0.5
                         + (0..rows)
@@ -1035,7 +1111,7 @@ mod tests {
             }
         }
         for width in [1, 3, 17, 48, 100] {
-            assert!(!add_column_sums(&[0.0; 300], &mut vec![0.0; width]));
+            assert!(!add_column_sums(&[0.0; 300], None, &mut vec![0.0; width]));
         }
     }
 
@@ -1066,7 +1142,7 @@ mod tests {
             }
         };
         let (rows, c) = (40, 16);
-        let (mut chained, mut direct) = (0, 0);
+        let (mut chained, mut direct, mut summed) = (0, 0, 0);
         for case in 0..300 {
             let f = DType::F32;
             let mut e = FusedExpr::default();
@@ -1154,6 +1230,54 @@ mod tests {
                 let w = w as f32;
                 g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan())
             };
+            if e.outputs.len() > 1 {
+                // As an epilogue whose outputs after the first are column sums: products only
+                // the sums read are multiplied as they are summed, to the same bits.
+                let stored = 1;
+                let summing = FusedProgram::new_epilogue(&e, &[rows, c], &views, stored);
+                summed += usize::from(summing.roles.iter().any(|r| matches!(r, Role::Summed(..))));
+                let placeholder = [RawBuf {
+                    ptr: std::ptr::NonNull::<f32>::dangling().as_ptr().cast(),
+                    dtype: DType::F32,
+                    len: 0,
+                }];
+                // From a row start, and from inside a row (the sums' general path).
+                let first = if case % 2 == 0 { 0 } else { c / 2 };
+                let mut results = Vec::new();
+                for p in [&program, &summing] {
+                    let mut rows_in = operands[0][first..].to_vec();
+                    let mut sums = vec![0.0f64; (e.outputs.len() - stored) * c];
+                    // SAFETY: as for `run` below; nothing is stored but output 0, in the rows.
+                    unsafe {
+                        p.run_epilogue(
+                            &mut rows_in,
+                            first,
+                            &inputs,
+                            &placeholder,
+                            stored,
+                            c,
+                            &mut sums,
+                        )
+                    };
+                    results.push((rows_in, sums));
+                }
+                // Bitwise, any NaN matching any NaN (which NaN an addition keeps is the
+                // compiler's choice of operand order).
+                let bits = |v: &[f64]| {
+                    v.iter()
+                        .map(|x| if x.is_nan() { u64::MAX } else { x.to_bits() })
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(bits(&results[0].1), bits(&results[1].1), "case {case}: {e}");
+                let rows_of = |i: usize| {
+                    results[i]
+                        .0
+                        .iter()
+                        .map(|&x| f64::from(x))
+                        .collect::<Vec<_>>()
+                };
+                assert_eq!(bits(&rows_of(0)), bits(&rows_of(1)), "case {case}: {e}");
+            }
             {
                 // As an epilogue: operand 0 is the rows, output 0 written back into them.
                 let mut rows_in = operands[0].clone();
@@ -1237,6 +1361,10 @@ mod tests {
         assert!(
             chained > 100,
             "only {chained} of 300 expressions fused instructions"
+        );
+        assert!(
+            summed > 30,
+            "only {summed} of 300 summed a product as they added"
         );
         assert!(
             direct > 15,

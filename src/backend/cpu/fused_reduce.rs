@@ -132,7 +132,7 @@ impl ReduceProgram {
                             // in the same order as below. Chunks start at multiples of `CHUNK`
                             // whatever the blocks, so which way a chunk goes depends on the
                             // shape only.
-                            if add_column_sums(lanes[j], &mut acc[j][..period]) {
+                            if add_column_sums(lanes[j], None, &mut acc[j][..period]) {
                                 continue;
                             }
                             for seg in lanes[j].chunks_exact(period) {

@@ -44,6 +44,9 @@ pub(super) enum Role {
     /// A select whose condition, a comparison of `f32` values read by nothing else, is
     /// computed lane by lane in the same pass (a ReLU's gradient: `x > 0 ? dy : 0`).
     SelectCompared(BinaryOp, ExprId, ExprId),
+    /// Nothing: a product read only by an epilogue's column sums, which multiply its operands
+    /// as they add (batch norm's gradient sums `Σ dy·x̂`).
+    Summed(ExprId, ExprId),
 }
 
 /// A chain being grown: the chain ending at a value, and how many steps it has.
@@ -56,12 +59,14 @@ struct Partial {
 }
 
 /// Plans `expr`'s instructions: `f32_class(v)` says whether value `v` lives in `f32` registers,
-/// `invariant(v)` whether it is the same in every chunk. Also returns how many instructions
-/// (and outputs) read each value's register.
+/// `invariant(v)` whether it is the same in every chunk; outputs from `summed` on are column
+/// sums (an epilogue's reductions; `outputs.len()` where there are none). Also returns how
+/// many instructions (and outputs) read each value's register.
 pub(super) fn plan(
     expr: &FusedExpr,
     f32_class: impl Fn(ExprId) -> bool,
     invariant: impl Fn(ExprId) -> bool,
+    summed: usize,
 ) -> (Vec<Role>, Vec<usize>) {
     let n = expr.ops.len();
     let mut roles = vec![Role::Eval; n];
@@ -100,6 +105,21 @@ pub(super) fn plan(
         {
             roles[cond as usize] = Role::Absorbed;
             roles[i] = Role::SelectCompared(*b, *p, *q);
+        }
+    }
+    // Products that only column sums read (each as it is summed: no register).
+    for (i, (op, dtype)) in expr.ops.iter().enumerate() {
+        let id = i as ExprId;
+        if let ExprOp::Binary(BinaryOp::Mul, x, y) = op
+            && *dtype == DType::F32
+            && roles[i] == Role::Eval
+            && !invariant(id)
+            && f32_class(*x)
+            && f32_class(*y)
+            && !expr.outputs[..summed.min(expr.outputs.len())].contains(&id)
+            && readers[i] == expr.outputs.iter().filter(|&&o| o == id).count()
+        {
+            roles[i] = Role::Summed(resolve(&roles, *x), resolve(&roles, *y));
         }
     }
     let mut partial: Vec<Option<Partial>> = vec![None; n];
@@ -228,7 +248,7 @@ mod tests {
             ],
             &[9],
         );
-        let (roles, _) = plan(&e, |_| true, |v| [1, 3, 5, 7].contains(&v));
+        let (roles, _) = plan(&e, |_| true, |v| [1, 3, 5, 7].contains(&v), 1);
         assert_eq!(
             roles[9],
             Role::Chain(AffineChain {
@@ -263,7 +283,7 @@ mod tests {
             ],
             &[5, 8],
         );
-        let (roles, readers) = plan(&e, |_| true, |v| v == 1);
+        let (roles, readers) = plan(&e, |_| true, |v| v == 1, 2);
         assert_eq!(readers[2], 2, "v2 is read by v3 and v6");
         assert_eq!(readers[7], 1, "v7 is the output, read through its alias v8");
         assert_eq!(roles[2], Role::Eval);
