@@ -116,8 +116,14 @@ pub(super) fn plan(
             && !invariant(id)
             && f32_class(*x)
             && f32_class(*y)
-            && !expr.outputs[..summed.min(expr.outputs.len())].contains(&id)
-            && readers[i] == expr.outputs.iter().filter(|&&o| o == id).count()
+            && readers[i] > 0
+            && readers[i]
+                == expr
+                    .outputs
+                    .iter()
+                    .skip(summed)
+                    .filter(|&&o| o == id)
+                    .count()
         {
             roles[i] = Role::Summed(resolve(&roles, *x), resolve(&roles, *y));
         }
@@ -261,6 +267,34 @@ mod tests {
             assert_eq!(roles[i], Role::Absorbed, "value {i}");
         }
         assert_eq!(roles[0], Role::Eval);
+    }
+
+    /// A product only column sums read is summed as it is multiplied; one that is also stored,
+    /// read by an instruction, or read by nothing is an instruction as before.
+    #[test]
+    fn only_products_read_by_sums_alone_are_summed() {
+        use BinaryOp::*;
+        let f = DType::F32;
+        let e = expr(
+            &[
+                (ExprOp::Load(0), f),           // v0
+                (ExprOp::Load(1), f),           // v1
+                (ExprOp::Binary(Mul, 0, 1), f), // v2: summed only
+                (ExprOp::Binary(Mul, 0, 0), f), // v3: stored and summed
+                (ExprOp::Binary(Mul, 1, 1), f), // v4: read by v5
+                (ExprOp::Binary(Add, 4, 0), f), // v5: summed
+                (ExprOp::Binary(Mul, 1, 0), f), // v6: dead
+            ],
+            &[3, 2, 3, 5, 2],
+        );
+        let (roles, _) = plan(&e, |_| true, |_| false, 1);
+        assert_eq!(roles[2], Role::Summed(0, 1));
+        assert_eq!(roles[3], Role::Eval);
+        assert_eq!(roles[4], Role::Eval);
+        assert_eq!(roles[6], Role::Eval);
+        // Without column sums, nothing is summed.
+        let (roles, _) = plan(&e, |_| true, |_| false, e.outputs.len());
+        assert!(roles.iter().all(|r| !matches!(r, Role::Summed(..))));
     }
 
     /// A step whose input is read elsewhere starts a new chain; a step out of order (an add
