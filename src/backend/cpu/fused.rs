@@ -19,7 +19,9 @@ mod plan;
 use lane_ops::{affine, binary, c_slice, cast, fill_const, select, select_compared, unary};
 use plan::{AffineChain, Role};
 
-/// Points per chunk.
+/// Points per chunk. (512 measured, 2026-11-28: the fused engine's own bench 19–22% faster,
+/// but the fp32 ResNet-20 step 4% slower — its Winograd kernels share L1 with the register
+/// file — and the bf16 step 2–3% faster; 256 kept.)
 pub const CHUNK: usize = 256;
 
 /// The first `f32` registers of every file hold the identities of an affine chain's steps:
@@ -163,9 +165,9 @@ pub struct FusedProgram {
     /// Whether some product is only summed ([`FusedProgram::new_epilogue`]): the program then
     /// runs as an epilogue only.
     sums_products: bool,
-    /// Loads that a chain reads from the operand's memory instead of a register, when the
-    /// operand is stored in `f32` or bf16 (see [`FusedProgram::streams`]).
-    streamed: Vec<bool>,
+    /// Loads that a fused instruction reads from the operand's memory instead of a register
+    /// (see [`FusedProgram::streams`]).
+    streamed: Vec<Streamed>,
 }
 
 impl FusedProgram {
@@ -221,22 +223,36 @@ impl FusedProgram {
             };
             invariant.push(v);
         }
+        let contiguous_load = |v: ExprId| {
+            matches!(expr.ops[v as usize], (ExprOp::Load(k), _)
+                if matches!(accesses[usize::from(k)], Access::Contiguous { .. })
+                    && classes[v as usize] == Class::F32)
+        };
         let (roles, readers) = plan::plan(
             expr,
             |v| classes[v as usize] == Class::F32,
             |v| invariant[v as usize],
+            |v| contiguous_load(v),
             summed,
         );
-        // A chain's `x` loaded from a contiguous operand and read by nothing else is read
-        // straight from the operand's memory where it is stored in f32 or bf16.
-        let mut streamed = vec![false; expr.ops.len()];
-        for role in &roles {
-            if let Role::Chain(AffineChain { x, .. }) = role
-                && let ExprOp::Load(k) = expr.ops[*x as usize].0
-                && matches!(accesses[usize::from(k)], Access::Contiguous { .. })
-                && readers[*x as usize] == 1
-            {
-                streamed[*x as usize] = true;
+        // A load of a contiguous operand that one fused instruction alone reads is read
+        // straight from the operand's memory: by a chain where it is stored in f32 or bf16,
+        // by a select on a comparison where it is stored in f32.
+        let mut streamed = vec![Streamed::No; expr.ops.len()];
+        let mut stream = |v: ExprId, how: Streamed| {
+            if contiguous_load(v) && readers[v as usize] == 1 {
+                streamed[v as usize] = how;
+            }
+        };
+        for (role, (op, _)) in roles.iter().zip(&expr.ops) {
+            match (role, op) {
+                (Role::Chain(AffineChain { x, .. }), _) => stream(*x, Streamed::Widened),
+                (Role::SelectCompared(_, p, q), ExprOp::Select(_, a, b)) => {
+                    for v in [p, q, a, b] {
+                        stream(*v, Streamed::F32);
+                    }
+                }
+                _ => {}
             }
         }
         // Registers: the `f32` ones after the identities; an alias shares its operand's, an
@@ -859,13 +875,21 @@ impl FusedProgram {
                 let ExprOp::Select(_, a, b) = op else {
                     unreachable!("planned for a select");
                 };
-                let register = |v: &u32| self.slots[*v as usize] * CHUNK;
-                let lanes = [register(p), register(q), register(a), register(b)];
                 let (src, dst) = match direct {
                     Some(d) => (&r.f32[..out], d),
                     None => split(&mut r.f32, out, n),
                 };
-                select_compared(src, *cmp, lanes, dst);
+                let lanes = [p, q, a, b].map(|v| {
+                    // SAFETY: forwarded from the caller's contract.
+                    match unsafe { self.stream_of(*v, s, n, inputs, operand0) } {
+                        Some(Stream::F32(lanes)) => lanes,
+                        _ => {
+                            let at = self.slots[*v as usize] * CHUNK;
+                            &src[at..at + n]
+                        }
+                    }
+                });
+                select_compared(lanes, *cmp, dst);
                 return;
             }
         }
@@ -874,8 +898,8 @@ impl FusedProgram {
             match op {
                 ExprOp::Load(k) => {
                     let k = usize::from(*k);
-                    if self.streamed[i] && self.streams(k, inputs, operand0) {
-                        // The chain reading it takes the lanes from the operand itself.
+                    if self.streams(i, k, inputs, operand0) {
+                        // The fused instruction reading it takes the lanes from the operand.
                         return;
                     }
                     if let (0, Some(local)) = (k, operand0) {
@@ -934,10 +958,17 @@ impl FusedProgram {
         }
     }
 
-    /// Whether operand `k`'s lanes can be read where they are stored: an epilogue's rows, or a
-    /// buffer of `f32` or bf16.
-    fn streams(&self, k: usize, inputs: &[RawBuf], operand0: Option<&[f32]>) -> bool {
-        (k == 0 && operand0.is_some()) || matches!(inputs[k].dtype, DType::F32 | DType::BF16)
+    /// Whether the load `i` of operand `k` is read where it is stored this run: an epilogue's
+    /// rows, or a buffer of `f32` (or bf16, where its reader widens).
+    fn streams(&self, i: usize, k: usize, inputs: &[RawBuf], operand0: Option<&[f32]>) -> bool {
+        match self.streamed[i] {
+            Streamed::No => false,
+            how => {
+                (k == 0 && operand0.is_some())
+                    || inputs[k].dtype == DType::F32
+                    || (inputs[k].dtype == DType::BF16 && how == Streamed::Widened)
+            }
+        }
     }
 
     /// The lanes of value `v` for points `s..s + n` straight from its operand's memory, if `v`
@@ -957,7 +988,7 @@ impl FusedProgram {
             return None;
         };
         let k = usize::from(k);
-        if !self.streamed[v as usize] || !self.streams(k, inputs, operand0) {
+        if !self.streams(v as usize, k, inputs, operand0) {
             return None;
         }
         if let (0, Some(rows)) = (k, operand0) {
@@ -993,6 +1024,16 @@ impl FusedProgram {
             }
         }
     }
+}
+
+/// Whether a load is read where it is stored, and by what (see [`FusedProgram::streams`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Streamed {
+    No,
+    /// By a chain, which widens bf16 lanes as it reads them.
+    Widened,
+    /// By a select on a comparison: `f32` storage only.
+    F32,
 }
 
 /// A streamed load's lanes for one chunk, as stored.
@@ -1151,7 +1192,7 @@ mod tests {
             let mut outputs = Vec::new();
             for _ in 0..rng.random_range(1..8) {
                 let kk = k[rng.random_range(0..4)];
-                let op = match rng.random_range(0..11) {
+                let op = match rng.random_range(0..12) {
                     0 => ExprOp::Binary(BinaryOp::Sub, x, kk),
                     1 => ExprOp::Binary(BinaryOp::Mul, x, kk),
                     2 => ExprOp::Binary(BinaryOp::Mul, kk, x),
@@ -1164,6 +1205,12 @@ mod tests {
                         ExprOp::Cast(rounded)
                     }
                     8 => ExprOp::Unary(UnaryOp::Neg, x),
+                    11 => {
+                        // A select of operand 0, loaded again for it alone (read in place).
+                        let fresh = e.push(ExprOp::Load(0), f);
+                        let cond = e.push(ExprOp::Binary(BinaryOp::Ge, x, kk), DType::Bool);
+                        ExprOp::Select(cond, fresh, kk)
+                    }
                     choice => {
                         use BinaryOp::*;
                         let cmp = [Lt, Le, Gt, Ge, Eq, Ne][rng.random_range(0..6)];

@@ -414,13 +414,13 @@ pub(super) fn affine<X: Lane>(
     }
 }
 
-/// `cmp(p, q) ? a : b` lane by lane in one pass into `dst`, from the registers at
-/// `[p, q, a, b]` of `src`: the comparison as [`binary`]'s and the choice as [`select`]'s
-/// bitwise blend, so the lanes are bit-identical to the two passes it replaces.
+/// `cmp(p, q) ? a : b` lane by lane in one pass into `dst`, from `lanes = [p, q, a, b]`: the
+/// comparison as [`binary`]'s and the choice as [`select`]'s bitwise blend, so the lanes are
+/// bit-identical to the two passes it replaces.
 #[inline(always)]
-pub(super) fn select_compared(src: &[f32], cmp: BinaryOp, lanes: [usize; 4], dst: &mut [f32]) {
+pub(super) fn select_compared(lanes: [&[f32]; 4], cmp: BinaryOp, dst: &mut [f32]) {
     let n = dst.len();
-    let [p, q, a, b] = lanes.map(|k| &src[k..k + n]);
+    let [p, q, a, b] = lanes.map(|l| &l[..n]);
     let lanes = dst.iter_mut().zip(p).zip(q).zip(a).zip(b);
     macro_rules! blend {
         (|$x:ident, $y:ident| $test:expr) => {

@@ -59,13 +59,15 @@ struct Partial {
 }
 
 /// Plans `expr`'s instructions: `f32_class(v)` says whether value `v` lives in `f32` registers,
-/// `invariant(v)` whether it is the same in every chunk; outputs from `summed` on are column
+/// `invariant(v)` whether it is the same in every chunk, `streamable(v)` whether it is a load
+/// a fused instruction could read where it is stored; outputs from `summed` on are column
 /// sums (an epilogue's reductions; `outputs.len()` where there are none). Also returns how
 /// many instructions (and outputs) read each value's register.
 pub(super) fn plan(
     expr: &FusedExpr,
     f32_class: impl Fn(ExprId) -> bool,
     invariant: impl Fn(ExprId) -> bool,
+    streamable: impl Fn(ExprId) -> bool,
     summed: usize,
 ) -> (Vec<Role>, Vec<usize>) {
     let n = expr.ops.len();
@@ -189,11 +191,12 @@ pub(super) fn plan(
         grown.len += 1;
         partial[i] = Some(grown);
     }
-    // A chain of one step is that instruction; a longer one is evaluated where it ends (its
-    // earlier steps were marked absorbed as it grew).
+    // A longer chain is evaluated where it ends (its earlier steps were marked absorbed as it
+    // grew); a chain of one step is that instruction, unless it reads its `x` where it is
+    // stored (saving the load's pass).
     for (i, p) in partial.into_iter().enumerate() {
         if let Some(p) = p
-            && p.len > 1
+            && (p.len > 1 || (streamable(p.chain.x) && readers[p.chain.x as usize] == 1))
             && roles[i] == Role::Eval
         {
             roles[i] = Role::Chain(p.chain);
@@ -254,7 +257,7 @@ mod tests {
             ],
             &[9],
         );
-        let (roles, _) = plan(&e, |_| true, |v| [1, 3, 5, 7].contains(&v), 1);
+        let (roles, _) = plan(&e, |_| true, |v| [1, 3, 5, 7].contains(&v), |_| false, 1);
         assert_eq!(
             roles[9],
             Role::Chain(AffineChain {
@@ -287,13 +290,13 @@ mod tests {
             ],
             &[3, 2, 3, 5, 2],
         );
-        let (roles, _) = plan(&e, |_| true, |_| false, 1);
+        let (roles, _) = plan(&e, |_| true, |_| false, |_| false, 1);
         assert_eq!(roles[2], Role::Summed(0, 1));
         assert_eq!(roles[3], Role::Eval);
         assert_eq!(roles[4], Role::Eval);
         assert_eq!(roles[6], Role::Eval);
         // Without column sums, nothing is summed.
-        let (roles, _) = plan(&e, |_| true, |_| false, e.outputs.len());
+        let (roles, _) = plan(&e, |_| true, |_| false, |_| false, e.outputs.len());
         assert!(roles.iter().all(|r| !matches!(r, Role::Summed(..))));
     }
 
@@ -317,7 +320,7 @@ mod tests {
             ],
             &[5, 8],
         );
-        let (roles, readers) = plan(&e, |_| true, |v| v == 1, 2);
+        let (roles, readers) = plan(&e, |_| true, |v| v == 1, |_| false, 2);
         assert_eq!(readers[2], 2, "v2 is read by v3 and v6");
         assert_eq!(readers[7], 1, "v7 is the output, read through its alias v8");
         assert_eq!(roles[2], Role::Eval);
