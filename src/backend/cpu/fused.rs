@@ -232,7 +232,7 @@ impl FusedProgram {
             expr,
             |v| classes[v as usize] == Class::F32,
             |v| invariant[v as usize],
-            |v| contiguous_load(v),
+            contiguous_load,
             summed,
         );
         // A load of a contiguous operand that one fused instruction alone reads is read
