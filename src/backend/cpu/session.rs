@@ -82,7 +82,7 @@ pub fn oversubscription_warning(threads: usize, cores: usize) -> Option<String> 
 /// convolutions round their operands to f16 and multiply in f32 on the vector units), and bf16
 /// without AMX tiles (`tiles`: the CPU has AMX-BF16, the session may use it and runs at
 /// `avx512`) — measured on ResNet-20 at batch 128: fp16 0.93–0.95× fp32, bf16 without tiles
-/// 0.91×, bf16 on tiles 1.35–1.37× (1.18–1.22× since fp32 runs Winograd). `None` for fp32,
+/// 0.91×, bf16 on tiles 1.35–1.37× (1.18–1.23× since fp32 runs Winograd). `None` for fp32,
 /// TF32 (f32 arithmetic on a CPU) and bf16 on tiles.
 pub fn precision_warning(precision: Precision, tiles: bool) -> Option<String> {
     match precision {
