@@ -311,8 +311,7 @@ impl FusedProgram {
                 idx,
                 (start, end),
                 inputs,
-                None,
-                None,
+                Around::default(),
                 |regs, s, n, _| {
                     for (o, &v) in self.expr.outputs.iter().enumerate() {
                         // SAFETY: outputs hold `end` elements; this range is this call's own.
@@ -333,15 +332,16 @@ impl FusedProgram {
     ///
     /// # Safety
     /// As [`FusedProgram::run`] for the inputs; `rows`, when given, holds `end - start` values.
-    #[allow(clippy::too_many_arguments)] // the register file, scratch, the range, operands.
     unsafe fn chunk_loop(
         &self,
         regs: &mut Regs,
         idx: &mut [usize],
         (start, end): (usize, usize),
         inputs: &[RawBuf],
-        mut rows: Option<&mut [f32]>,
-        mut direct: Option<&mut [f32]>,
+        Around {
+            mut rows,
+            mut direct,
+        }: Around<'_>,
         mut each: impl FnMut(&mut Regs, usize, usize, Option<&mut [f32]>),
     ) {
         assert!(
@@ -395,8 +395,10 @@ impl FusedProgram {
                     idx,
                     (start, end),
                     inputs,
-                    None,
-                    Some(out),
+                    Around {
+                        rows: None,
+                        direct: Some(out),
+                    },
                     |_, _, _, _| {},
                 )
             });
@@ -408,8 +410,7 @@ impl FusedProgram {
                 idx,
                 (start, end),
                 inputs,
-                None,
-                None,
+                Around::default(),
                 |regs, s, n, _| {
                     out[s - start..s - start + n].copy_from_slice(&regs.f32[lanes..lanes + n]);
                 },
@@ -459,8 +460,7 @@ impl FusedProgram {
                 idx,
                 (start, end),
                 inputs,
-                None,
-                None,
+                Around::default(),
                 |regs, s, n, _| {
                     for (o, &v) in self.expr.outputs.iter().enumerate() {
                         let lanes = self.slots[v as usize] * CHUNK;
@@ -557,8 +557,10 @@ impl FusedProgram {
                 idx,
                 (first, end),
                 inputs,
-                Some(rows),
-                None,
+                Around {
+                    rows: Some(rows),
+                    direct: None,
+                },
                 |regs, s, n, rows| {
                     if stored < self.expr.outputs.len() {
                         self.fold_reductions(regs, stored, s, n, &mut part, sums);
@@ -953,6 +955,15 @@ enum Streamed {
     Widened,
     /// By a select on a comparison: `f32` storage only.
     F32,
+}
+
+/// What the chunk loop reads and writes of the caller's memory besides the operands: an
+/// epilogue's `rows` (operand 0, handed to `each` to write back into) and the destination
+/// `direct` of the instruction [`FusedProgram::direct`] names.
+#[derive(Default)]
+struct Around<'a> {
+    rows: Option<&'a mut [f32]>,
+    direct: Option<&'a mut [f32]>,
 }
 
 /// A streamed load's lanes for one chunk, as stored.

@@ -2,6 +2,15 @@
 
 use super::*;
 
+/// A view of `v` as an `f32` buffer.
+fn f32_buffer(v: &mut [f32]) -> RawBuf {
+    RawBuf {
+        ptr: v.as_mut_ptr().cast(),
+        dtype: DType::F32,
+        len: v.len(),
+    }
+}
+
 /// Random chains of per-channel steps (the shapes [`plan`] fuses, in and out of order, with
 /// values read twice, behind bf16 round trips) and selects on comparisons, on inputs with zeros of both signs, NaN,
 /// infinities, overflowing and subnormal values: the engine's lanes are bitwise the
@@ -92,14 +101,7 @@ fn fused_chains_give_the_bits_of_one_pass_per_instruction() {
             .chain([c; 4])
             .map(|len| (0..len).map(|_| value(&mut rng)).collect())
             .collect();
-        let mut inputs: Vec<RawBuf> = operands
-            .iter_mut()
-            .map(|v| RawBuf {
-                ptr: v.as_mut_ptr().cast(),
-                dtype: DType::F32,
-                len: v.len(),
-            })
-            .collect();
+        let mut inputs: Vec<RawBuf> = operands.iter_mut().map(|v| f32_buffer(v)).collect();
         // Operand 0 stored in bf16 (a chain then widens it as it reads it) or in f32.
         let mut x16 = vec![0u16; rows * c];
         if rng.random_bool(0.4) {
@@ -175,14 +177,7 @@ fn fused_chains_give_the_bits_of_one_pass_per_instruction() {
             // As an epilogue: operand 0 is the rows, output 0 written back into them.
             let mut rows_in = operands[0].clone();
             let mut got = vec![vec![0.0f32; rows * c]; e.outputs.len()];
-            let outs: Vec<RawBuf> = got
-                .iter_mut()
-                .map(|v| RawBuf {
-                    ptr: v.as_mut_ptr().cast(),
-                    dtype: DType::F32,
-                    len: v.len(),
-                })
-                .collect();
+            let outs: Vec<RawBuf> = got.iter_mut().map(|v| f32_buffer(v)).collect();
             let stored = e.outputs.len();
             // SAFETY: as for `run` below; the rows are the whole space.
             unsafe { program.run_epilogue(&mut rows_in, 0, &inputs, &outs, stored, c, &mut []) };
@@ -202,14 +197,7 @@ fn fused_chains_give_the_bits_of_one_pass_per_instruction() {
         }
         for end in [rows * c, 100] {
             let mut got = vec![vec![0.0f32; rows * c]; e.outputs.len()];
-            let outs: Vec<RawBuf> = got
-                .iter_mut()
-                .map(|v| RawBuf {
-                    ptr: v.as_mut_ptr().cast(),
-                    dtype: DType::F32,
-                    len: v.len(),
-                })
-                .collect();
+            let outs: Vec<RawBuf> = got.iter_mut().map(|v| f32_buffer(v)).collect();
             // SAFETY: the operands cover `rows × c` points; outputs hold them all.
             unsafe { program.run(0, end, &inputs, &outs) };
             for p in 0..end {
@@ -268,11 +256,7 @@ fn fused_chains_give_the_bits_of_one_pass_per_instruction() {
 #[test]
 fn prefetch_is_clamped_and_changes_nothing() {
     let mut data: Vec<f32> = (0..100).map(|i| i as f32).collect();
-    let buf = RawBuf {
-        ptr: data.as_mut_ptr().cast(),
-        dtype: DType::F32,
-        len: data.len(),
-    };
+    let buf = f32_buffer(&mut data);
     for (start, n) in [
         (0, 100),
         (90, 1000),
