@@ -81,9 +81,6 @@ pub struct FusedProgram {
     /// [`FusedProgram::run_into`] lets write straight into its destination (a prologue's
     /// batch norm + ReLU: no copy out of a register).
     direct: Option<usize>,
-    /// Whether some product is only summed ([`FusedProgram::new_epilogue`]): the program then
-    /// runs as an epilogue only.
-    sums_products: bool,
     /// Loads that a fused instruction reads from the operand's memory instead of a register
     /// (see [`FusedProgram::streams`]).
     streamed: Vec<Streamed>,
@@ -135,10 +132,8 @@ impl FusedProgram {
                     _ => false,
                 },
                 ExprOp::Const(_) => true,
-                ExprOp::Unary(_, a) | ExprOp::Cast(a) => inv(a),
-                ExprOp::Binary(_, a, b) => inv(a) && inv(b),
-                ExprOp::Select(c, a, b) => inv(c) && inv(a) && inv(b),
                 ExprOp::Index(_) | ExprOp::Random { .. } => false,
+                _ => op.operands().all(|a| inv(&a)),
             };
             invariant.push(v);
         }
@@ -182,8 +177,7 @@ impl FusedProgram {
             let k = *c as usize;
             let slot = match roles[i] {
                 Role::Alias(a) => slots[a as usize],
-                Role::Absorbed | Role::Summed(..) => usize::MAX,
-                Role::Eval | Role::Chain(_) | Role::SelectCompared(..) => {
+                ref role if role.takes_pass() => {
                     counts[k] += 1;
                     counts[k] - 1
                         + if *c == Class::F32 {
@@ -192,16 +186,13 @@ impl FusedProgram {
                             0
                         }
                 }
+                // Absorbed and summed values have no register.
+                _ => usize::MAX,
             };
             slots.push(slot);
         }
         let evaluated: Vec<usize> = (0..roles.len())
-            .filter(|&i| {
-                matches!(
-                    roles[i],
-                    Role::Eval | Role::Chain(_) | Role::SelectCompared(..)
-                )
-            })
+            .filter(|&i| roles[i].takes_pass())
             .collect();
         let varying = evaluated
             .iter()
@@ -209,10 +200,7 @@ impl FusedProgram {
             .filter(|&i| !invariant[i])
             .collect();
         let direct = match (expr.outputs.as_slice(), evaluated.last()) {
-            ([v], Some(&last))
-                if *v as usize == last
-                    && matches!(roles[last], Role::Chain(_) | Role::SelectCompared(..)) =>
-            {
+            ([v], Some(&last)) if *v as usize == last && !matches!(roles[last], Role::Eval) => {
                 Some(last)
             }
             _ => None,
@@ -230,7 +218,6 @@ impl FusedProgram {
             counts,
             accesses,
             shape: shape.to_vec(),
-            sums_products: roles.iter().any(|r| matches!(r, Role::Summed(..))),
             evaluated,
             varying,
             direct,
@@ -345,7 +332,7 @@ impl FusedProgram {
         mut each: impl FnMut(&mut Regs, usize, usize, Option<&mut [f32]>),
     ) {
         assert!(
-            rows.is_some() || !self.sums_products,
+            rows.is_some() || !self.roles.iter().any(|r| matches!(r, Role::Summed(..))),
             "a program prepared with new_epilogue runs with run_epilogue"
         );
         // An epilogue's operand 0 is its rows: contiguous (so never hoisted) and already in
@@ -609,7 +596,6 @@ impl FusedProgram {
             return;
         }
         vectorized!({
-            let mut products = [0.0f32; CHUNK];
             for (j, &v) in self.expr.outputs[stored..].iter().enumerate() {
                 let register = |v: ExprId| {
                     let at = self.slots[v as usize] * CHUNK;
@@ -631,8 +617,12 @@ impl FusedProgram {
                     continue;
                 }
                 let converted: Vec<f32>;
+                let mut products: [f32; CHUNK];
                 let lanes: &[f32] = match (factors, self.classes[v as usize]) {
                     (Some(factors), _) => {
+                        // Rows that are not whole or not 16–64 wide: the products, then the
+                        // general sums below.
+                        products = [0.0; CHUNK];
                         let products = &mut products[..n];
                         for ((p, &x), &y) in products.iter_mut().zip(lanes).zip(factors) {
                             *p = x * y;

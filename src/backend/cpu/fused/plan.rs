@@ -49,6 +49,13 @@ pub(super) enum Role {
     Summed(ExprId, ExprId),
 }
 
+impl Role {
+    /// Whether the instruction takes a pass over each chunk (and a register of its own).
+    pub(super) fn takes_pass(&self) -> bool {
+        matches!(self, Role::Eval | Role::Chain(_) | Role::SelectCompared(..))
+    }
+}
+
 /// A chain being grown: the chain ending at a value, and how many steps it has.
 #[derive(Clone)]
 struct Partial {
@@ -178,7 +185,7 @@ pub(super) fn plan(
                 len: 0,
             },
         };
-        let at = if position == MUL && grown.len > 0 && grown.chain.steps[MUL].is_some() {
+        let at = if position == MUL && grown.chain.steps[MUL].is_some() {
             MUL + 1
         } else {
             position
