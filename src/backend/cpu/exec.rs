@@ -712,19 +712,32 @@ struct FusedEpilogue<'a> {
 
 impl Epilogue for FusedEpilogue<'_> {
     fn apply(&self, rows: &mut [f32], first_row: usize, cols: usize) {
+        self.run(rows, first_row, cols, None);
+    }
+
+    fn apply_to_bf16(&self, rows: &mut [f32], first_row: usize, cols: usize, bits: &mut [u16]) {
+        self.run(rows, first_row, cols, Some(bits));
+    }
+}
+
+impl FusedEpilogue<'_> {
+    /// Runs the program on a finished block of rows: output 0 back into the rows, or rounded
+    /// into `bf16`; the block's column sums kept for [`FusedEpilogue::finish`].
+    fn run(&self, rows: &mut [f32], first_row: usize, cols: usize, bf16: Option<&mut [u16]>) {
         let mut sums = vec![0.0; self.ops.len() * cols];
+        let first = self.base + first_row * cols;
+        let (inputs, outputs, stored) = (&self.inputs, &self.outputs, self.stored);
         // SAFETY: operand extents were checked when the program was prepared; the kernel hands
         // out disjoint row blocks, so the extra outputs' positions are disjoint too.
         unsafe {
-            self.program.run_epilogue(
-                rows,
-                self.base + first_row * cols,
-                &self.inputs,
-                &self.outputs,
-                self.stored,
-                cols,
-                &mut sums,
-            )
+            match bf16 {
+                None => self
+                    .program
+                    .run_epilogue(rows, first, inputs, outputs, stored, cols, &mut sums),
+                Some(bits) => self.program.run_epilogue_to_bf16(
+                    rows, first, inputs, outputs, stored, cols, &mut sums, bits,
+                ),
+            }
         };
         if !self.ops.is_empty() {
             // A poisoned lock means another block panicked; its partial is simply missing.
@@ -732,9 +745,7 @@ impl Epilogue for FusedEpilogue<'_> {
             partials.push((first_row, sums));
         }
     }
-}
 
-impl FusedEpilogue<'_> {
     /// Writes the reductions after the kernel ran over `rows × cols` outputs: the blocks' sums
     /// are added in row order (so results depend only on the block boundaries, which depend on
     /// the shapes and the thread count), means divided by `rows`.

@@ -7,6 +7,7 @@
 //! `i64` (every integer type) and `bool`.
 
 use super::access::{Access, coalesce};
+use super::kernels::round::to_bf16_bits;
 use super::kernels::simd::vectorized;
 use super::memory::{Lanes, RawBuf};
 use crate::ir::rng;
@@ -21,7 +22,9 @@ mod registers;
 mod tests;
 
 pub(super) use column_sums::add_column_sums;
-use lane_ops::{affine, binary, c_slice, cast, fill_const, select, select_compared, unary};
+use lane_ops::{
+    affine, binary, c_slice, cast, fill_const, round_bf16, select, select_compared, unary,
+};
 use plan::{AffineChain, Role};
 use registers::{IDENTITIES, REGISTERS, Regs};
 
@@ -158,9 +161,11 @@ impl FusedProgram {
                 streamed[v as usize] = how;
             }
         };
-        for (role, (op, _)) in roles.iter().zip(&expr.ops) {
+        for (role, (op, dt)) in roles.iter().zip(&expr.ops) {
             match (role, op) {
                 (Role::Chain(AffineChain { x, .. }), _) => stream(*x, Streamed::Widened),
+                // The round of an f32 value to bf16 (an output kept in bf16).
+                (Role::Eval, ExprOp::Cast(a)) if *dt == DType::BF16 => stream(*a, Streamed::F32),
                 (Role::SelectCompared(_, p, q), ExprOp::Select(_, a, b)) => {
                     for v in [p, q, a, b] {
                         stream(*v, Streamed::F32);
@@ -512,6 +517,40 @@ impl FusedProgram {
                 stored,
                 cols,
                 sums,
+                bf16: None,
+            };
+            self.run_epilogue_with(regs, idx, rows, first, inputs, sink)
+        })
+    }
+
+    /// [`FusedProgram::run_epilogue`] for an output kept in bf16: output 0 is written into
+    /// `bits` (as long as `rows`), rounded to nearest even, instead of back into `rows` (which
+    /// are left as any values) — the bits [`to_bf16_bits`] gives of the rows `run_epilogue`
+    /// leaves, without the pass that writes them back.
+    ///
+    /// # Safety
+    /// As [`FusedProgram::run_epilogue`].
+    #[allow(clippy::too_many_arguments)] // as run_epilogue's, and the bits.
+    pub unsafe fn run_epilogue_to_bf16(
+        &self,
+        rows: &mut [f32],
+        first: usize,
+        inputs: &[RawBuf],
+        outputs: &[RawBuf],
+        stored: usize,
+        cols: usize,
+        sums: &mut [f64],
+        bits: &mut [u16],
+    ) {
+        assert_eq!(bits.len(), rows.len(), "one bf16 value per row value");
+        // SAFETY: forwarded from the caller's contract.
+        self.with_regs(|regs, idx| unsafe {
+            let sink = EpilogueSink {
+                outputs,
+                stored,
+                cols,
+                sums,
+                bf16: Some(bits),
             };
             self.run_epilogue_with(regs, idx, rows, first, inputs, sink)
         })
@@ -532,6 +571,7 @@ impl FusedProgram {
             stored,
             cols,
             sums,
+            mut bf16,
         } = sink;
         // Per-column partial sums of one chunk, in f32 (a chunk adds at most CHUNK / cols
         // values to a column), flushed into the f64 sums after each chunk.
@@ -555,6 +595,22 @@ impl FusedProgram {
                     let Some(rows) = rows else { return };
                     for (o, &v) in self.expr.outputs.iter().enumerate().take(stored) {
                         let lanes = self.slots[v as usize] * CHUNK;
+                        if let (0, Some(bits)) = (o, bf16.as_deref_mut()) {
+                            let bits = &mut bits[s - first..s - first + n];
+                            let values = match self.classes[v as usize] {
+                                _ if Some(v) == self.raw_load => &*rows,
+                                Class::F32 => &regs.f32[lanes..lanes + n],
+                                Class::F64 => {
+                                    for (d, x) in rows.iter_mut().zip(&regs.f64[lanes..lanes + n]) {
+                                        *d = *x as f32;
+                                    }
+                                    &*rows
+                                }
+                                _ => continue,
+                            };
+                            to_bf16_bits(values, bits);
+                            continue;
+                        }
                         if o == 0 && Some(v) == self.raw_load {
                             // The epilogue leaves the kernel's value as it is.
                             continue;
@@ -842,6 +898,14 @@ impl FusedProgram {
                     select(r, c, cs, a, b, out, n);
                 }
                 ExprOp::Cast(a) => {
+                    // SAFETY: forwarded from the caller's contract.
+                    if let Some(Stream::F32(xs)) =
+                        unsafe { self.stream_of(*a, s, n, inputs, operand0) }
+                    {
+                        // Only a round to bf16 reads its operand where it is stored (`build`).
+                        round_bf16(xs, &mut r.f32[out..out + n]);
+                        return;
+                    }
                     let ca = self.classes[*a as usize];
                     let a = self.slots[*a as usize] * CHUNK;
                     cast(r, ca, c, *dt, a, out, n);
@@ -962,10 +1026,12 @@ enum Stream<'a> {
     Bf16(&'a [u16]),
 }
 
-/// Where an epilogue's outputs go: stored outputs, and per-column sums of the others.
+/// Where an epilogue's outputs go: stored outputs, and per-column sums of the others; output
+/// 0 into the rows, or rounded into `bf16`.
 struct EpilogueSink<'a> {
     outputs: &'a [RawBuf],
     stored: usize,
     cols: usize,
     sums: &'a mut [f64],
+    bf16: Option<&'a mut [u16]>,
 }

@@ -13,7 +13,7 @@
 //!   more for images so large that fewer than one per worker thread fit) is the thread's,
 //!   reused step after step, outside the planned memory.
 
-use super::kernels::round::{from_bf16_bits, to_bf16_bits};
+use super::kernels::round::from_bf16_bits;
 use super::kernels::{ComputeInput, ConvInput, Epilogue, KernelError};
 use super::memory::RawBuf;
 use crate::tensor::DType;
@@ -92,16 +92,13 @@ struct ToBf16<'a> {
 impl Epilogue for ToBf16<'_> {
     fn apply(&self, rows: &mut [f32], first_row: usize, cols: usize) {
         let row = self.row0 + first_row;
-        if !self.inner.is_identity() {
-            self.inner.apply(rows, row, cols);
-        }
         // SAFETY: `by_images` checked that `out` holds the whole output; the kernel hands out
         // disjoint blocks of rows inside its part, so the bf16 rows written are disjoint and
         // this kernel's own.
         let bits = unsafe {
             std::slice::from_raw_parts_mut(self.out.ptr.cast::<u16>().add(row * cols), rows.len())
         };
-        to_bf16_bits(rows, bits);
+        self.inner.apply_to_bf16(rows, row, cols, bits);
     }
 }
 
@@ -166,6 +163,7 @@ fn by_groups_of(
 mod tests {
     use super::*;
     use crate::backend::cpu::kernels::round::random_values;
+    use crate::backend::cpu::kernels::round::to_bf16_bits;
     use crate::backend::cpu::kernels::{
         ChannelEpilogue, Conv2dGeometry, ConvAlgorithm, Padding2d, conv2d_forward_with,
     };

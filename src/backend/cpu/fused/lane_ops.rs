@@ -345,7 +345,7 @@ pub(super) fn cast(
                 let (lo, hi) = f32.split_at_mut(a);
                 (&hi[..n], &mut lo[out..out + n])
             };
-            crate::lower::HalfFormat::Bf16.round_into(x, y);
+            round_bf16(x, y);
             return;
         }
         _ => {}
@@ -437,5 +437,14 @@ pub(super) fn select_compared(lanes: [&[f32]; 4], cmp: BinaryOp, dst: &mut [f32]
         BinaryOp::Le => blend!(|x, y| x <= y),
         BinaryOp::Gt => blend!(|x, y| x > y),
         _ => blend!(|x, y| x >= y),
+    }
+}
+
+/// `xs` rounded to bf16 (nearest even), kept in f32 lanes: the cast of an `f32` value to a bf16
+/// one.
+#[inline(always)]
+pub(super) fn round_bf16(xs: &[f32], out: &mut [f32]) {
+    for (o, &x) in out.iter_mut().zip(xs) {
+        *o = crate::lower::HalfFormat::Bf16.round(x);
     }
 }

@@ -38,8 +38,9 @@ fn fused_chains_give_the_bits_of_one_pass_per_instruction() {
         }
     };
     let (rows, c) = (40, 16);
-    let (mut chained, mut direct, mut summed) = (0, 0, 0);
-    for case in 0..300 {
+    let (mut chained, mut direct, mut summed, mut rounded, mut packed) = (0, 0, 0, 0, 0);
+    const CASES: usize = 400;
+    for case in 0..CASES {
         let f = DType::F32;
         let mut e = FusedExpr::default();
         let mut x = e.push(ExprOp::Load(0), f);
@@ -47,7 +48,7 @@ fn fused_chains_give_the_bits_of_one_pass_per_instruction() {
         let mut outputs = Vec::new();
         for _ in 0..rng.random_range(1..8) {
             let kk = k[rng.random_range(0..4)];
-            let op = match rng.random_range(0..12) {
+            let op = match rng.random_range(0..13) {
                 0 => ExprOp::Binary(BinaryOp::Sub, x, kk),
                 1 => ExprOp::Binary(BinaryOp::Mul, x, kk),
                 2 => ExprOp::Binary(BinaryOp::Mul, kk, x),
@@ -60,6 +61,13 @@ fn fused_chains_give_the_bits_of_one_pass_per_instruction() {
                     ExprOp::Cast(rounded)
                 }
                 8 => ExprOp::Unary(UnaryOp::Neg, x),
+                12 => {
+                    // Operand 0 loaded again and rounded to bf16 (read in place), what an
+                    // output kept in bf16 stores.
+                    let fresh = e.push(ExprOp::Load(0), f);
+                    let rounded = e.push(ExprOp::Cast(fresh), DType::BF16);
+                    ExprOp::Cast(rounded)
+                }
                 11 => {
                     // A select of operand 0, loaded again for it alone (read in place).
                     let fresh = e.push(ExprOp::Load(0), f);
@@ -97,6 +105,13 @@ fn fused_chains_give_the_bits_of_one_pass_per_instruction() {
         let program = FusedProgram::new(&e, &[rows, c], &views);
         let fused = |r: &Role| matches!(r, Role::Chain(_) | Role::SelectCompared(..));
         chained += usize::from(program.roles.iter().any(fused));
+        let round_streams = |(i, (op, _)): (usize, &(ExprOp, DType))| {
+            matches!(op, ExprOp::Cast(_)) && program.streamed.get(i) == Some(&Streamed::No) && {
+                let ExprOp::Cast(a) = op else { return false };
+                program.streamed[*a as usize] == Streamed::F32
+            }
+        };
+        rounded += usize::from(e.ops.iter().enumerate().any(round_streams));
         let mut operands: Vec<Vec<f32>> = std::iter::once(rows * c)
             .chain([c; 4])
             .map(|len| (0..len).map(|_| value(&mut rng)).collect())
@@ -181,6 +196,39 @@ fn fused_chains_give_the_bits_of_one_pass_per_instruction() {
             let stored = e.outputs.len();
             // SAFETY: as for `run` below; the rows are the whole space.
             unsafe { program.run_epilogue(&mut rows_in, 0, &inputs, &outs, stored, c, &mut []) };
+            // Output 0 kept in bf16: the bits of the rows written back, rounded.
+            let mut want_bits = vec![0u16; rows * c];
+            crate::backend::cpu::kernels::round::to_bf16_bits(&rows_in, &mut want_bits);
+            let mut scratch_rows = operands[0].clone();
+            let mut bits = vec![0u16; rows * c];
+            let mut got16 = vec![vec![0.0f32; rows * c]; e.outputs.len()];
+            let outs16: Vec<RawBuf> = got16.iter_mut().map(|v| f32_buffer(v)).collect();
+            // SAFETY: as above.
+            unsafe {
+                program.run_epilogue_to_bf16(
+                    &mut scratch_rows,
+                    0,
+                    &inputs,
+                    &outs16,
+                    stored,
+                    c,
+                    &mut [],
+                    &mut bits,
+                )
+            };
+            let quiet = |b: u16| if b & 0x7fff > 0x7f80 { 0x7fc0 } else { b };
+            let (got_q, want_q): (Vec<u16>, Vec<u16>) = (
+                bits.iter().map(|&b| quiet(b)).collect(),
+                want_bits.iter().map(|&b| quiet(b)).collect(),
+            );
+            assert_eq!(got_q, want_q, "case {case}: output 0 to bf16 in {e}");
+            let same_outputs = got16[1..].iter().zip(&got[1..]).all(|(a, b)| {
+                a.iter()
+                    .zip(b)
+                    .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+            });
+            assert!(same_outputs, "case {case}: stored outputs to bf16 in {e}");
+            packed += usize::from(Some(e.outputs[0]) != program.raw_load);
             for p in 0..rows * c {
                 let want = want_at(p);
                 assert!(
@@ -239,15 +287,23 @@ fn fused_chains_give_the_bits_of_one_pass_per_instruction() {
     }
     assert!(
         chained > 100,
-        "only {chained} of 300 expressions fused instructions"
+        "only {chained} of {CASES} expressions fused instructions"
     );
     assert!(
         summed > 30,
-        "only {summed} of 300 summed a product as they added"
+        "only {summed} of {CASES} summed a product as they added"
+    );
+    assert!(
+        rounded > 15,
+        "only {rounded} of {CASES} rounded operand 0 where it is stored"
+    );
+    assert!(
+        packed > 100,
+        "only {packed} of {CASES} packed output 0 to bf16"
     );
     assert!(
         direct > 15,
-        "only {direct} of 300 wrote straight into a prologue's input"
+        "only {direct} of {CASES} wrote straight into a prologue's input"
     );
 }
 

@@ -27,6 +27,17 @@ pub trait Epilogue: Sync {
     fn is_identity(&self) -> bool {
         false
     }
+
+    /// [`Epilogue::apply`] for an output kept in bf16: the finished rows rounded (nearest
+    /// even) into `bits` (as long as `rows`) as bf16 bit patterns; `rows` may be left with any
+    /// values. By default the rows are finished in place, then rounded; an epilogue that
+    /// computes its result elsewhere anyway rounds it from there.
+    fn apply_to_bf16(&self, rows: &mut [f32], first_row: usize, cols: usize, bits: &mut [u16]) {
+        if !self.is_identity() {
+            self.apply(rows, first_row, cols);
+        }
+        super::round::to_bf16_bits(rows, bits);
+    }
 }
 
 /// The epilogue that leaves the output as computed.

@@ -15,7 +15,7 @@ use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::parallel::{
     for_each_row_block, scratch_of, split_range, threads, worth_parallel,
 };
-use crate::backend::cpu::kernels::round::copy_operand;
+use crate::backend::cpu::kernels::round::copy_rows;
 use crate::backend::cpu::kernels::simd::{SimdLevel, carry};
 use crate::lower::HalfFormat;
 use rayon::prelude::*;
@@ -78,9 +78,9 @@ pub(super) fn pad_image(
     padded[top + image_rows * padded_row..].fill(0.0);
     let image_len = image_rows * row_len;
     x.with_image(n * image_len..(n + 1) * image_len, |image| {
-        for (r, src) in image.chunks_exact(row_len.max(1)).enumerate() {
-            let start = top + r * padded_row + left;
-            copy_operand(round, src, &mut padded[start..start + row_len]);
+        if let Some(rows) = image.len().checked_div(row_len) {
+            let dst = &mut padded[top + left..];
+            copy_rows(round, &image[..rows * row_len], row_len, dst, padded_row);
         }
     });
 }

@@ -10,7 +10,7 @@ use super::tiles::{Segment, TileKernels, row_stride, tile_row};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::parallel::{for_each_row_block, scratch_of, worth_parallel};
-use crate::backend::cpu::kernels::round::copy_operand;
+use crate::backend::cpu::kernels::round::copy_rows;
 use crate::lower::HalfFormat;
 
 /// One dimension's phase: the `dx` positions `phase + stride·i` for `i < count`, and each
@@ -168,8 +168,13 @@ fn pad_dy(
     if row_len == 0 {
         return;
     }
-    for (oh, row) in image.chunks_exact(row_len).enumerate() {
-        let start = ((oh + before[0]) * wp + before[1]) * o;
-        copy_operand(round, row, &mut padded[start..start + row_len]);
-    }
+    let rows = out_hw[0].min(image.len() / row_len);
+    let start = (before[0] * wp + before[1]) * o;
+    copy_rows(
+        round,
+        &image[..rows * row_len],
+        row_len,
+        &mut padded[start..],
+        wp * o,
+    );
 }

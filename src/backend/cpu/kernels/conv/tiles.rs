@@ -6,7 +6,7 @@
 //! instruction set (one FMA chain per output element, segments and taps in order), so the
 //! AVX-512 and AVX2 paths give bit-identical results.
 
-use crate::backend::cpu::kernels::round::copy_operand;
+use crate::backend::cpu::kernels::round::copy_rows;
 use crate::backend::cpu::kernels::simd::SimdLevel;
 use crate::lower::HalfFormat;
 
@@ -135,12 +135,7 @@ pub(super) fn with_row_stride(
     }
     let rows = data.len() / channels;
     let mut out = vec![0.0; rows * stride];
-    for (dst, src) in out
-        .chunks_exact_mut(stride)
-        .zip(data.chunks_exact(channels))
-    {
-        copy_operand(round, src, &mut dst[..channels]);
-    }
+    copy_rows(round, &data[..rows * channels], channels, &mut out, stride);
     std::borrow::Cow::Owned(out)
 }
 

@@ -372,16 +372,28 @@ impl InPlace<'_> {
             // `(first + r)·c + offset < need <= padded.len()` on; `products` holds 64 rows of
             // `np`.
             unsafe { multiply_panel(tiles, left, filter, products.as_mut_ptr(), np) };
-            for (r, row) in products.chunks_exact(np).enumerate() {
+            // The panel's pixels inside the output, run by run along an output row: one copy
+            // per run where the products' rows are as wide as the output's.
+            let mut r = 0;
+            while r < PANEL_ROWS && first + r < virtual_len {
                 let p = first + r;
-                if p >= virtual_len {
-                    break;
-                }
                 let (row_of, col) = (p / wp, p % wp);
-                if col < ow {
-                    let at = (row_of * ow + col) * o;
-                    y[at..at + o].copy_from_slice(&row[..o]);
+                if col >= ow {
+                    // Past the output row: on to the next one.
+                    r += wp - col;
+                    continue;
                 }
+                let run = (ow - col).min(PANEL_ROWS - r).min(virtual_len - p);
+                let at = (row_of * ow + col) * o;
+                if np == o {
+                    y[at..at + run * o].copy_from_slice(&products[r * np..(r + run) * np]);
+                } else {
+                    let rows = products[r * np..].chunks(np).take(run);
+                    for (dst, src) in y[at..at + run * o].chunks_exact_mut(o).zip(rows) {
+                        dst.copy_from_slice(&src[..o]);
+                    }
+                }
+                r += run;
             }
         }
     }
