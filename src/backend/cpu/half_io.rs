@@ -100,6 +100,10 @@ impl Epilogue for ToBf16<'_> {
         };
         self.inner.apply_to_bf16(rows, row, cols, bits);
     }
+
+    fn stores_elsewhere(&self) -> bool {
+        true
+    }
 }
 
 thread_local! {

@@ -28,6 +28,13 @@ pub trait Epilogue: Sync {
         false
     }
 
+    /// Whether [`Epilogue::apply`] stores the finished rows somewhere of its own, so nothing
+    /// reads them where the kernel computed them: a kernel may then compute each block in
+    /// scratch memory of its own (kept in cache) instead of in its output.
+    fn stores_elsewhere(&self) -> bool {
+        false
+    }
+
     /// [`Epilogue::apply`] for an output kept in bf16: the finished rows rounded (nearest
     /// even) into `bits` (as long as `rows`) as bf16 bit patterns; `rows` may be left with any
     /// values. By default the rows are finished in place, then rounded; an epilogue that

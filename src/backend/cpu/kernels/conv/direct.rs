@@ -162,9 +162,14 @@ fn forward_with<K: TileKernels>(
     let w_stride = row_stride::<K>(o);
     let w = with_row_stride(w, o, w_stride, round);
     let parallel = worth_parallel(2 * g.macs()) && g.batch > 1;
+    // An epilogue that stores the rows itself (a bf16 output) gets each image from scratch.
+    let elsewhere = epilogue.stores_elsewhere();
     for_each_row_block(y, o, out_rows, parallel, |y_image, first_row, scratch| {
         let n = first_row / out_rows;
-        let padded = scratch_of(scratch, hp * wp * c);
+        let image_len = if elsewhere { y_image.len() } else { 0 };
+        let (padded, image) =
+            scratch_of(scratch, hp * wp * c + image_len).split_at_mut(hp * wp * c);
+        let y_image = if elsewhere { image } else { y_image };
         pad_image(g, &x, n, wp, padded, round);
         forward_image::<K>(g, out_hw, &segs, padded, &w, w_stride, y_image);
         if !epilogue.is_identity() {

@@ -96,6 +96,8 @@ fn backward_input_with<K: TileKernels>(
     }
     let out_image = out_hw[0] * out_hw[1] * o;
     let parallel = worth_parallel(2 * g.macs()) && g.batch > 1;
+    // An epilogue that stores the rows itself (a bf16 output) gets each image from scratch.
+    let elsewhere = epilogue.stores_elsewhere();
     for_each_row_block(
         dx,
         c,
@@ -103,7 +105,10 @@ fn backward_input_with<K: TileKernels>(
         parallel,
         |dx_image, first_row, scratch| {
             let n = first_row / image_rows;
-            let padded = scratch_of(scratch, hp * wp * o);
+            let image_len = if elsewhere { dx_image.len() } else { 0 };
+            let (padded, image) =
+                scratch_of(scratch, hp * wp * o + image_len).split_at_mut(hp * wp * o);
+            let dx_image = if elsewhere { image } else { dx_image };
             pad_dy(
                 &dy[n * out_image..(n + 1) * out_image],
                 out_hw,
