@@ -305,6 +305,13 @@ impl FusedProgram {
                 inputs,
                 Around::default(),
                 |regs, s, n, _| {
+                    // The outputs' lines too: an output that is not written in place (an f32
+                    // gradient of bf16 operands) is otherwise fetched one store miss at a time
+                    // (ResNet-20 bf16: the elementwise kernels 10.5 -> 9.9 ms a step).
+                    let ahead = s + PREFETCH_AHEAD;
+                    for out in outputs {
+                        out.prefetch(ahead, n.min(end.saturating_sub(ahead)));
+                    }
                     for (o, &v) in self.expr.outputs.iter().enumerate() {
                         // SAFETY: outputs hold `end` elements; this range is this call's own.
                         self.store(regs, v, &outputs[o], s, n);
