@@ -372,22 +372,90 @@ unsafe fn transpose_blocks(dy: *const f32, o: usize, whole: usize, pp: usize, dy
         _mm512_set1_epi32(0x7f80_0000),
         _mm512_set1_epi32(0x0040_0000),
     );
-    for oc in 0..o {
+    // The bf16 bits of 16 f32 values, in the low halves of their 32-bit lanes.
+    let round = |bits: __m512i| {
+        // Round to nearest even: add 0x7fff plus the lowest kept bit, keep the high half.
+        let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(bits), one);
+        let rounded = _mm512_add_epi32(bits, _mm512_add_epi32(bias, lsb));
+        // NaN stays NaN (quieted), as `HalfFormat::round` keeps it.
+        let nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, abs), inf);
+        let value = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(bits, quiet));
+        _mm512_srli_epi32::<16>(value)
+    };
+    // Whole blocks of 16 channels: 16 pixels' rows loaded, rounded and transposed in registers
+    // (a gather reads 16 cache lines for 16 values; this reads each line once).
+    let blocked = o / 16 * 16;
+    for oc0 in (0..blocked).step_by(16) {
+        for p0 in (0..whole).step_by(16) {
+            // SAFETY: in bounds by the function's contract: rows `p0..p0 + 16 <= whole` of `dy`
+            // at channels `oc0..oc0 + 16 <= o`, and channels `oc0..oc0 + 16` of `dy_t`.
+            unsafe {
+                let rows: [__m512i; 16] = std::array::from_fn(|i| {
+                    round(_mm512_loadu_si512(dy.add((p0 + i) * o + oc0).cast()))
+                });
+                let columns = transpose_16x16(rows);
+                for (j, column) in columns.into_iter().enumerate() {
+                    let at = dy_t.add((oc0 + j) * pp + p0);
+                    _mm256_storeu_si256(at.cast(), _mm512_cvtepi32_epi16(column));
+                }
+            }
+        }
+    }
+    for oc in blocked..o {
         for p0 in (0..whole).step_by(16) {
             // SAFETY: in bounds by the function's contract.
             unsafe {
                 let bits = _mm512_i32gather_epi32::<4>(index, dy.add(p0 * o + oc).cast());
-                // Round to nearest even: add 0x7fff plus the lowest kept bit, keep the high half.
-                let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(bits), one);
-                let rounded = _mm512_add_epi32(bits, _mm512_add_epi32(bias, lsb));
-                // NaN stays NaN (quieted), as `HalfFormat::round` keeps it.
-                let nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(bits, abs), inf);
-                let value = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(bits, quiet));
-                let high = _mm512_srli_epi32::<16>(value);
+                let high = round(bits);
                 _mm256_storeu_si256(dy_t.add(oc * pp + p0).cast(), _mm512_cvtepi32_epi16(high));
             }
         }
     }
+}
+
+/// The 16 × 16 matrix of 32-bit values whose row `i` is `rows[i]`, transposed: element `j` of
+/// row `i` becomes element `i` of row `j`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn transpose_16x16(r: [std::arch::x86_64::__m512i; 16]) -> [std::arch::x86_64::__m512i; 16] {
+    use std::arch::x86_64::*;
+    // Pairs of rows interleaved by 32-bit elements, then by 64-bit pairs: within each 128-bit
+    // lane, four rows' elements are transposed.
+    let t: [__m512i; 16] = std::array::from_fn(|i| {
+        let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
+        if i % 2 == 0 {
+            _mm512_unpacklo_epi32(a, b)
+        } else {
+            _mm512_unpackhi_epi32(a, b)
+        }
+    });
+    let u: [__m512i; 16] = std::array::from_fn(|i| {
+        let (base, k) = (i / 4 * 4, i % 4);
+        let (a, b) = (t[base + k / 2], t[base + k / 2 + 2]);
+        if k % 2 == 0 {
+            _mm512_unpacklo_epi64(a, b)
+        } else {
+            _mm512_unpackhi_epi64(a, b)
+        }
+    });
+    // Then the 128-bit lanes: rows 4 apart, then 8 apart.
+    let v: [__m512i; 16] = std::array::from_fn(|i| {
+        let (half, k) = (i / 8, i % 8);
+        let (a, b) = (u[half * 8 + k % 4], u[half * 8 + k % 4 + 4]);
+        if k < 4 {
+            _mm512_shuffle_i32x4::<0x88>(a, b)
+        } else {
+            _mm512_shuffle_i32x4::<0xdd>(a, b)
+        }
+    });
+    std::array::from_fn(|i| {
+        let (a, b) = (v[i % 8], v[i % 8 + 8]);
+        if i < 8 {
+            _mm512_shuffle_i32x4::<0x88>(a, b)
+        } else {
+            _mm512_shuffle_i32x4::<0xdd>(a, b)
+        }
+    })
 }
 
 /// `acc[oc][k] += Σ_p dy_t[oc][p] · patch[p][k]` over one image's (padded) pixels, in groups
@@ -530,6 +598,42 @@ mod tests {
     use super::*;
     use crate::backend::cpu::kernels::conv::Padding2d;
     use crate::backend::cpu::kernels::round::random_values;
+
+    /// The output gradient transposed and rounded to bf16 for the tiles: every value where the
+    /// scalar definition puts it (blocks of 16 channels transposed in registers, the rest
+    /// gathered, the last pixels one at a time), nothing written past them.
+    #[test]
+    fn transposed_output_gradient_is_the_scalar_transpose() {
+        if super::super::unsupported(
+            &Conv2dGeometry::new(1, [8, 32], 16, 16, [3, 3]),
+            ConvPass::FilterGradient,
+        )
+        .is_some()
+        {
+            eprintln!("no AMX tiles here: nothing to compare");
+            return;
+        }
+        for (o, pixels) in [(16, 64), (32, 1024), (48, 37), (20, 40), (5, 16), (64, 7)] {
+            let shape = FilterShape {
+                k_len: 16,
+                k_padded: 16,
+                o,
+                o_padded: o.next_multiple_of(TILE_ROWS),
+                pixels,
+                p_padded: pixels.next_multiple_of(K_STEP),
+            };
+            let dy = random_values(pixels * o, o as u32);
+            let mut got = vec![0xffffu16; shape.o_padded * shape.p_padded];
+            let mut want = got.clone();
+            for p in 0..pixels {
+                for oc in 0..o {
+                    want[oc * shape.p_padded + p] = bf16_bits(dy[p * o + oc]);
+                }
+            }
+            transpose_to_bf16(&dy, shape, &mut got);
+            assert_eq!(got, want, "{o} channels, {pixels} pixels");
+        }
+    }
 
     /// Patch pairs read in place give bitwise the gathered path's filter gradient (the same
     /// pairs multiplied in the same order), on 3×3 and 1×1 layers of 16 and 32 channels whose
