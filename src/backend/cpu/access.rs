@@ -165,6 +165,50 @@ impl Access {
         }
     }
 
+    /// Whether this is a [`Access::General`] access whose innermost axis is contiguous (stride
+    /// 1, a slice of channels say): one that [`Access::contiguous_runs`] walks.
+    pub fn has_contiguous_rows(&self) -> bool {
+        matches!(self, Access::General { shape, strides, .. }
+            if strides.last() == Some(&1) && shape.last().is_some_and(|&n| n > 0))
+    }
+
+    /// For an access that [`Access::has_contiguous_rows`]: calls `run(position, at, len)` for
+    /// each run of `len` consecutive elements from `position` that the flat positions
+    /// `start..start + n` read, `at` counting from `start` — the indices [`Access::indices`]
+    /// gives, a run at a time. Calls nothing for any other access.
+    pub fn contiguous_runs(
+        &self,
+        start: usize,
+        n: usize,
+        mut run: impl FnMut(usize, usize, usize),
+    ) {
+        if !self.has_contiguous_rows() {
+            return;
+        }
+        let Access::General {
+            offset,
+            shape,
+            strides,
+        } = self
+        else {
+            return;
+        };
+        let inner = shape.last().copied().unwrap_or(1);
+        let mut at = 0;
+        while at < n {
+            let f = start + at;
+            let len = (inner - f % inner).min(n - at);
+            let mut rem = f;
+            let mut position = *offset;
+            for (&size, &stride) in shape.iter().zip(strides).rev() {
+                position += rem % size * stride;
+                rem /= size;
+            }
+            run(position, at, len);
+            at += len;
+        }
+    }
+
     /// One past the largest element index this access reads over `points` positions (for bounds
     /// checks before a kernel runs).
     pub fn extent(&self, points: usize) -> usize {
@@ -246,6 +290,45 @@ mod tests {
             Access::classify(0, &[4, 3, 5], &[3, 1, 0]),
             Access::Repeat { inner: 5, .. }
         ));
+    }
+
+    /// Runs of a view with contiguous rows, concatenated, are the odometer's indices from any
+    /// start and for any length; other patterns have no runs.
+    #[test]
+    fn contiguous_runs_are_the_odometer_a_row_at_a_time() {
+        let cases: &[(&[usize], &[usize])] = &[
+            (&[4, 3, 5], &[40, 12, 1]),
+            (&[6, 16], &[64, 1]),
+            (&[2, 3, 1], &[7, 2, 1]),
+        ];
+        for &(shape, strides) in cases {
+            let a = Access::General {
+                offset: 3,
+                shape: shape.to_vec(),
+                strides: strides.to_vec(),
+            };
+            assert!(a.has_contiguous_rows(), "{a:?}");
+            let expected = brute(3, shape, strides);
+            let starts = [0, 1, 4, 13, expected.len() - 1];
+            for start in starts.into_iter().filter(|&s| s < expected.len()) {
+                let rest = expected.len() - start;
+                for n in [0, 1, 7, rest].into_iter().filter(|&n| n <= rest) {
+                    let mut got = Vec::new();
+                    a.contiguous_runs(start, n, |position, at, len| {
+                        assert_eq!(at, got.len(), "{a:?} from {start}");
+                        got.extend(position..position + len);
+                    });
+                    assert_eq!(got, expected[start..start + n], "{a:?} from {start}, {n}");
+                }
+            }
+        }
+        let strided = Access::General {
+            offset: 0,
+            shape: vec![4, 5],
+            strides: vec![10, 2],
+        };
+        assert!(!strided.has_contiguous_rows());
+        assert!(!Access::Contiguous { offset: 0 }.has_contiguous_rows());
     }
 
     #[test]

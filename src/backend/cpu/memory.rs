@@ -234,6 +234,33 @@ impl RawBuf {
             {
                 d
             }
+            // A strided view whose rows are contiguous (a slice of channels): row by row.
+            Lanes::F32(d)
+                if matches!(self.dtype, DType::F32 | DType::BF16)
+                    && access.has_contiguous_rows() =>
+            {
+                let n = d.len();
+                access.contiguous_runs(start, n, |position, at, len| {
+                    let out = &mut d[at..at + len];
+                    // SAFETY: bounds checked by the caller for every index this access yields;
+                    // a run's elements are such indices.
+                    unsafe {
+                        if self.dtype == DType::F32 {
+                            out.copy_from_slice(self.f32_slice(position, len));
+                        } else {
+                            let bits = std::slice::from_raw_parts(
+                                self.ptr.cast::<u16>().add(position),
+                                len,
+                            );
+                            // Runs are short (a row of channels): widened inline, exactly.
+                            for (o, &b) in out.iter_mut().zip(bits) {
+                                *o = f32::from_bits(u32::from(b) << 16);
+                            }
+                        }
+                    }
+                });
+                return;
+            }
             other => {
                 let n = match &other {
                     Lanes::F32(d) => d.len(),
