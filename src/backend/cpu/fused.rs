@@ -517,17 +517,15 @@ impl FusedProgram {
         cols: usize,
         sums: &mut [f64],
     ) {
+        let sink = EpilogueSink {
+            outputs,
+            stored,
+            cols,
+            sums,
+            bf16: None,
+        };
         // SAFETY: forwarded from the caller's contract.
-        self.with_regs(|regs, idx| unsafe {
-            let sink = EpilogueSink {
-                outputs,
-                stored,
-                cols,
-                sums,
-                bf16: None,
-            };
-            self.run_epilogue_with(regs, idx, rows, first, inputs, sink)
-        })
+        unsafe { self.epilogue_with_regs(rows, first, inputs, sink) }
     }
 
     /// [`FusedProgram::run_epilogue`] for an output kept in bf16: output 0 is written into
@@ -550,15 +548,30 @@ impl FusedProgram {
         bits: &mut [u16],
     ) {
         assert_eq!(bits.len(), rows.len(), "one bf16 value per row value");
+        let sink = EpilogueSink {
+            outputs,
+            stored,
+            cols,
+            sums,
+            bf16: Some(bits),
+        };
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { self.epilogue_with_regs(rows, first, inputs, sink) }
+    }
+
+    /// The two epilogue entry points on this thread's register file.
+    ///
+    /// # Safety
+    /// As [`FusedProgram::run_epilogue`].
+    unsafe fn epilogue_with_regs(
+        &self,
+        rows: &mut [f32],
+        first: usize,
+        inputs: &[RawBuf],
+        sink: EpilogueSink<'_>,
+    ) {
         // SAFETY: forwarded from the caller's contract.
         self.with_regs(|regs, idx| unsafe {
-            let sink = EpilogueSink {
-                outputs,
-                stored,
-                cols,
-                sums,
-                bf16: Some(bits),
-            };
             self.run_epilogue_with(regs, idx, rows, first, inputs, sink)
         })
     }

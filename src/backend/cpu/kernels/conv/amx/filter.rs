@@ -599,18 +599,22 @@ mod tests {
     use crate::backend::cpu::kernels::conv::Padding2d;
     use crate::backend::cpu::kernels::round::random_values;
 
+    /// Whether this machine runs the tile filter gradient (says so when not).
+    fn tiles_here() -> bool {
+        let probe = Conv2dGeometry::new(1, [8, 32], 16, 16, [3, 3]);
+        let here = super::super::unsupported(&probe, ConvPass::FilterGradient).is_none();
+        if !here {
+            eprintln!("no AMX tiles here: nothing to compare");
+        }
+        here
+    }
+
     /// The output gradient transposed and rounded to bf16 for the tiles: every value where the
     /// scalar definition puts it (blocks of 16 channels transposed in registers, the rest
     /// gathered, the last pixels one at a time), nothing written past them.
     #[test]
     fn transposed_output_gradient_is_the_scalar_transpose() {
-        if super::super::unsupported(
-            &Conv2dGeometry::new(1, [8, 32], 16, 16, [3, 3]),
-            ConvPass::FilterGradient,
-        )
-        .is_some()
-        {
-            eprintln!("no AMX tiles here: nothing to compare");
+        if !tiles_here() {
             return;
         }
         for (o, pixels) in [(16, 64), (32, 1024), (48, 37), (20, 40), (5, 16), (64, 7)] {
@@ -641,13 +645,7 @@ mod tests {
     /// take it.
     #[test]
     fn patch_pairs_read_in_place_give_the_gathered_gradient() {
-        if super::super::unsupported(
-            &Conv2dGeometry::new(1, [8, 32], 16, 16, [3, 3]),
-            ConvPass::FilterGradient,
-        )
-        .is_some()
-        {
-            eprintln!("no AMX tiles here: nothing to compare");
+        if !tiles_here() {
             return;
         }
         let mut cases = Vec::new();
