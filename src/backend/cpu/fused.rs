@@ -617,6 +617,7 @@ impl FusedProgram {
                         let lanes = self.slots[v as usize] * CHUNK;
                         if let (0, Some(bits)) = (o, bf16.as_deref_mut()) {
                             let bits = &mut bits[s - first..s - first + n];
+                            // What `run_epilogue` leaves in the rows, rounded from there.
                             let values = match self.classes[v as usize] {
                                 _ if Some(v) == self.raw_load => &*rows,
                                 Class::F32 => &regs.f32[lanes..lanes + n],
@@ -626,7 +627,8 @@ impl FusedProgram {
                                     }
                                     &*rows
                                 }
-                                _ => continue,
+                                // Not written back: the rows as the kernel left them.
+                                Class::I64 | Class::Bool => &*rows,
                             };
                             to_bf16_bits(values, bits);
                             continue;
