@@ -168,8 +168,22 @@ impl Access {
     /// Whether this is a [`Access::General`] access whose innermost axis is contiguous (stride
     /// 1, a slice of channels say): one that [`Access::contiguous_runs`] walks.
     pub fn has_contiguous_rows(&self) -> bool {
-        matches!(self, Access::General { shape, strides, .. }
-            if strides.last() == Some(&1) && shape.last().is_some_and(|&n| n > 0))
+        self.rows().is_some()
+    }
+
+    /// `(offset, shape, strides)` of a [`Access::General`] access whose innermost axis is
+    /// contiguous and not empty.
+    fn rows(&self) -> Option<(usize, &[usize], &[usize])> {
+        match self {
+            Access::General {
+                offset,
+                shape,
+                strides,
+            } if strides.last() == Some(&1) && shape.last().is_some_and(|&n| n > 0) => {
+                Some((*offset, shape, strides))
+            }
+            _ => None,
+        }
     }
 
     /// For an access that [`Access::has_contiguous_rows`]: calls `run(position, at, len)` for
@@ -182,24 +196,16 @@ impl Access {
         n: usize,
         mut run: impl FnMut(usize, usize, usize),
     ) {
-        if !self.has_contiguous_rows() {
-            return;
-        }
-        let Access::General {
-            offset,
-            shape,
-            strides,
-        } = self
-        else {
+        let Some((offset, shape, strides)) = self.rows() else {
             return;
         };
-        let inner = shape.last().copied().unwrap_or(1);
+        let inner = shape[shape.len() - 1];
         let mut at = 0;
         while at < n {
             let f = start + at;
             let len = (inner - f % inner).min(n - at);
             let mut rem = f;
-            let mut position = *offset;
+            let mut position = offset;
             for (&size, &stride) in shape.iter().zip(strides).rev() {
                 position += rem % size * stride;
                 rem /= size;
