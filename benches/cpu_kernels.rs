@@ -370,6 +370,10 @@ fn bench_conv_algorithms(r: &Report) {
         });
         r.line("fwd-bf16-vector", name, secs, flops);
         let secs = time(0.1, 3, || {
+            conv2d_backward_input_with(direct, &g, &dy, &w, &mut dx, &NoEpilogue, bf16).unwrap()
+        });
+        r.line("bwdin-bf16-vector", name, secs, flops);
+        let secs = time(0.1, 3, || {
             conv2d_backward_filter_with(direct, &g, &x, &dy, &mut dw, bf16).unwrap()
         });
         r.line("bwdw-bf16-vector", name, secs, flops);

@@ -150,7 +150,8 @@ fn stride_1_twin(g: &Conv2dGeometry) -> Conv2dGeometry {
 
 #[test]
 fn bf16_tile_convolutions_sum_the_rounded_products_within_the_f32_bound() {
-    // Forward and filter gradient on every geometry, the input gradient on its stride-1 twin.
+    // Every pass on every geometry (the input gradient of a strided one phase by phase), and
+    // the input gradient on the geometry's stride-1 twin (the flipped-filter path).
     let probe = Conv2dGeometry::new(1, [3, 3], 1, 1, [1, 1]);
     if !tiles_here(&probe) {
         return;
@@ -160,16 +161,43 @@ fn bf16_tile_convolutions_sum_the_rounded_products_within_the_f32_bound() {
         let g = random_geometry(&mut r);
         check_forward(&g, 500 + case);
         check_backward_filter(&g, 700 + case);
-        // The input gradient runs at stride 1 with padding within the window's reach.
+        assert_eq!(
+            bf16_tiles_unsupported(&g, ConvPass::InputGradient),
+            None,
+            "{g:?}"
+        );
+        check_backward_input(&g, 800 + case);
         let s1 = stride_1_twin(&g);
         if s1.validate().is_ok() {
-            assert_eq!(
-                bf16_tiles_unsupported(&s1, ConvPass::InputGradient),
-                None,
-                "{s1:?}"
-            );
             check_backward_input(&s1, 900 + case);
         }
+    }
+}
+
+#[test]
+fn strided_input_gradients_phase_by_phase_sum_within_the_bound() {
+    // Strides 2 and 3 with output-gradient channels of 16k, so the phases read their windows
+    // in place where their rows are wide and gather them where narrow; odd sizes (phases of
+    // unequal extent), dilations, asymmetric padding, windows smaller than the stride (phases
+    // no tap reaches: zeros), one and two threads.
+    let probe = Conv2dGeometry::new(1, [3, 3], 16, 16, [1, 1]);
+    if !tiles_here(&probe) {
+        return;
+    }
+    let mut r = rng(97);
+    for case in 0..40 {
+        let mut g = random_geometry(&mut r);
+        let stride = r.random_range(2..=3);
+        g.strides = [stride, r.random_range(1..=3)];
+        g.in_channels = r.random_range(1..=40);
+        g.out_channels = 16 * r.random_range(1..=4);
+        g.in_hw = [r.random_range(1..=12), r.random_range(2..=70)];
+        if g.validate().is_err() {
+            continue;
+        }
+        with_threads(1 + case as usize % 2, || {
+            check_backward_input(&g, 1300 + case);
+        });
     }
 }
 
@@ -259,21 +287,24 @@ fn resnet_shapes_on_two_threads_with_an_epilogue() {
 
 #[test]
 fn the_tile_kernels_refuse_what_they_cannot_run() {
-    let mut strided = Conv2dGeometry::new(1, [8, 8], 4, 4, [3, 3]);
-    strided.strides = [2, 2];
-    let x = vec![0.0; strided.input_len()];
-    let w = vec![0.0; strided.filter_len()];
-    let mut dx = vec![0.0; strided.input_len()];
-    let dy = vec![0.0; strided.output_len()];
-    let err = conv2d_backward_input_bf16(&strided, &dy, &w, &mut dx, &NoEpilogue).unwrap_err();
+    let mut grouped = Conv2dGeometry::new(1, [8, 8], 4, 4, [3, 3]);
+    grouped.strides = [2, 2];
+    grouped.groups = 2;
+    let x = vec![0.0; grouped.input_len()];
+    let w = vec![0.0; grouped.filter_len()];
+    let mut dx = vec![0.0; grouped.input_len()];
+    let dy = vec![0.0; grouped.output_len()];
+    let err = conv2d_backward_input_bf16(&grouped, &dy, &w, &mut dx, &NoEpilogue).unwrap_err();
     assert!(
-        err.to_string().contains("conv2d_backward_input_bf16"),
+        err.to_string().contains("conv2d_backward_input_bf16")
+            && err.to_string().contains("grouped convolution"),
         "{err}"
     );
     // Below the avx512 level (or without AMX) the forward pass is refused too, naming why.
+    let plain = Conv2dGeometry::new(1, [8, 8], 4, 4, [3, 3]);
     SimdLevel::Avx2.run(|| {
-        let mut y = vec![0.0; strided.output_len()];
-        let err = conv2d_forward_bf16(&strided, &x, &w, &mut y, &NoEpilogue).unwrap_err();
+        let (w, mut y) = (vec![0.0; plain.filter_len()], vec![0.0; plain.output_len()]);
+        let err = conv2d_forward_bf16(&plain, &x, &w, &mut y, &NoEpilogue).unwrap_err();
         assert!(
             err.to_string().contains("bf16 tile kernels cannot run"),
             "{err}"

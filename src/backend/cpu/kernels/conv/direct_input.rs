@@ -15,14 +15,14 @@ use crate::lower::HalfFormat;
 
 /// One dimension's phase: the `dx` positions `phase + stride·i` for `i < count`, and each
 /// contributing tap `k` with the `dy` offset `off` (position `i + off`).
-struct Phase {
-    phase: usize,
-    count: usize,
-    taps: Vec<(usize, isize)>,
+pub(super) struct Phase {
+    pub(super) phase: usize,
+    pub(super) count: usize,
+    pub(super) taps: Vec<(usize, isize)>,
 }
 
 /// The phases of dimension `d` and the `dy` padding `(before, after)` they need.
-fn phases(g: &Conv2dGeometry, d: usize, out_len: usize) -> (Vec<Phase>, [usize; 2]) {
+pub(super) fn phases(g: &Conv2dGeometry, d: usize, out_len: usize) -> (Vec<Phase>, [usize; 2]) {
     let (len, s, dil, k) = (g.in_hw[d], g.strides[d], g.dilations[d], g.kernel_hw[d]);
     let before = [g.padding.top, g.padding.left][d] as isize;
     let (mut pad_before, mut pad_after) = (0isize, 0isize);

@@ -74,7 +74,7 @@ fn rounded_copy(x: &[f32], round: Option<HalfFormat>) -> std::borrow::Cow<'_, [f
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ConvPass {
     Forward,
-    /// The input gradient (stride 1 only on tiles).
+    /// The input gradient.
     InputGradient,
     FilterGradient,
 }

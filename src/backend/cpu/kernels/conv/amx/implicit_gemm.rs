@@ -43,8 +43,9 @@ pub fn forward(
 }
 
 /// `dx = epilogue(∂conv2d/∂x · bf16(dy))` with the bf16 filter on AMX tiles (layouts as
-/// [`crate::backend::cpu::kernels::conv2d_backward_input`]); stride 1 only. An error where [`super::unsupported`] says why
-/// not.
+/// [`crate::backend::cpu::kernels::conv2d_backward_input`]): at stride 1 the forward
+/// convolution of `dy` with the flipped filter, otherwise phase by phase
+/// ([`super::phases`]). An error where [`super::unsupported`] says why not.
 pub fn backward_input(
     g: &Conv2dGeometry,
     dy: &[f32],
@@ -55,7 +56,8 @@ pub fn backward_input(
     let out_hw = check_operands("conv2d_backward_input_bf16", g, dx.len(), w.len(), dy.len())?;
     check_supported("conv2d_backward_input_bf16", g, ConvPass::InputGradient)?;
     let Some(t) = transposed_geometry(g, out_hw) else {
-        unreachable!("check_supported checked the transposed geometry")
+        // Strides (or padding past the window's reach): phase by phase.
+        return super::phases::backward_input(g, out_hw, dy, w, dx, epilogue);
     };
     let flipped = flip_filter(g, w);
     let k_len = t.kernel_hw[0] * t.kernel_hw[1] * t.in_channels;
@@ -128,7 +130,12 @@ fn convolve(
                 Windows::InPlace { k_step, offsets } => {
                     // SAFETY: as above; the step is 16 or 32 (`Windows::of`).
                     let tiles = unsafe { Tiles::configure_for(*k_step) };
-                    let plan = InPlace { g, out_hw, offsets };
+                    let plan = InPlace {
+                        c,
+                        wp: padded_hw(g)[1],
+                        out_hw,
+                        offsets,
+                    };
                     plan.image_gemm(&tiles, padded, filter, products, y_image);
                 }
             }
@@ -144,7 +151,7 @@ fn convolve(
 /// `tdpbf16ps` reads: for each `k_step`-deep step of `k` (32, or 16) and each block of 16
 /// columns, a tile of `k_step / 2` rows whose row `r` holds the pairs `(B[2r][n],
 /// B[2r + 1][n])` for its 16 columns; zero past `k_len` and `n_len`.
-struct PackedB {
+pub(super) struct PackedB {
     data: Vec<u16>,
     steps: usize,
     blocks: usize,
@@ -152,7 +159,7 @@ struct PackedB {
 }
 
 impl PackedB {
-    fn new(
+    pub(super) fn new(
         k_len: usize,
         n_len: usize,
         k_step: usize,
@@ -275,7 +282,7 @@ impl Left<'_> {
 /// of one image, 64 at a time. Whole panels of an output whose width is a multiple of 16 are
 /// stored by the tiles straight into `y`; others go through `products`.
 #[allow(clippy::too_many_arguments)]
-fn image_gemm(
+pub(super) fn image_gemm(
     tiles: &Tiles,
     segs: &[Segment],
     origins: &[usize],
@@ -332,17 +339,20 @@ fn image_gemm(
     }
 }
 
-/// A stride-1 convolution of one image whose windows are read in place (see the module doc).
-struct InPlace<'a> {
-    g: &'a Conv2dGeometry,
-    out_hw: [usize; 2],
-    offsets: &'a [usize],
+/// A stride-1 convolution of one image whose windows are read in place (see the module doc):
+/// a padded image of `c` channels, rows `wp` pixels wide, whose window of output pixel `(i, j)`
+/// (of `out_hw`) starts at `(i·wp + j)·c` and whose steps start `offsets` past that.
+pub(super) struct InPlace<'a> {
+    pub(super) c: usize,
+    pub(super) wp: usize,
+    pub(super) out_hw: [usize; 2],
+    pub(super) offsets: &'a [usize],
 }
 
 impl InPlace<'_> {
     /// `y` (the image's output rows) from the padded image, 64 virtual pixels at a time. The
     /// padded buffer grows by zeros where the last panel's tiles read past the image.
-    fn image_gemm(
+    pub(super) fn image_gemm(
         &self,
         tiles: &Tiles,
         padded: &mut Vec<u16>,
@@ -350,8 +360,7 @@ impl InPlace<'_> {
         products: &mut Vec<f32>,
         y: &mut [f32],
     ) {
-        let c = self.g.in_channels;
-        let [_, wp] = padded_hw(self.g);
+        let (c, wp) = (self.c, self.wp);
         let [oh, ow] = self.out_hw;
         let o = y.len() / (oh * ow);
         let np = filter.n_padded();

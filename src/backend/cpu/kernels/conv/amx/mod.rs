@@ -15,8 +15,10 @@
 //! the padded image (a tile's rows `C` values apart); others gather each panel's windows first
 //! (zero past the end up to a multiple of 32). The products go straight into the output rows
 //! (or through a small buffer: partial panels, widths that are not a multiple of 16, the
-//! in-place panels' dropped pixels); the image's epilogue then runs while its rows are hot. The input gradient of a stride-1 convolution is the
-//! forward convolution of `dy` with the flipped filter (`backward_input::transposed_geometry`).
+//! in-place panels' dropped pixels); the image's epilogue then runs while its rows are hot. The
+//! input gradient of a stride-1 convolution is the forward convolution of `dy` with the flipped
+//! filter (`backward_input::transposed_geometry`); a strided one is computed phase by phase
+//! (`phases`: each phase of `dx` a stride-1 correlation of `dy` with its taps).
 //!
 //! **Numerics.** Products of bf16 values are exact in f32, so only the accumulation rounds; the
 //! tile unit's summation order within a 32-deep step is its own (not bitwise the f32 kernels'
@@ -26,7 +28,8 @@
 //!
 //! **Files.** This module: the probe, the tile configuration and the pieces both algorithms
 //! share (the padded bf16 image, the window gather, per-thread buffers); `implicit_gemm`: the
-//! forward pass and the stride-1 input gradient; `filter`: the filter gradient.
+//! forward pass and the stride-1 input gradient; `phases`: the strided input gradient;
+//! `filter`: the filter gradient.
 //!
 //! **Use.** [`available`] probes the CPU (CPUID leaf 7: AMX-BF16, AMX-TILE) and asks Linux for
 //! the tile-data state once per process (`arch_prctl(ARCH_REQ_XCOMP_PERM)`); the environment
@@ -39,7 +42,6 @@ use std::arch::asm;
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
-use super::backward_input::transposed_geometry;
 use super::direct::padded_hw;
 use super::tiles::Segment;
 use super::{Conv2dGeometry, ConvPass};
@@ -142,9 +144,10 @@ fn probe() -> bool {
     false
 }
 
-/// Why the tile kernels cannot run `g` at the SIMD level in force (`None`: they can). The
-/// input gradient needs stride 1 and padding within the window's reach.
-pub fn unsupported(g: &Conv2dGeometry, pass: ConvPass) -> Option<&'static str> {
+/// Why the tile kernels cannot run `g` at the SIMD level in force (`None`: they can): every
+/// pass of a one-group convolution, any stride, padding and dilation, runs on tiles where the
+/// CPU has them.
+pub fn unsupported(g: &Conv2dGeometry, _pass: ConvPass) -> Option<&'static str> {
     if !available() {
         return Some("this CPU or OS has no AMX-BF16 tiles (or TOWERPACK_AMX=0)");
     }
@@ -153,9 +156,6 @@ pub fn unsupported(g: &Conv2dGeometry, pass: ConvPass) -> Option<&'static str> {
     }
     if g.groups != 1 {
         return Some("grouped convolution");
-    }
-    if pass == ConvPass::InputGradient && transposed_geometry(g, g.out_hw()).is_none() {
-        return Some("the input gradient of a strided convolution, or padding past the window");
     }
     None
 }
@@ -195,6 +195,7 @@ fn check_supported(
 
 mod filter;
 mod implicit_gemm;
+mod phases;
 
 use filter::FilterShape;
 pub use filter::backward_filter;
@@ -216,6 +217,8 @@ struct Buffers {
     panel_for: (usize, usize),
     /// The panel's products: `PANEL_ROWS × n_padded` f32.
     products: Vec<f32>,
+    /// A strided input gradient's products for one phase of the image (`phases`).
+    phase_out: Vec<f32>,
     /// The filter gradient's operands: patch rows in pixel pairs, the transposed output
     /// gradient, two gathered patch rows; zero where [`FilterShape`] pads them.
     pairs: Vec<u16>,
