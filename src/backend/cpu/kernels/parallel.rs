@@ -74,3 +74,18 @@ pub(crate) fn scratch_of(scratch: &mut Vec<f32>, len: usize) -> &mut [f32] {
     }
     &mut scratch[..len]
 }
+
+/// Where a task computes its `block` of output rows: the block itself, or, when the epilogue
+/// stores the rows elsewhere (`Epilogue::stores_elsewhere`: a bf16 output), as many rows of the
+/// thread's `scratch`, in cache for the epilogue.
+pub(crate) fn rows_target<'a>(
+    block: &'a mut [f32],
+    scratch: &'a mut Vec<f32>,
+    elsewhere: bool,
+) -> &'a mut [f32] {
+    if elsewhere {
+        scratch_of(scratch, block.len())
+    } else {
+        block
+    }
+}

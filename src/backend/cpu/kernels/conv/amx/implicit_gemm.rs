@@ -22,7 +22,7 @@ use crate::backend::cpu::kernels::conv::direct::{pixel_origins, segments};
 use crate::backend::cpu::kernels::conv::tiles::Segment;
 use crate::backend::cpu::kernels::conv::{Conv2dGeometry, ConvInput, ConvPass, check_operands};
 use crate::backend::cpu::kernels::epilogue::Epilogue;
-use crate::backend::cpu::kernels::parallel::{for_each_row_block, scratch_of, worth_parallel};
+use crate::backend::cpu::kernels::parallel::{for_each_row_block, rows_target, worth_parallel};
 
 /// `y = epilogue(conv2d(bf16(x), bf16(w)))` on AMX tiles, f32 accumulation (layouts as
 /// [`crate::backend::cpu::kernels::conv2d_forward`]). An error where [`super::unsupported`] says why not.
@@ -103,11 +103,7 @@ fn convolve(
     let elsewhere = epilogue.stores_elsewhere();
     for_each_row_block(y, o, out_rows, parallel, |y_image, first_row, scratch| {
         let n = first_row / out_rows;
-        let y_image = if elsewhere {
-            scratch_of(scratch, y_image.len())
-        } else {
-            y_image
-        };
+        let y_image = rows_target(y_image, scratch, elsewhere);
         BUFFERS.with_borrow_mut(|b| {
             let Buffers {
                 padded,

@@ -19,7 +19,7 @@ use crate::backend::cpu::kernels::conv::direct_input::phases;
 use crate::backend::cpu::kernels::conv::tiles::Segment;
 use crate::backend::cpu::kernels::conv::{Conv2dGeometry, Padding2d};
 use crate::backend::cpu::kernels::epilogue::Epilogue;
-use crate::backend::cpu::kernels::parallel::{for_each_row_block, scratch_of, worth_parallel};
+use crate::backend::cpu::kernels::parallel::{for_each_row_block, rows_target, worth_parallel};
 
 /// How one phase's windows are read from the padded `dy`.
 enum PhaseWindows {
@@ -126,11 +126,7 @@ pub(super) fn backward_input(
         parallel,
         |dx_image, first_row, scratch| {
             let n = first_row / image_rows;
-            let dx_image = if elsewhere {
-                scratch_of(scratch, dx_image.len())
-            } else {
-                dx_image
-            };
+            let dx_image = rows_target(dx_image, scratch, elsewhere);
             BUFFERS.with_borrow_mut(|b| {
                 let Buffers {
                     padded,
