@@ -45,7 +45,7 @@ pub fn forward(
 /// `dx = epilogue(∂conv2d/∂x · bf16(dy))` with the bf16 filter on AMX tiles (layouts as
 /// [`crate::backend::cpu::kernels::conv2d_backward_input`]): at stride 1 the forward
 /// convolution of `dy` with the flipped filter, otherwise phase by phase
-/// ([`super::phases`]). An error where [`super::unsupported`] says why not.
+/// (`amx/phases.rs`). An error where [`super::unsupported`] says why not.
 pub fn backward_input(
     g: &Conv2dGeometry,
     dy: &[f32],

@@ -166,7 +166,7 @@ pub fn unsupported(g: &Conv2dGeometry, _pass: ConvPass) -> Option<&'static str> 
 /// 128 (`cargo bench --bench cpu_kernels -- conv-algos`, one thread, a noisy machine): the
 /// 3-channel stem (27 products) ran 2× slower on tiles and the 1×1 projections (16 and 32)
 /// 0.7–1.2×; the 3×3 layers 1.3–1.8× faster at 16 channels (32×32 pixels), 1.3–2.8× at 32,
-/// 2–3.8× at 64, in every pass. The strided input gradients (phase by phase, [`phases`]),
+/// 2–3.8× at 64, in every pass. The strided input gradients (phase by phase, `amx/phases.rs`),
 /// measured the same way on 2026-11-28: the 3×3 stride-2 layers 1.8× (16→32 channels) and 2.0×
 /// (32→64) faster on tiles, the 1×1 stride-2 projections 1.25× faster at 64 output channels
 /// (64 products) and 0.94× at 32 (32 products: left to the vector kernels) — the same rule.
