@@ -295,9 +295,14 @@ fn the_tile_kernels_refuse_what_they_cannot_run() {
     let mut dx = vec![0.0; grouped.input_len()];
     let dy = vec![0.0; grouped.output_len()];
     let err = conv2d_backward_input_bf16(&grouped, &dy, &w, &mut dx, &NoEpilogue).unwrap_err();
+    // The reason in force: "grouped convolution" where the tiles run at all.
+    let why = bf16_tiles_unsupported(&grouped, ConvPass::InputGradient).expect("refused");
     assert!(
-        err.to_string().contains("conv2d_backward_input_bf16")
-            && err.to_string().contains("grouped convolution"),
+        !tiles_here(&Conv2dGeometry::new(1, [8, 8], 4, 4, [3, 3])) || why == "grouped convolution",
+        "{why}"
+    );
+    assert!(
+        err.to_string().contains("conv2d_backward_input_bf16") && err.to_string().contains(why),
         "{err}"
     );
     // Below the avx512 level (or without AMX) the forward pass is refused too, naming why.
