@@ -252,9 +252,10 @@ impl RawBuf {
                                 self.ptr.cast::<u16>().add(position),
                                 len,
                             );
-                            // Runs are short (a row of channels): widened inline, exactly.
+                            // Runs are short (a row of channels): widened inline (no SIMD
+                            // dispatch per run), exactly.
                             for (o, &b) in out.iter_mut().zip(bits) {
-                                *o = f32::from_bits(u32::from(b) << 16);
+                                *o = super::kernels::round::bf16_to_f32(b);
                             }
                         }
                     }

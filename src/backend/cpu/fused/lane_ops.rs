@@ -382,7 +382,7 @@ impl Lane for f32 {
 impl Lane for u16 {
     #[inline(always)]
     fn widen(self) -> f32 {
-        f32::from_bits(u32::from(self) << 16)
+        crate::backend::cpu::kernels::round::bf16_to_f32(self)
     }
 }
 

@@ -77,11 +77,17 @@ pub fn to_bf16_bits(xs: &[f32], out: &mut [u16]) {
     })
 }
 
+/// The f32 value of one bf16 bit pattern: exact (the pattern is the f32's high half).
+#[inline(always)]
+pub fn bf16_to_f32(bits: u16) -> f32 {
+    f32::from_bits(u32::from(bits) << 16)
+}
+
 /// Widens bf16 bit patterns `xs` to f32 into `out` (as long): exact.
 pub fn from_bf16_bits(xs: &[u16], out: &mut [f32]) {
     vectorized!({
         for (o, &x) in out.iter_mut().zip(xs) {
-            *o = f32::from_bits(u32::from(x) << 16);
+            *o = bf16_to_f32(x);
         }
     })
 }
