@@ -225,6 +225,71 @@ fn epilogue_reductions_match_the_reference() {
     );
 }
 
+/// Reductions a convolution's epilogue computes are, bit for bit, those of the reduction
+/// kernel the program runs with the option off — also where the convolution chooses its own
+/// blocks of rows (im2col + GEMM: here a grouped convolution, on every SIMD level; every
+/// convolution at the `scalar` level), whose length is no multiple of the fused engine's
+/// chunks unless the epilogue asks for one (`Epilogue::block_rows_multiple`). Each image's
+/// output here is whole chunks. Exact rather than close: a batch-normalized network
+/// amplifies a last-bit difference in its statistics by orders of magnitude (`training.rs`).
+#[test]
+fn epilogue_reductions_equal_the_reduction_kernels_bitwise() {
+    use towerpack::backend::cpu::kernels::simd::SimdLevel;
+    for (groups, channels, outs) in [(2, 16, 16), (4, 32, 64), (1, 16, 32)] {
+        let mut c = Case {
+            g: Graph::new(),
+            feeds: Vec::new(),
+            fetches: Vec::new(),
+            rng: ChaCha8Rng::seed_from_u64(groups as u64),
+        };
+        let x = c.input(&[16, 16, channels]);
+        let w = c.constant(&[3, 3, channels / groups, outs]);
+        let attrs = Conv2dAttrs {
+            strides: [1, 1],
+            padding: Padding::Same,
+            dilations: [1, 1],
+            groups,
+        };
+        let y = c.add("conv", Op::Conv2d(attrs), &[x, w]);
+        let mean = c.per_channel(ReduceOp::Mean, y);
+        let square = c.add("square", Op::Unary(UnaryOp::Square), &[y]);
+        let mean_square = c.per_channel(ReduceOp::Mean, square);
+        let step = Step::new(vec![y, mean, mean_square], Vec::new());
+        for simd in SimdLevel::available() {
+            let run = |epilogue_reductions: bool| {
+                let options = CpuOptions {
+                    threads: 1,
+                    simd: Some(simd),
+                    lower: LowerOptions {
+                        epilogue_reductions,
+                        ..LowerOptions::default()
+                    },
+                    ..CpuOptions::default()
+                };
+                let mut cpu = CpuSession::new(c.g.clone(), options).expect("cpu");
+                let out = cpu.run(&step, &c.feeds).expect("run");
+                let program = cpu.program(&step, BATCH).expect("program");
+                let in_epilogues: usize = program
+                    .kernels
+                    .iter()
+                    .filter_map(|k| k.kind.epilogue())
+                    .map(|e| e.reductions.len())
+                    .sum();
+                (out, in_epilogues)
+            };
+            let ((fused, n_fused), (separate, n_separate)) = (run(true), run(false));
+            assert_eq!((n_fused, n_separate), (2, 0), "{groups} groups, {simd}");
+            for (i, (a, b)) in fused.iter().zip(&separate).enumerate() {
+                assert_eq!(
+                    a.to_f64_vec(),
+                    b.to_f64_vec(),
+                    "{groups} groups, {channels} -> {outs} channels, {simd}: fetch {i}"
+                );
+            }
+        }
+    }
+}
+
 /// The variance reads the mean, which the convolution's own epilogue computes: it must stay a
 /// separate kernel after the convolution.
 #[test]

@@ -718,6 +718,21 @@ impl Epilogue for FusedEpilogue<'_> {
     fn apply_to_bf16(&self, rows: &mut [f32], first_row: usize, cols: usize, bits: &mut [u16]) {
         self.run(rows, first_row, cols, Some(bits));
     }
+
+    /// Blocks of whole [`CHUNK`]s of values when there are reductions: the chunks' f32 partial
+    /// sums are then the reduction kernel's (which sums the same chunks of the whole output).
+    fn block_rows_multiple(&self, cols: usize) -> usize {
+        if self.ops.is_empty() || cols == 0 {
+            1
+        } else {
+            CHUNK / gcd(CHUNK, cols)
+        }
+    }
+}
+
+/// Greatest common divisor.
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 impl FusedEpilogue<'_> {

@@ -104,6 +104,10 @@ impl Epilogue for ToBf16<'_> {
     fn stores_elsewhere(&self) -> bool {
         true
     }
+
+    fn block_rows_multiple(&self, cols: usize) -> usize {
+        self.inner.block_rows_multiple(cols)
+    }
 }
 
 thread_local! {

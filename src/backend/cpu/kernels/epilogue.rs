@@ -28,6 +28,16 @@ pub trait Epilogue: Sync {
         false
     }
 
+    /// The multiple of rows a kernel's blocks should be, for outputs `cols` wide, when the
+    /// kernel chooses its own block length (rather than one image per block): 1 by default.
+    /// An epilogue that sums its rows in fixed-size chunks of values (the fused engine's
+    /// per-channel reductions) asks for blocks of whole chunks, so that its sums do not depend
+    /// on the kernel's blocking and equal, bit for bit, those of the reduction kernel an
+    /// unfused program runs.
+    fn block_rows_multiple(&self, _cols: usize) -> usize {
+        1
+    }
+
     /// Whether [`Epilogue::apply`] stores the finished rows somewhere of its own, so nothing
     /// reads them where the kernel computed them: a kernel may then compute each block in
     /// scratch memory of its own (kept in cache) instead of in its output.
@@ -45,6 +55,12 @@ pub trait Epilogue: Sync {
         }
         super::round::to_bf16_bits(rows, bits);
     }
+}
+
+/// `rows` rounded up to a multiple of `epilogue`'s [`Epilogue::block_rows_multiple`] for
+/// outputs `cols` wide: the block length of a kernel that picks its own.
+pub fn aligned_block_rows(epilogue: &dyn Epilogue, rows: usize, cols: usize) -> usize {
+    rows.next_multiple_of(epilogue.block_rows_multiple(cols).max(1))
 }
 
 /// The epilogue that leaves the output as computed.
@@ -165,6 +181,10 @@ impl<E: Epilogue> Epilogue for MomentsEpilogue<E> {
         moments.add_rows(rows);
         let mut blocks = self.blocks.lock().unwrap_or_else(|e| e.into_inner());
         blocks.push((first_row, moments));
+    }
+
+    fn block_rows_multiple(&self, cols: usize) -> usize {
+        self.inner.block_rows_multiple(cols)
     }
 
     fn check(&self, rows: usize, cols: usize) -> Result<(), KernelError> {

@@ -6,7 +6,7 @@ use super::{
     rounded_copy,
 };
 use crate::backend::cpu::kernels::KernelError;
-use crate::backend::cpu::kernels::epilogue::Epilogue;
+use crate::backend::cpu::kernels::epilogue::{Epilogue, aligned_block_rows};
 use crate::backend::cpu::kernels::gemm::{MatRef, sgemm_on};
 use crate::backend::cpu::kernels::parallel::{for_each_row_block, scratch_of, worth_parallel};
 use crate::lower::HalfFormat;
@@ -70,7 +70,7 @@ fn im2col_forward(
     }
     let patch_len = g.patch_len();
     let (og, cg) = (g.group_out(), g.group_in());
-    let block = block_rows(patch_len);
+    let block = aligned_block_rows(epilogue, block_rows(patch_len), o);
     let worth = worth_parallel(2 * g.macs());
     // Spread blocks over the pool, or (a single block) let the GEMM spread itself.
     let (parallel, inner) = (worth && rows > block, worth && rows <= block);

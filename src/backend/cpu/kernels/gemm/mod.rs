@@ -396,7 +396,7 @@ pub fn sgemm_with_epilogue(
     epilogue.check(m, n)?;
     sgemm(m, n, k, alpha, a, b, beta, c, n)?;
     if !epilogue.is_identity() && n > 0 {
-        let block_rows = (16384 / n).max(1);
+        let block_rows = super::epilogue::aligned_block_rows(epilogue, (16384 / n).max(1), n);
         for_each_row_block(
             c,
             n,
