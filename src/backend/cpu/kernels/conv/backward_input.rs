@@ -6,9 +6,8 @@
 //! scatter-add the patches into `dx` (col2im), one image per task.
 
 use super::forward::{conv2d_forward_with, gemm_overwrite};
-use super::{
-    Conv2dGeometry, ConvAlgorithm, ConvPass, Padding2d, block_rows, check_operands, rounded_copy,
-};
+use super::transpose::{flip_filter, transposed_geometry};
+use super::{Conv2dGeometry, ConvAlgorithm, ConvPass, block_rows, check_operands, rounded_copy};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::gemm::MatRef;
@@ -66,62 +65,6 @@ pub fn conv2d_backward_input_with(
         );
     }
     col2im_backward(g, out_hw, dy, w, dx, epilogue)
-}
-
-/// The stride-1 forward convolution that computes `dx` from `dy`, when every side's padding is
-/// at most the dilated window's reach (otherwise it would need negative padding).
-pub(super) fn transposed_geometry(
-    g: &Conv2dGeometry,
-    out_hw: [usize; 2],
-) -> Option<Conv2dGeometry> {
-    if g.strides != [1, 1] {
-        return None;
-    }
-    let reach = [
-        g.dilations[0] * (g.kernel_hw[0] - 1),
-        g.dilations[1] * (g.kernel_hw[1] - 1),
-    ];
-    let p = g.padding;
-    let padding = Padding2d {
-        top: reach[0].checked_sub(p.top)?,
-        bottom: reach[0].checked_sub(p.bottom)?,
-        left: reach[1].checked_sub(p.left)?,
-        right: reach[1].checked_sub(p.right)?,
-    };
-    Some(Conv2dGeometry {
-        batch: g.batch,
-        in_hw: out_hw,
-        in_channels: g.out_channels,
-        out_channels: g.in_channels,
-        kernel_hw: g.kernel_hw,
-        strides: [1, 1],
-        dilations: g.dilations,
-        padding,
-        groups: g.groups,
-    })
-}
-
-/// The filter of [`transposed_geometry`]: spatially flipped, with each group's input and output
-/// channels swapped (`[KH, KW, O/groups, C]`).
-pub(super) fn flip_filter(g: &Conv2dGeometry, w: &[f32]) -> Vec<f32> {
-    let [kh_len, kw_len] = g.kernel_hw;
-    let (c, o, cg, og) = (g.in_channels, g.out_channels, g.group_in(), g.group_out());
-    let mut flipped = vec![0.0; g.filter_len()];
-    for kh in 0..kh_len {
-        for kw in 0..kw_len {
-            let src_tap = (kh_len - 1 - kh) * kw_len + (kw_len - 1 - kw);
-            let dst_tap = kh * kw_len + kw;
-            for group in 0..g.groups {
-                for ol in 0..og {
-                    for cl in 0..cg {
-                        flipped[(dst_tap * og + ol) * c + group * cg + cl] =
-                            w[(src_tap * cg + cl) * o + group * og + ol];
-                    }
-                }
-            }
-        }
-    }
-    flipped
 }
 
 /// General strides: per image, `patches = dy_rows · wᵀ` block by block, scattered into `dx`.

@@ -45,6 +45,7 @@ mod forward;
 mod input;
 #[cfg(target_arch = "x86_64")]
 mod tiles;
+mod transpose;
 #[cfg(target_arch = "x86_64")]
 mod winograd;
 

@@ -10,7 +10,7 @@
 //! the channels `M_ξ = V_ξ · U_ξ`, `U = G g Gᵀ` being the filter's transform (computed once per
 //! call, in f64); each 4×4 output block is `Aᵀ M A`, and the epilogue runs on each finished
 //! image. The **input gradient** of a stride-1 convolution is the forward convolution of `dy`
-//! with the spatially flipped, channel-transposed filter (`backward_input::transposed_geometry`),
+//! with the spatially flipped, channel-transposed filter (`transpose::transposed_geometry`),
 //! so it runs the same code. The **filter gradient** is the chain rule through the same formula:
 //! `∂U_ξ = Σ_tiles V_ξᵀ · (A ∂Y Aᵀ)_ξ`, then `∂g = Gᵀ ∂U G`.
 //!
@@ -30,9 +30,9 @@
 //! not see it (the held-out accuracy figures of the README); a model that needs the direct
 //! kernels' accuracy pins [`super::ConvAlgorithm::Direct`].
 
-use super::backward_input::{flip_filter, transposed_geometry};
 use super::direct::{at_level, pad_image};
 use super::tiles::{Segment, TileKernels, filter_image, row_stride, tile_row};
+use super::transpose::{flip_filter, transposed_geometry};
 use super::{Conv2dGeometry, ConvInput, check_operands};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;

@@ -16,10 +16,10 @@ use super::{
     gather_windows, pad_image_bf16,
 };
 use crate::backend::cpu::kernels::KernelError;
-use crate::backend::cpu::kernels::conv::backward_input::{flip_filter, transposed_geometry};
 use crate::backend::cpu::kernels::conv::direct::padded_hw;
 use crate::backend::cpu::kernels::conv::direct::{pixel_origins, segments};
 use crate::backend::cpu::kernels::conv::tiles::Segment;
+use crate::backend::cpu::kernels::conv::transpose::flip_filter;
 use crate::backend::cpu::kernels::conv::{Conv2dGeometry, ConvInput, ConvPass, check_operands};
 use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::parallel::{for_each_row_block, rows_target, worth_parallel};
@@ -42,31 +42,25 @@ pub fn forward(
     convolve(g, out_hw, x, &filter, &windows, y, epilogue)
 }
 
-/// `dx = epilogue(∂conv2d/∂x · bf16(dy))` with the bf16 filter on AMX tiles (layouts as
-/// [`crate::backend::cpu::kernels::conv2d_backward_input`]): at stride 1 the forward
-/// convolution of `dy` with the flipped filter, otherwise phase by phase
-/// (`amx/phases.rs`). An error where [`super::unsupported`] says why not.
-pub fn backward_input(
+/// The input gradient of the stride-1 convolution `g` (its output `out_hw`; operands checked)
+/// whose `transpose::transposed_geometry` is `t`: the forward convolution of `dy` with the flipped
+/// filter.
+pub(super) fn backward_input_stride1(
     g: &Conv2dGeometry,
+    t: &Conv2dGeometry,
     dy: &[f32],
     w: &[f32],
     dx: &mut [f32],
     epilogue: &dyn Epilogue,
 ) -> Result<(), KernelError> {
-    let out_hw = check_operands("conv2d_backward_input_bf16", g, dx.len(), w.len(), dy.len())?;
-    check_supported("conv2d_backward_input_bf16", g, ConvPass::InputGradient)?;
-    let Some(t) = transposed_geometry(g, out_hw) else {
-        // Strides (or padding past the window's reach): phase by phase.
-        return super::phases::backward_input(g, out_hw, dy, w, dx, epilogue);
-    };
     let flipped = flip_filter(g, w);
     let k_len = t.kernel_hw[0] * t.kernel_hw[1] * t.in_channels;
     let c = t.out_channels;
-    let windows = Windows::of(&t);
+    let windows = Windows::of(t);
     let filter = PackedB::new(k_len, c, windows.k_step(), |k, n| flipped[k * c + n]);
     let t_out = t.validate()?;
     convolve(
-        &t,
+        t,
         t_out,
         ConvInput::Tensor(dy),
         &filter,

@@ -17,7 +17,7 @@
 //! (or through a small buffer: partial panels, widths that are not a multiple of 16, the
 //! in-place panels' dropped pixels); the image's epilogue then runs while its rows are hot. The
 //! input gradient of a stride-1 convolution is the forward convolution of `dy` with the flipped
-//! filter (`backward_input::transposed_geometry`); a strided one is computed phase by phase
+//! filter (`transpose::transposed_geometry`); a strided one is computed phase by phase
 //! (`phases`: each phase of `dx` a stride-1 correlation of `dy` with its taps).
 //!
 //! **Numerics.** Products of bf16 values are exact in f32, so only the accumulation rounds; the
@@ -26,10 +26,11 @@
 //! the f32 accumulation bound (tested: `tests/backend/cpu_conv_amx.rs`). The instruction treats bf16
 //! subnormals (magnitudes below 2⁻¹²⁶) as zero and flushes subnormal results.
 //!
-//! **Files.** This module: the probe, the tile configuration and the pieces both algorithms
-//! share (the padded bf16 image, the window gather, per-thread buffers); `implicit_gemm`: the
-//! forward pass and the stride-1 input gradient; `phases`: the strided input gradient;
-//! `filter`: the filter gradient.
+//! **Files.** This module: the probe, the tile configuration, the pieces the algorithms share
+//! (the padded bf16 image, the window gather, per-thread buffers) and the input gradient's
+//! choice by stride; `implicit_gemm`: the forward pass and the stride-1 input gradient;
+//! `phases`: the strided input gradient (on `implicit_gemm`'s panels); `filter`: the filter
+//! gradient.
 //!
 //! **Use.** [`available`] probes the CPU (CPUID leaf 7: AMX-BF16, AMX-TILE) and asks Linux for
 //! the tile-data state once per process (`arch_prctl(ARCH_REQ_XCOMP_PERM)`); the environment
@@ -44,7 +45,9 @@ use std::sync::OnceLock;
 
 use super::direct::padded_hw;
 use super::tiles::Segment;
-use super::{Conv2dGeometry, ConvPass};
+use super::transpose::transposed_geometry;
+use super::{Conv2dGeometry, ConvPass, check_operands};
+use crate::backend::cpu::kernels::epilogue::Epilogue;
 use crate::backend::cpu::kernels::simd::SimdLevel;
 use crate::backend::cpu::kernels::{KernelError, shape_error};
 use crate::lower::HalfFormat;
@@ -202,7 +205,27 @@ mod phases;
 
 use filter::FilterShape;
 pub use filter::backward_filter;
-pub use implicit_gemm::{backward_input, forward};
+pub use implicit_gemm::forward;
+
+/// `dx = epilogue(∂conv2d/∂x · bf16(dy))` with the bf16 filter on AMX tiles (layouts as
+/// [`crate::backend::cpu::kernels::conv2d_backward_input`]): at stride 1 the forward
+/// convolution of `dy` with the flipped filter (`implicit_gemm`), otherwise phase by phase
+/// (`phases`). An error where [`unsupported`] says why not.
+pub fn backward_input(
+    g: &Conv2dGeometry,
+    dy: &[f32],
+    w: &[f32],
+    dx: &mut [f32],
+    epilogue: &dyn Epilogue,
+) -> Result<(), KernelError> {
+    let out_hw = check_operands("conv2d_backward_input_bf16", g, dx.len(), w.len(), dy.len())?;
+    check_supported("conv2d_backward_input_bf16", g, ConvPass::InputGradient)?;
+    match transposed_geometry(g, out_hw) {
+        Some(t) => implicit_gemm::backward_input_stride1(g, &t, dy, w, dx, epilogue),
+        // Strides (or padding past the window's reach): phase by phase.
+        None => phases::backward_input(g, out_hw, dy, w, dx, epilogue),
+    }
+}
 
 /// Per-thread buffers of the tile kernels. Their zeros (the image's padding, the panel's tail
 /// columns) are written when the geometry changes and kept from image to image, since every
