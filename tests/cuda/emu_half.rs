@@ -72,7 +72,9 @@ const HALVES: [(Precision, HalfFormat, &str); 2] = [
     (Precision::Fp16, HalfFormat::F16, "#define TP_ROUND 2"),
 ];
 
-use crate::gemm_case::{Case, cpu_session, device_session, lowering};
+use crate::gemm_case::{
+    Case, convolution_cases, cpu_session, device_session, lowering, matmul, matrix_product_cases,
+};
 use crate::trainer_runs::{assert_like_the_cpu, trained_mlp, variables};
 use towerpack::train::BackendChoice;
 
@@ -174,41 +176,9 @@ fn check(c: &Case, multiprocessors: u32, precision: Precision, round_define: &st
     worst_of_bound
 }
 
-fn matmul(transpose_a: bool, transpose_b: bool) -> Op {
-    Op::MatMul {
-        transpose_a,
-        transpose_b,
-    }
-}
-
 #[test]
 fn matrix_products_in_bf16_and_fp16_match_the_cpu_within_the_derived_bound() {
-    // Per batch entry: op(A)·op(B) with m, n, k not multiples of any tile (37×29 over 45), all
-    // four transposes, batched on both sides and against one shared matrix; and a long K.
-    let mut c = Case::new(1, 3);
-    let (m, n, k) = (37, 29, 45);
-    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-        let a = c.input(&if ta { [k, m] } else { [m, k] });
-        let b = c.input(&if tb { [n, k] } else { [k, n] });
-        c.gemm(
-            &format!("matmul_t{}{}", ta as u8, tb as u8),
-            matmul(ta, tb),
-            &[a, b],
-            k,
-        );
-    }
-    let a = c.input(&[m, k]);
-    let shared = c.constant(&[k, n]);
-    c.gemm("matmul_shared_b", matmul(false, false), &[a, shared], k);
-    // 128-bit loads (extents multiples of 4) and a K long enough to split.
-    let a = c.input(&[64, 1200]);
-    let b = c.input(&[1200, 48]);
-    c.gemm("matmul_long_k", matmul(false, false), &[a, b], 1200);
-    // Rank 2 (no batch axes): aᵀ·b over the batch, K = the batch.
-    let mut d = Case::new(2, 700);
-    let a = d.input(&[24]);
-    let b = d.input(&[20]);
-    d.gemm("matmul_over_batch", matmul(true, false), &[a, b], 700);
+    let (c, d) = matrix_product_cases();
     let mut worst = 0.0f64;
     for (precision, _, define) in HALVES {
         for sms in [132, 4] {
@@ -219,62 +189,9 @@ fn matrix_products_in_bf16_and_fp16_match_the_cpu_within_the_derived_bound() {
     eprintln!("matrix products: worst |err| / (β·S) = {worst:.3e}");
 }
 
-fn conv_attrs(stride: usize, padding: Padding) -> Conv2dAttrs {
-    Conv2dAttrs {
-        strides: [stride, stride],
-        padding,
-        dilations: [1, 1],
-        groups: 1,
-    }
-}
-
 #[test]
 fn the_three_convolutions_in_bf16_and_fp16_match_the_cpu_within_the_derived_bound() {
-    // 3×3 stride 1 and 2 (same padding), 1×1, explicit asymmetric padding; channel counts of 4k
-    // (128-bit loads) and not (3, 5).
-    let (batch, h, w) = (2, 11, 9);
-    let mut c = Case::new(3, batch);
-    for (kk, stride, padding, ci, co) in [
-        (3, 1, Padding::Same, 8, 16),
-        (3, 2, Padding::Same, 3, 8),
-        (1, 1, Padding::Valid, 16, 12),
-        (3, 1, Padding::Explicit([(2, 0), (1, 1)]), 5, 4),
-        (1, 2, Padding::Valid, 8, 5),
-    ] {
-        let attrs = conv_attrs(stride, padding);
-        let x = c.input(&[h, w, ci]);
-        let filter = c.constant(&[kk, kk, ci, co]);
-        let tag = format!("{kk}x{kk}s{stride}_{ci}to{co}");
-        c.gemm(
-            &format!("conv_{tag}"),
-            Op::Conv2d(attrs),
-            &[x, filter],
-            kk * kk * ci,
-        );
-        let y = c.add("shape_probe", Op::Conv2d(attrs), &[x, filter]);
-        let y_dims = c.g.value_type(y).shape.resolve(batch);
-        let dy = c.input(&y_dims[1..]);
-        let (oh, ow) = (y_dims[1], y_dims[2]);
-        c.gemm(
-            &format!("backprop_input_{tag}"),
-            Op::Conv2dBackpropInput {
-                attrs,
-                input_hw: [h, w],
-            },
-            &[dy, filter],
-            kk * kk * co,
-        );
-        c.gemm(
-            &format!("backprop_filter_{tag}"),
-            Op::Conv2dBackpropFilter {
-                attrs,
-                filter_hw: [kk, kk],
-            },
-            &[x, dy],
-            batch * oh * ow,
-        );
-    }
-    assert_eq!(c.gemms.len(), 15);
+    let c = convolution_cases();
     let mut worst = 0.0f64;
     for (precision, _, define) in HALVES {
         for sms in [132, 2] {

@@ -136,3 +136,104 @@ pub(crate) fn cpu_session(g: &Graph, precision: Precision) -> CpuSession {
     )
     .expect("cpu session")
 }
+
+/// The matrix products both precisions' tests multiply: per batch entry op(A)·op(B) with m, n, k
+/// not multiples of any tile (37×29 over 45), all four transposes, batched on both sides and
+/// against one shared matrix, and a long K (batch 3); and, rank 2 with no batch axes, aᵀ·b
+/// over a batch of 700 (K = the batch).
+pub(crate) fn matrix_product_cases() -> (Case, Case) {
+    let mut c = Case::new(1, 3);
+    let (m, n, k) = (37, 29, 45);
+    for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+        let a = c.input(&if ta { [k, m] } else { [m, k] });
+        let b = c.input(&if tb { [n, k] } else { [k, n] });
+        c.gemm(
+            &format!("matmul_t{}{}", ta as u8, tb as u8),
+            matmul(ta, tb),
+            &[a, b],
+            k,
+        );
+    }
+    let a = c.input(&[m, k]);
+    let shared = c.constant(&[k, n]);
+    c.gemm("matmul_shared_b", matmul(false, false), &[a, shared], k);
+    // 128-bit loads (extents multiples of 4) and a K long enough to split on a large GPU.
+    let a = c.input(&[64, 1200]);
+    let b = c.input(&[1200, 48]);
+    c.gemm("matmul_long_k", matmul(false, false), &[a, b], 1200);
+    // Rank 2 (no batch axes): aᵀ·b over the batch, K = the batch.
+    let mut d = Case::new(2, 700);
+    let a = d.input(&[24]);
+    let b = d.input(&[20]);
+    d.gemm("matmul_over_batch", matmul(true, false), &[a, b], 700);
+    (c, d)
+}
+
+/// The three convolutions (forward, input and filter gradient) both precisions' tests run, of
+/// 3×3 stride 1 and 2 (same padding), 1×1, explicit asymmetric padding; channel counts of 4k
+/// (128-bit loads) and not (3, 5): 15 GEMMs, batch 2, 11×9 images.
+pub(crate) fn convolution_cases() -> Case {
+    let (batch, h, w) = (2, 11, 9);
+    let mut c = Case::new(3, batch);
+    for (kk, stride, padding, ci, co) in [
+        (3, 1, Padding::Same, 8, 16),
+        (3, 2, Padding::Same, 3, 8),
+        (1, 1, Padding::Valid, 16, 12),
+        (3, 1, Padding::Explicit([(2, 0), (1, 1)]), 5, 4),
+        (1, 2, Padding::Valid, 8, 5),
+    ] {
+        let attrs = conv_attrs(stride, padding);
+        let x = c.input(&[h, w, ci]);
+        let filter = c.constant(&[kk, kk, ci, co]);
+        let tag = format!("{kk}x{kk}s{stride}_{ci}to{co}");
+        c.gemm(
+            &format!("conv_{tag}"),
+            Op::Conv2d(attrs),
+            &[x, filter],
+            kk * kk * ci,
+        );
+        let y = c.add("shape_probe", Op::Conv2d(attrs), &[x, filter]);
+        let y_dims = c.g.value_type(y).shape.resolve(batch);
+        let dy = c.input(&y_dims[1..]);
+        let (oh, ow) = (y_dims[1], y_dims[2]);
+        c.gemm(
+            &format!("backprop_input_{tag}"),
+            Op::Conv2dBackpropInput {
+                attrs,
+                input_hw: [h, w],
+            },
+            &[dy, filter],
+            kk * kk * co,
+        );
+        c.gemm(
+            &format!("backprop_filter_{tag}"),
+            Op::Conv2dBackpropFilter {
+                attrs,
+                filter_hw: [kk, kk],
+            },
+            &[x, dy],
+            batch * oh * ow,
+        );
+    }
+    assert_eq!(c.gemms.len(), 15);
+    assert_eq!(c.gemms.len(), 15);
+    c
+}
+
+/// A matrix product with the given transposes.
+pub(crate) fn matmul(transpose_a: bool, transpose_b: bool) -> Op {
+    Op::MatMul {
+        transpose_a,
+        transpose_b,
+    }
+}
+
+/// One group, no dilation, square strides.
+pub(crate) fn conv_attrs(stride: usize, padding: Padding) -> Conv2dAttrs {
+    Conv2dAttrs {
+        strides: [stride, stride],
+        padding,
+        dilations: [1, 1],
+        groups: 1,
+    }
+}
