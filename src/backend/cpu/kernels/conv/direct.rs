@@ -8,7 +8,9 @@
 //! tile drivers are in `tiles`, the microkernels in `avx512` and `avx2`. Both instruction sets
 //! give bit-identical results (see `tiles`).
 
-use super::tiles::{Segment, TileKernels, filter_image, row_stride, tile_row, with_row_stride};
+use super::tiles::{
+    Segment, TileKernels, filter_image, row_stride, tile_row, with_row_stride, with_row_stride_in,
+};
 use super::{Conv2dGeometry, ConvInput, check_operands};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
@@ -246,11 +248,13 @@ fn backward_filter_with<K: TileKernels>(
         let [hp, wp] = padded_hw(g);
         let mut padded = vec![0.0; hp * wp * g.in_channels];
         let dy_len = origins.len() * o;
+        let mut dy_copy = Vec::new();
         for n in images {
             pad_image(g, &x, n, wp, &mut padded, round);
             // `dy` rows padded to whole vectors where the microkernels need it.
-            let dy_image = with_row_stride(&dy[n * dy_len..(n + 1) * dy_len], o, dy_stride, round);
-            filter_image::<K>(&segs, &origins, &padded, &dy_image, dy_stride, o, dw);
+            let dy_n = &dy[n * dy_len..(n + 1) * dy_len];
+            let dy_image = with_row_stride_in(dy_n, o, dy_stride, round, &mut dy_copy);
+            filter_image::<K>(&segs, &origins, &padded, dy_image, dy_stride, o, dw);
         }
     };
     if ranges.len() <= 1 {

@@ -139,6 +139,28 @@ pub(super) fn with_row_stride(
     std::borrow::Cow::Owned(out)
 }
 
+/// [`with_row_stride`] for one image after another: the copy goes to `buf`, which keeps its
+/// zeros between the rows from image to image (the rows' shape does not change), so nothing
+/// is allocated per image.
+pub(super) fn with_row_stride_in<'a>(
+    data: &'a [f32],
+    channels: usize,
+    stride: usize,
+    round: Option<HalfFormat>,
+    buf: &'a mut Vec<f32>,
+) -> &'a [f32] {
+    if channels == 0 || (stride == channels && round.is_none()) {
+        return data;
+    }
+    let rows = data.len() / channels;
+    if buf.len() != rows * stride {
+        buf.clear();
+        buf.resize(rows * stride, 0.0);
+    }
+    copy_rows(round, &data[..rows * channels], channels, buf, stride);
+    buf
+}
+
 /// The furthest source element past a pixel's origin any segment reads, and the number of
 /// filter rows the segments use.
 fn extent(segs: &[Segment]) -> (usize, usize) {
