@@ -4,6 +4,13 @@
 //! IR's scalar semantics), and removes no-ops: identities, casts and reshapes to the same type,
 //! double negation, `x + 0`, `x - 0`, `x * 1` and `x / 1` (only when `x` already has the
 //! result's type, so no broadcast is lost). `x * 0` is kept: it is NaN for a NaN `x`.
+//!
+//! A division by a constant power of two becomes a multiplication by its reciprocal, which is
+//! exact: `x / 2ᵏ` and `x · 2⁻ᵏ` are the same real number, so both round to the same value — for
+//! every `x`, NaN, infinities, zeros and subnormal results included — on every backend. Batch
+//! norm's gradient divides whole activations by the element count of its statistics (a power
+//! of two for power-of-two batches and images), and a multiplication costs a fraction of a
+//! division.
 
 use super::StepGraph;
 use crate::ir::{BinaryOp, Graph, NodeId, Op, TensorType, UnaryOp, Value, scalar};
@@ -47,9 +54,57 @@ pub fn fold(sg: &mut StepGraph, batch: usize) -> Result<usize, LowerError> {
             sg.graph.remove_node(id);
             sg.graph.rename_node(c, &name)?;
             rewrites += 1;
+            continue;
+        }
+        if let Some((x, reciprocal)) = division_by_power_of_two(&sg.graph, id) {
+            let name = sg.graph.node(id).name.clone();
+            let device = sg.graph.node(id).device;
+            let c_name = sg.graph.unique_name(&format!("{name}/reciprocal"));
+            let c = sg
+                .graph
+                .add_node(&c_name, Op::Constant { value: reciprocal }, &[])?;
+            sg.graph.set_device(c, device);
+            let tmp = sg.graph.unique_name(&format!("{name}/mul"));
+            let m = sg
+                .graph
+                .add_node(&tmp, Op::Binary(BinaryOp::Mul), &[x, Value::first(c)])?;
+            sg.graph.set_device(m, device);
+            sg.replace(Value::first(id), Value::first(m))?;
+            sg.graph.remove_node(id);
+            sg.graph.rename_node(m, &name)?;
+            rewrites += 1;
         }
     }
     Ok(rewrites)
+}
+
+/// `(x, 1 / c)` when `id` is `x / c` for a floating-point constant `c` (at most
+/// [`MAX_FOLDED_ELEMENTS`]) whose every element is a power of two with a reciprocal the type
+/// represents exactly (so `x · (1 / c)` is `x / c`, bit for bit).
+fn division_by_power_of_two(graph: &Graph, id: NodeId) -> Option<(Value, HostTensor)> {
+    let node = graph.node(id);
+    if node.op != Op::Binary(BinaryOp::Div) {
+        return None;
+    }
+    let ins = graph.inputs(id);
+    let c = constant(graph, ins[1])?;
+    let dtype = c.dtype();
+    let out = node.outputs.first()?;
+    if !dtype.is_float() || out.dtype != dtype || c.len() > MAX_FOLDED_ELEMENTS {
+        return None;
+    }
+    let reciprocals = c
+        .to_f64_vec()
+        .into_iter()
+        .map(|v| {
+            let r = 1.0 / v;
+            let power_of_two = v.is_normal() && v.abs().to_bits() & ((1 << 52) - 1) == 0;
+            (power_of_two && scalar::round_to(v, dtype) == v && scalar::round_to(r, dtype) == r)
+                .then_some(r)
+        })
+        .collect::<Option<Vec<f64>>>()?;
+    let value = HostTensor::from_f64_values(dtype, c.shape(), reciprocals).ok()?;
+    Some((ins[0], value))
 }
 
 fn constant(graph: &Graph, v: Value) -> Option<&HostTensor> {
@@ -277,6 +332,83 @@ mod tests {
         dce(&mut sg).expect("dce");
         assert_eq!(sg.fetches, vec![Value::first(x)], "x * (2 * 0.5) is x");
         assert_eq!(sg.graph.node_count(), 1);
+    }
+
+    /// `x / c` for each divisor, folded: the divisions by powers of two with exact reciprocals
+    /// become multiplications (keeping the node's name), the others stay; and the two agree bit
+    /// for bit on f32 values of every kind (NaN, infinities, signed zeros, subnormals, and
+    /// quotients that underflow or overflow), by the IR's scalar semantics.
+    #[test]
+    fn divides_by_powers_of_two_as_multiplications_by_their_exact_reciprocals() {
+        let two = |k: i32| 2f64.powi(k) as f32;
+        for (divisor, rewritten) in [
+            (2048.0, true),
+            (0.25, true),
+            (-8.0, true),
+            (two(127), true), // 2⁻¹²⁷: a subnormal reciprocal, still exact
+            (3.0, false),
+            (0.1, false),
+            (two(-140), false), // a subnormal divisor: 2¹⁴⁰ is no f32
+            (0.0, false),
+        ] {
+            let mut g = Graph::new();
+            let ty = TensorType::f32(Shape::batched(&[4]));
+            let x = g
+                .add_node(
+                    "x",
+                    Op::Input {
+                        name: "x".into(),
+                        ty,
+                    },
+                    &[],
+                )
+                .expect("input");
+            let value = HostTensor::scalar_f32(divisor);
+            let c = g.add_node("c", Op::Constant { value }, &[]).expect("c");
+            let y = g
+                .add_node(
+                    "y",
+                    Op::Binary(BinaryOp::Div),
+                    &[Value::first(x), Value::first(c)],
+                )
+                .expect("div");
+            let mut sg = extract(&g, &Step::fetch(vec![Value::first(y)])).expect("extract");
+            fold(&mut sg, 1).expect("fold");
+            let fetched = sg.fetches[0].node;
+            assert_eq!(sg.graph.node(fetched).name, "y", "{divisor}");
+            let op = &sg.graph.node(fetched).op;
+            let want = if rewritten {
+                BinaryOp::Mul
+            } else {
+                BinaryOp::Div
+            };
+            assert_eq!(op, &Op::Binary(want), "x / {divisor:e}");
+            if !rewritten {
+                continue;
+            }
+            let r = constant(&sg.graph, sg.graph.inputs(fetched)[1]).expect("reciprocal");
+            let r = r.to_f64_vec()[0];
+            assert_eq!(r * f64::from(divisor), 1.0);
+            let mut bits = 0x9E37_79B9u32;
+            for i in 0..20_000 {
+                bits ^= bits << 13;
+                bits ^= bits >> 17;
+                bits ^= bits << 5;
+                let special = [f32::NAN, f32::INFINITY, -0.0, 0.0, f32::MIN_POSITIVE, 1e-45];
+                let x = f64::from(special.get(i).copied().unwrap_or(f32::from_bits(bits)));
+                // Native f32 arithmetic (the CPU kernels') and the IR's scalar semantics (the
+                // reference executor's).
+                let (x32, r32) = (x as f32, r as f32);
+                let (q32, p32) = (x32 / divisor, x32 * r32);
+                assert!(q32.to_bits() == p32.to_bits() || q32.is_nan() && p32.is_nan());
+                let q = scalar::binary(BinaryOp::Div, x, f64::from(divisor), DType::F32);
+                let p = scalar::binary(BinaryOp::Mul, x, r, DType::F32);
+                assert!(
+                    (q as f32).to_bits() == (p as f32).to_bits() || q.is_nan() && p.is_nan(),
+                    "{x:e} / {divisor:e} = {q:e}, · its reciprocal = {p:e}"
+                );
+            }
+        }
     }
 
     #[test]
