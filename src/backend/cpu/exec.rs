@@ -721,18 +721,15 @@ impl Epilogue for FusedEpilogue<'_> {
 
     /// Blocks of whole [`CHUNK`]s of values when there are reductions: the chunks' f32 partial
     /// sums are then the reduction kernel's (which sums the same chunks of the whole output).
+    /// The fewest rows of `cols` values that make whole chunks: `CHUNK / gcd(CHUNK, cols)`,
+    /// which for a power-of-two `CHUNK` drops the factors of two `cols` brings.
     fn block_rows_multiple(&self, cols: usize) -> usize {
         if self.ops.is_empty() || cols == 0 {
             1
         } else {
-            CHUNK / gcd(CHUNK, cols)
+            CHUNK >> cols.trailing_zeros().min(CHUNK.trailing_zeros())
         }
     }
-}
-
-/// Greatest common divisor.
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 impl FusedEpilogue<'_> {

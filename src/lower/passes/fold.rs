@@ -29,53 +29,56 @@ pub fn fold(sg: &mut StepGraph, batch: usize) -> Result<usize, LowerError> {
         if !sg.graph.contains(id) {
             continue;
         }
-        if let Some(value) = fold_uniform_reduction(&sg.graph, id, batch) {
-            let name = sg.graph.node(id).name.clone();
-            let tmp = sg.graph.unique_name(&format!("{name}/folded"));
-            let c = sg.graph.add_node(&tmp, Op::Constant { value }, &[])?;
-            sg.graph.set_device(c, sg.graph.node(id).device);
-            sg.replace(Value::first(id), Value::first(c))?;
-            sg.graph.remove_node(id);
-            sg.graph.rename_node(c, &name)?;
-            rewrites += 1;
-            continue;
-        }
         if let Some(x) = simplify(&sg.graph, id) {
             sg.replace(Value::first(id), x)?;
             rewrites += 1;
             continue;
         }
-        if let Some(value) = fold_constant(&sg.graph, id) {
-            let name = sg.graph.node(id).name.clone();
-            let tmp = sg.graph.unique_name(&format!("{name}/folded"));
-            let c = sg.graph.add_node(&tmp, Op::Constant { value }, &[])?;
-            sg.graph.set_device(c, sg.graph.node(id).device);
-            sg.replace(Value::first(id), Value::first(c))?;
-            sg.graph.remove_node(id);
-            sg.graph.rename_node(c, &name)?;
+        // (A uniform reduction is never simplified: the order of the two checks is free.)
+        let folded =
+            fold_uniform_reduction(&sg.graph, id, batch).or_else(|| fold_constant(&sg.graph, id));
+        if let Some(value) = folded {
+            replace_node(sg, id, "folded", Op::Constant { value }, &[])?;
             rewrites += 1;
             continue;
         }
         if let Some((x, reciprocal)) = division_by_power_of_two(&sg.graph, id) {
-            let name = sg.graph.node(id).name.clone();
-            let device = sg.graph.node(id).device;
-            let c_name = sg.graph.unique_name(&format!("{name}/reciprocal"));
+            let name = format!("{}/reciprocal", sg.graph.node(id).name);
+            let c_name = sg.graph.unique_name(&name);
             let c = sg
                 .graph
                 .add_node(&c_name, Op::Constant { value: reciprocal }, &[])?;
-            sg.graph.set_device(c, device);
-            let tmp = sg.graph.unique_name(&format!("{name}/mul"));
-            let m = sg
-                .graph
-                .add_node(&tmp, Op::Binary(BinaryOp::Mul), &[x, Value::first(c)])?;
-            sg.graph.set_device(m, device);
-            sg.replace(Value::first(id), Value::first(m))?;
-            sg.graph.remove_node(id);
-            sg.graph.rename_node(m, &name)?;
+            sg.graph.set_device(c, sg.graph.node(id).device);
+            replace_node(
+                sg,
+                id,
+                "mul",
+                Op::Binary(BinaryOp::Mul),
+                &[x, Value::first(c)],
+            )?;
             rewrites += 1;
         }
     }
     Ok(rewrites)
+}
+
+/// Replaces node `id` with a new node computing `op` of `inputs` on `id`'s device, which takes
+/// over `id`'s name (built under a temporary `<name>/<suffix>` until `id` is gone).
+fn replace_node(
+    sg: &mut StepGraph,
+    id: NodeId,
+    suffix: &str,
+    op: Op,
+    inputs: &[Value],
+) -> Result<(), LowerError> {
+    let name = sg.graph.node(id).name.clone();
+    let tmp = sg.graph.unique_name(&format!("{name}/{suffix}"));
+    let new = sg.graph.add_node(&tmp, op, inputs)?;
+    sg.graph.set_device(new, sg.graph.node(id).device);
+    sg.replace(Value::first(id), Value::first(new))?;
+    sg.graph.remove_node(id);
+    sg.graph.rename_node(new, &name)?;
+    Ok(())
 }
 
 /// `(x, 1 / c)` when `id` is `x / c` for a floating-point constant `c` (at most
@@ -98,9 +101,9 @@ fn division_by_power_of_two(graph: &Graph, id: NodeId) -> Option<(Value, HostTen
         .into_iter()
         .map(|v| {
             let r = 1.0 / v;
+            // `v` is an element of a `dtype` tensor, so only its reciprocal can fall outside it.
             let power_of_two = v.is_normal() && v.abs().to_bits() & ((1 << 52) - 1) == 0;
-            (power_of_two && scalar::round_to(v, dtype) == v && scalar::round_to(r, dtype) == r)
-                .then_some(r)
+            (power_of_two && scalar::round_to(r, dtype) == r).then_some(r)
         })
         .collect::<Option<Vec<f64>>>()?;
     let value = HostTensor::from_f64_values(dtype, c.shape(), reciprocals).ok()?;

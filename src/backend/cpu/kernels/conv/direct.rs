@@ -8,9 +8,7 @@
 //! tile drivers are in `tiles`, the microkernels in `avx512` and `avx2`. Both instruction sets
 //! give bit-identical results (see `tiles`).
 
-use super::tiles::{
-    Segment, TileKernels, filter_image, row_stride, tile_row, with_row_stride, with_row_stride_in,
-};
+use super::tiles::{Segment, TileKernels, filter_image, row_stride, tile_row, with_row_stride_in};
 use super::{Conv2dGeometry, ConvInput, check_operands};
 use crate::backend::cpu::kernels::KernelError;
 use crate::backend::cpu::kernels::epilogue::Epilogue;
@@ -162,7 +160,8 @@ fn forward_with<K: TileKernels>(
     let segs = segments(g);
     // Filter rows padded to whole vectors where the microkernels need it.
     let w_stride = row_stride::<K>(o);
-    let w = with_row_stride(w, o, w_stride, round);
+    let mut w_copy = Vec::new();
+    let w = with_row_stride_in(w, o, w_stride, round, &mut w_copy);
     let parallel = worth_parallel(2 * g.macs()) && g.batch > 1;
     // An epilogue that stores the rows itself (a bf16 output) gets each image from scratch.
     let elsewhere = epilogue.stores_elsewhere();
@@ -173,7 +172,7 @@ fn forward_with<K: TileKernels>(
             scratch_of(scratch, hp * wp * c + image_len).split_at_mut(hp * wp * c);
         let y_image = if elsewhere { image } else { y_image };
         pad_image(g, &x, n, wp, padded, round);
-        forward_image::<K>(g, out_hw, &segs, padded, &w, w_stride, y_image);
+        forward_image::<K>(g, out_hw, &segs, padded, w, w_stride, y_image);
         if !epilogue.is_identity() {
             epilogue.apply(y_image, first_row, o);
         }

@@ -122,26 +122,10 @@ pub(super) fn row_stride<K: TileKernels>(channels: usize) -> usize {
     }
 }
 
-/// `rows` rows of `channels` values copied to rows of `stride` (zeros after each row) and
-/// rounded to `round`'s format when there is one, or the rows themselves when neither is needed.
-pub(super) fn with_row_stride(
-    data: &[f32],
-    channels: usize,
-    stride: usize,
-    round: Option<HalfFormat>,
-) -> std::borrow::Cow<'_, [f32]> {
-    if channels == 0 || (stride == channels && round.is_none()) {
-        return std::borrow::Cow::Borrowed(data);
-    }
-    let rows = data.len() / channels;
-    let mut out = vec![0.0; rows * stride];
-    copy_rows(round, &data[..rows * channels], channels, &mut out, stride);
-    std::borrow::Cow::Owned(out)
-}
-
-/// [`with_row_stride`] for one image after another: the copy goes to `buf`, which keeps its
-/// zeros between the rows from image to image (the rows' shape does not change), so nothing
-/// is allocated per image.
+/// The rows of `channels` values of `data` copied to rows of `stride` (zeros after each row) in
+/// `buf` and rounded to `round`'s format when there is one, or `data` itself when neither is
+/// needed. `buf` keeps its zeros between the rows from call to call while the rows' shape
+/// stays (one image after another), so nothing is allocated per image.
 pub(super) fn with_row_stride_in<'a>(
     data: &'a [f32],
     channels: usize,
