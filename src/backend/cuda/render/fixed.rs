@@ -161,6 +161,11 @@ fn tiled(
     ] {
         g.push_str(&constant(name, "int", v));
     }
+    // Whole column tiles: the output loop tests no column (kernels/gemm_core.cuh).
+    g.push_str(&define(
+        "TP_N_WHOLE",
+        usize::from(gm.n.is_multiple_of(t.bn)),
+    ));
     g.push_str(&constant("TP_VEC_A", "int", if gm.vec_a { 4 } else { 1 }));
     g.push_str(&constant("TP_VEC_B", "int", if gm.vec_b { 4 } else { 1 }));
     let tensor = gm.precision.tensor_cores() && target.tensor_cores && t.tensor_warps().is_some();

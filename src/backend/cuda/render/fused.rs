@@ -73,6 +73,9 @@ struct FlatPoint<'a> {
     operands: &'a [Operand<'a>],
     /// Operand slot 0 is the kernel's own value (epilogues), read from this expression.
     own: Option<&'a str>,
+    /// Per operand, whether it is read once per output channel (an epilogue's column operands:
+    /// `col.{field}`, see [`epilogue`]) rather than at this point.
+    columns: &'a [bool],
 }
 
 impl PointSource for FlatPoint<'_> {
@@ -84,6 +87,10 @@ impl PointSource for FlatPoint<'_> {
             None => self.operands.get(slot),
         }
         .ok_or_else(|| RenderError::Unsupported(format!("operand {slot} has no input")))?;
+        let index = slot - usize::from(self.own.is_some());
+        if self.columns.get(index).copied().unwrap_or(false) {
+            return Ok(format!("col.{}", op.field));
+        }
         let axes: Vec<Axis> = self
             .shape
             .iter()
@@ -129,6 +136,7 @@ pub fn elementwise(
         shape,
         operands: &operands,
         own: None,
+        columns: &[],
     };
     let outs = cexpr::render(expr, &src, "v", "    ", &mut g)?;
     g.push_str(&stores(program, &k.outputs, &outs, "i"));
@@ -146,6 +154,13 @@ pub fn elementwise(
 /// operands `1..` read the extra inputs `k.inputs[main..]` over the output's shape; every output
 /// is stored at `flat`. Without an epilogue the value is stored as output 0.
 ///
+/// Operands that vary along the output's last axis only — batch norm's per-channel scale and
+/// mean, a bias, a scalar — are *column operands*: `tp_epi_column(p, c)` reads them once for
+/// channel `c` into a `tp_epi_col`, which the GEMM core fills once per column of a thread's
+/// register block and hands to every element of that column (`tp_epilogue(p, flat, col, acc)`),
+/// instead of each element loading them again. (A column operand that may alias an output is
+/// read at the point, as before: its value could change as the tile is stored.)
+///
 /// With per-channel reductions (convolutions only), the hook also takes `float* red` (the
 /// calling thread's sums for the element's channel) and adds the reduced outputs of the
 /// expression into it instead of storing them; `tp_epi_finish(p, r, channel, sum)` stores
@@ -159,9 +174,15 @@ pub fn epilogue(
     let main = k.kind.main_inputs();
     let operands = operand_fields(program, params, &k.inputs[main..], "e", &k.outputs);
     g.push_str(&params.declaration());
+    let shape = &program.buffer(k.outputs[0]).shape;
+    let columns = column_operands(&operands);
+    column_hook(&operands, &columns, g);
     let reductions = k.kind.epilogue().map_or(&[][..], |e| &e.reductions[..]);
     if reductions.is_empty() {
-        g.push_str("TP_DEV void tp_epilogue(const tp_params& p, tp_idx flat, float acc) {\n");
+        g.push_str(
+            "TP_DEV void tp_epilogue(const tp_params& p, tp_idx flat, const tp_epi_col& col, \
+             float acc) {\n",
+        );
     } else {
         if matches!(k.kind, crate::lower::KernelKind::MatMul(..)) {
             return Err(RenderError::Unsupported(format!(
@@ -170,10 +191,10 @@ pub fn epilogue(
             )));
         }
         g.push_str(
-            "TP_DEV void tp_epilogue(const tp_params& p, tp_idx flat, float acc, float* red) {\n",
+            "TP_DEV void tp_epilogue(const tp_params& p, tp_idx flat, const tp_epi_col& col, \
+             float acc, float* red) {\n",
         );
     }
-    let shape = &program.buffer(k.outputs[0]).shape;
     match k.kind.epilogue() {
         None => g.push_str(&stores(program, &k.outputs[..1], &["acc".into()], "flat")),
         Some(e) => {
@@ -182,6 +203,7 @@ pub fn epilogue(
                 shape,
                 operands: &operands,
                 own: Some("acc"),
+                columns: &columns,
             };
             let outs = cexpr::render(&e.expr, &src, "v", "    ", g)?;
             let stored = e.stored_outputs();
@@ -229,6 +251,55 @@ pub fn epilogue(
         g.push_str("}\n");
     }
     Ok(())
+}
+
+/// Which of an epilogue's operands are column operands (see [`epilogue`]): read-only, with
+/// stride 0 along every axis but the last.
+fn column_operands(operands: &[Operand]) -> Vec<bool> {
+    operands
+        .iter()
+        .map(|op| {
+            let strides = &op.view.strides;
+            op.read_only
+                && strides[..strides.len().saturating_sub(1)]
+                    .iter()
+                    .all(|&s| s == 0)
+        })
+        .collect()
+}
+
+/// `struct tp_epi_col` (one member per column operand, named as its field, in its compute
+/// type) and `tp_epi_column(p, c)`, which reads them for channel `c` of the output's last axis.
+fn column_hook(operands: &[Operand], columns: &[bool], g: &mut String) {
+    let column = || {
+        operands
+            .iter()
+            .zip(columns)
+            .filter(|(_, c)| **c)
+            .map(|(op, _)| op)
+    };
+    g.push_str("struct tp_epi_col {\n");
+    for op in column() {
+        let _ = writeln!(g, "    {} {};", compute_type(op.dtype), op.field);
+    }
+    g.push_str("};\n");
+    g.push_str("TP_DEV tp_epi_col tp_epi_column(const tp_params& p, int c) {\n");
+    g.push_str("    tp_epi_col col;\n");
+    for op in column() {
+        let index = match op.view.strides.last().copied().unwrap_or(0) {
+            0 => "0".to_string(),
+            1 => "c".to_string(),
+            s => format!("(tp_idx)c * {s}"),
+        };
+        let raw = load_expr(&format!("p.{}", op.field), &index, true);
+        let _ = writeln!(
+            g,
+            "    col.{} = {};",
+            op.field,
+            cexpr::from_storage(&raw, op.dtype)
+        );
+    }
+    g.push_str("    return col;\n}\n");
 }
 
 /// Points of a reduction: output `o` over the kept axes, reduced position `r` over the rest.
