@@ -53,6 +53,10 @@ struct Args {
     /// on an H100 to FILE (one JSON line per launch) instead of training; no GPU needed.
     #[arg(long, value_name = "FILE")]
     launch_report: Option<PathBuf>,
+    /// Write every kernel of that step to DIR as the CUDA C NVRTC compiles and its PTX for
+    /// compute_90 (`bench/sass_stats.py DIR` counts their SASS) instead of training.
+    #[arg(long, value_name = "DIR")]
+    kernel_sources: Option<PathBuf>,
     /// Write the inference tower of `--model` with the checkpoint `--load` (default: the latest
     /// in the logdir) to this ONNX file (opset 17; input `input`, output `linear/output`)
     /// instead of training.
@@ -112,6 +116,23 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
         validation = validation.slice(0, n.min(validation.len()))?;
     }
     let model = mnist_model(args.model);
+    if let Some(dir) = &args.kernel_sources {
+        #[cfg(feature = "cuda")]
+        return launch_report::write_sources(
+            std::sync::Arc::new(model),
+            args.batch,
+            args.common.seed,
+            args.common.precision,
+            dir,
+        )
+        .map(|_| ());
+        #[cfg(not(feature = "cuda"))]
+        return Err(format!(
+            "--kernel-sources {} needs the `cuda` feature (on by default)",
+            dir.display()
+        )
+        .into());
+    }
     if let Some(file) = &args.launch_report {
         #[cfg(feature = "cuda")]
         return launch_report::write(

@@ -95,6 +95,10 @@ struct Args {
     /// on an H100 to FILE (one JSON line per launch) instead of training; no GPU needed.
     #[arg(long, value_name = "FILE")]
     launch_report: Option<PathBuf>,
+    /// Write every kernel of that step to DIR as the CUDA C NVRTC compiles and its PTX for
+    /// compute_90 (`bench/sass_stats.py DIR` counts their SASS) instead of training.
+    #[arg(long, value_name = "DIR")]
+    kernel_sources: Option<PathBuf>,
     /// Write the inference tower with the checkpoint given by `--load` to this ONNX file
     /// (opset 17; input `input` [N, 32, 32, 3], output `linear/output`) instead of training.
     #[arg(long, requires = "load")]
@@ -207,6 +211,23 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     let net = CifarResNet::new((args.depth - 2) / 6);
     let backend = args.common.backend();
     let model = resnet_model(&net);
+    if let Some(dir) = &args.kernel_sources {
+        #[cfg(feature = "cuda")]
+        return launch_report::write_sources(
+            model,
+            args.batch,
+            args.common.seed,
+            args.common.precision,
+            dir,
+        )
+        .map(|_| ());
+        #[cfg(not(feature = "cuda"))]
+        return Err(format!(
+            "--kernel-sources {} needs the `cuda` feature (on by default)",
+            dir.display()
+        )
+        .into());
+    }
     if let Some(file) = &args.launch_report {
         #[cfg(feature = "cuda")]
         return launch_report::write(

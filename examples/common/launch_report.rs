@@ -2,6 +2,8 @@
 //! callback adds to it (the examples' `--bench` step), lowered for the CUDA backend, and every
 //! launch's predicted time on a GPU — one JSON line per launch, then a summary on stdout. No GPU
 //! needed: block counts come from the emulated device, registers from ptxas when it is found.
+//! And `--kernel-sources DIR`: the same step's kernels as CUDA C and PTX, for
+//! `bench/sass_stats.py` to assemble and count.
 //! (Also included by `tests/cuda/perf_model.rs`, which checks it against Nsight Compute's
 //! launch order.)
 
@@ -13,8 +15,9 @@ use std::sync::Arc;
 
 use towerpack::backend::Step;
 use towerpack::backend::cuda::CudaOptions;
-use towerpack::backend::cuda::nvrtc::{self, Compiler};
+use towerpack::backend::cuda::nvrtc::{self, Arch, Compiler};
 use towerpack::backend::cuda::perf::{self, GpuSpec, LaunchRow};
+use towerpack::backend::cuda::render::{self, KernelPlan};
 use towerpack::ir::Graph;
 use towerpack::lower::{LowerOptions, Precision, Program, lower};
 use towerpack::optim::{DynamicLossScale, add_step_counter};
@@ -121,4 +124,38 @@ pub fn write(
     print!("{}", perf::summary(&rows, &gpu));
     println!("wrote {} launches to {}", rows.len(), file.display());
     Ok(())
+}
+
+/// Writes every kernel that `model`'s training step at `batch` and `precision` launches (the
+/// step of [`write`]) into `dir`: `NNN_<name>.cu`, the CUDA C NVRTC compiles (NNN: the kernel's
+/// index in the program, `/` in its scoped name as `_`), and `NNN_<name>.ptx`, NVRTC's PTX for
+/// compute_90 — an H100's, the input of `bench/sass_stats.py`. Returns how many it wrote.
+pub fn write_sources(
+    model: Arc<dyn ModelDesc>,
+    batch: usize,
+    seed: u64,
+    precision: Precision,
+    dir: &Path,
+) -> Result<usize, Box<dyn Error>> {
+    let program = training_program_in(model, batch, seed, precision)?;
+    let compiler = Compiler::new(nvrtc::default_cache_dir())?;
+    std::fs::create_dir_all(dir)?;
+    let mut written = 0;
+    for (i, k) in program.kernels.iter().enumerate() {
+        let KernelPlan::Launch(r) = render::render_kernel(&program, i)? else {
+            continue;
+        };
+        let source = r.source();
+        let ptx = compiler.compile(r.body.entry(), &source, Arch(90))?;
+        // Scoped names hold dots (`res1.0/add`): the extension is appended, not set.
+        let stem = format!("{i:03}_{}", k.name.replace('/', "_"));
+        std::fs::write(dir.join(format!("{stem}.cu")), &source)?;
+        std::fs::write(dir.join(format!("{stem}.ptx")), ptx.as_bytes())?;
+        written += 1;
+    }
+    println!(
+        "wrote {written} kernels (CUDA C and compute_90 PTX) to {}",
+        dir.display()
+    );
+    Ok(written)
 }

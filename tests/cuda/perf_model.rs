@@ -314,6 +314,56 @@ fn snapshot_of_the_resnet20_b128_launch_report() {
     });
 }
 
+/// `--kernel-sources DIR`: one CUDA C source and one compute_90 PTX per launched kernel of the
+/// step, named by kernel index and scoped name (dots kept: `res1.0/add` is
+/// `NNN_res1.0_add.cu`), the PTX NVRTC's for that source.
+#[test]
+fn kernel_sources_writes_every_launch_as_cuda_c_and_ptx() {
+    cuda_common::require_nvrtc();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let net = CifarResNet::new(1);
+    let model: Arc<dyn ModelDesc> = Arc::new(ModelFn::new(
+        net.inputs(),
+        move |x| net.build(x),
+        Optimizer::momentum(0.01, 0.9),
+    ));
+    let program = launch_report::training_program(model.clone(), 2, 1).expect("the lowered step");
+    let launched: Vec<(usize, String)> = (0..program.kernels.len())
+        .filter_map(
+            |i| match render::render_kernel(&program, i).expect("render") {
+                KernelPlan::Launch(r) => Some((i, r.body.entry().to_string())),
+                _ => None,
+            },
+        )
+        .collect();
+    let written =
+        launch_report::write_sources(model, 2, 1, towerpack::lower::Precision::Fp32, dir.path())
+            .expect("write the sources");
+    assert_eq!(written, launched.len());
+    let files = std::fs::read_dir(dir.path()).expect("the folder").count();
+    assert_eq!(files, 2 * launched.len(), "a .cu and a .ptx per launch");
+    for (i, entry) in &launched {
+        let stem = format!("{i:03}_{}", program.kernels[*i].name.replace('/', "_"));
+        let cu = std::fs::read_to_string(dir.path().join(format!("{stem}.cu"))).expect(&stem);
+        let ptx = std::fs::read_to_string(dir.path().join(format!("{stem}.ptx"))).expect(&stem);
+        assert!(cu.contains("// ---- generated ----"), "{stem}.cu");
+        assert!(
+            ptx.contains(".target sm_90"),
+            "{stem}.ptx is not compute_90's"
+        );
+        assert!(
+            ptx.contains(&format!(".entry {entry}(")),
+            "{stem}.ptx lacks {entry}"
+        );
+    }
+    assert!(
+        launched
+            .iter()
+            .any(|(i, _)| program.kernels[*i].name.contains("res1.0/")),
+        "the case has scoped names with dots"
+    );
+}
+
 /// Launches of a program that leave an H100 mostly idle: fewer blocks than its SMs with more
 /// than a million lane-iterations of work.
 fn idle(model: Arc<dyn ModelDesc>, batch: usize) -> Vec<String> {
