@@ -279,61 +279,43 @@ mod tests {
     use crate::lower::passes::{dce, extract};
     use crate::tensor::DType;
 
+    /// Adds input `x` of f32 values of `shape`.
+    fn add_input(g: &mut Graph, shape: Shape) -> Value {
+        let ty = TensorType::f32(shape);
+        let op = Op::Input {
+            name: "x".into(),
+            ty,
+        };
+        Value::first(g.add_node("x", op, &[]).expect("input"))
+    }
+
+    fn add_constant(g: &mut Graph, name: &str, value: HostTensor) -> Value {
+        Value::first(
+            g.add_node(name, Op::Constant { value }, &[])
+                .expect("constant"),
+        )
+    }
+
+    fn add_binary(g: &mut Graph, name: &str, op: BinaryOp, a: Value, b: Value) -> Value {
+        Value::first(g.add_node(name, Op::Binary(op), &[a, b]).expect(name))
+    }
+
     #[test]
     fn folds_constants_and_removes_no_ops() {
         let mut g = Graph::new();
-        let x = g
-            .add_node(
-                "x",
-                Op::Input {
-                    name: "x".into(),
-                    ty: TensorType::f32(Shape::batched(&[3])),
-                },
-                &[],
-            )
-            .expect("input");
-        let two = g
-            .add_node(
-                "two",
-                Op::Constant {
-                    value: HostTensor::scalar_f32(2.0),
-                },
-                &[],
-            )
-            .expect("c");
-        let half = g
-            .add_node(
-                "half",
-                Op::Constant {
-                    value: HostTensor::scalar_f32(0.5),
-                },
-                &[],
-            )
-            .expect("c");
-        let one = g
-            .add_node(
-                "one",
-                Op::Binary(BinaryOp::Mul),
-                &[Value::first(two), Value::first(half)],
-            )
-            .expect("mul");
-        let y = g
-            .add_node(
-                "y",
-                Op::Binary(BinaryOp::Mul),
-                &[Value::first(x), Value::first(one)],
-            )
-            .expect("mul");
-        let id = g
-            .add_node("id", Op::Identity, &[Value::first(y)])
-            .expect("id");
+        let x = add_input(&mut g, Shape::batched(&[3]));
+        let two = add_constant(&mut g, "two", HostTensor::scalar_f32(2.0));
+        let half = add_constant(&mut g, "half", HostTensor::scalar_f32(0.5));
+        let one = add_binary(&mut g, "one", BinaryOp::Mul, two, half);
+        let y = add_binary(&mut g, "y", BinaryOp::Mul, x, one);
+        let id = g.add_node("id", Op::Identity, &[y]).expect("id");
         let c = g
             .add_node("c", Op::Cast { to: DType::F32 }, &[Value::first(id)])
             .expect("cast");
         let mut sg = extract(&g, &Step::fetch(vec![Value::first(c)])).expect("extract");
         assert!(fold(&mut sg, 1).expect("fold") >= 3);
         dce(&mut sg).expect("dce");
-        assert_eq!(sg.fetches, vec![Value::first(x)], "x * (2 * 0.5) is x");
+        assert_eq!(sg.fetches, vec![x], "x * (2 * 0.5) is x");
         assert_eq!(sg.graph.node_count(), 1);
     }
 
@@ -355,27 +337,10 @@ mod tests {
             (0.0, false),
         ] {
             let mut g = Graph::new();
-            let ty = TensorType::f32(Shape::batched(&[4]));
-            let x = g
-                .add_node(
-                    "x",
-                    Op::Input {
-                        name: "x".into(),
-                        ty,
-                    },
-                    &[],
-                )
-                .expect("input");
-            let value = HostTensor::scalar_f32(divisor);
-            let c = g.add_node("c", Op::Constant { value }, &[]).expect("c");
-            let y = g
-                .add_node(
-                    "y",
-                    Op::Binary(BinaryOp::Div),
-                    &[Value::first(x), Value::first(c)],
-                )
-                .expect("div");
-            let mut sg = extract(&g, &Step::fetch(vec![Value::first(y)])).expect("extract");
+            let x = add_input(&mut g, Shape::batched(&[4]));
+            let c = add_constant(&mut g, "c", HostTensor::scalar_f32(divisor));
+            let y = add_binary(&mut g, "y", BinaryOp::Div, x, c);
+            let mut sg = extract(&g, &Step::fetch(vec![y])).expect("extract");
             fold(&mut sg, 1).expect("fold");
             let fetched = sg.fetches[0].node;
             assert_eq!(sg.graph.node(fetched).name, "y", "{divisor}");
@@ -417,34 +382,12 @@ mod tests {
     #[test]
     fn keeps_a_multiplication_that_broadcasts() {
         let mut g = Graph::new();
-        let x = g
-            .add_node(
-                "x",
-                Op::Input {
-                    name: "x".into(),
-                    ty: TensorType::f32(Shape::fixed(&[3])),
-                },
-                &[],
-            )
-            .expect("input");
-        let ones = g
-            .add_node(
-                "ones",
-                Op::Constant {
-                    value: HostTensor::from_f32(&[2, 3], vec![1.0; 6]).expect("6"),
-                },
-                &[],
-            )
-            .expect("c");
-        let y = g
-            .add_node(
-                "y",
-                Op::Binary(BinaryOp::Mul),
-                &[Value::first(x), Value::first(ones)],
-            )
-            .expect("mul");
-        let mut sg = extract(&g, &Step::fetch(vec![Value::first(y)])).expect("extract");
+        let x = add_input(&mut g, Shape::fixed(&[3]));
+        let ones = HostTensor::from_f32(&[2, 3], vec![1.0; 6]).expect("6");
+        let ones = add_constant(&mut g, "ones", ones);
+        let y = add_binary(&mut g, "y", BinaryOp::Mul, x, ones);
+        let mut sg = extract(&g, &Step::fetch(vec![y])).expect("extract");
         fold(&mut sg, 1).expect("fold");
-        assert_eq!(sg.fetches, vec![Value::first(y)]);
+        assert_eq!(sg.fetches, vec![y]);
     }
 }
