@@ -296,6 +296,88 @@ fn the_model_predicts_the_measured_old_kernels_within_2x() {
     );
 }
 
+/// Nsight Compute's table of the TF32 ResNet-20 b128 step on an H100 (2026-11-27, kernels of
+/// commit 40b1600: `tests/perf/gpu-h100-tensor-core-layouts-2026-11-27.md`), and the launch
+/// report of the same step at that commit (`resnet --batch 128 --precision tf32
+/// --launch-report`): the emulator's counts of every launch's busiest block.
+const TF32_CSV: &str = include_str!("../perf/gpu-h100-ncu-resnet20-b128-tf32.csv");
+const TF32_FIXTURE: &str = include_str!("../perf/resnet20_b128_tf32_40b1600.jsonl");
+/// The SM clock Nsight Compute locked the H100 at for those measurements, GHz.
+const NCU_CLOCK_GHZ: f64 = 1.46;
+
+/// The model's L1/TEX cost (`perf::l1_cycles`: sectors at the calibrated cycles each, shared
+/// wavefronts at one) is within 0.5-1.3× of the busy cycles Nsight Compute measured (its L1/TEX
+/// throughput percentage × duration × clock × SMs) for every convolution launch of the TF32
+/// step over 8 µs (the forward and both gradients: the launches the cost was fitted on).
+#[test]
+fn the_l1_cost_matches_nsight_computes_l1_busy_cycles_of_the_tf32_step() {
+    let mut lines = TF32_CSV.lines();
+    let header = fields(lines.next().expect("header"));
+    let col = |name: &str| header.iter().position(|h| h == name).expect(name);
+    let (name, grid, time, l1) = (col("name"), col("grid"), col("time_ns"), col("l1_pct"));
+    let report: Vec<serde_json::Value> = TF32_FIXTURE
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a report line"))
+        .collect();
+    let mut table = String::from("measured Mcycles  model Mcycles  ratio  name\n");
+    let (mut checked, mut outside) = (0, Vec::new());
+    for (i, line) in lines.filter(|l| !l.trim().is_empty()).enumerate() {
+        let f = fields(line);
+        let r = &report[i];
+        assert_eq!(r["name"].as_str(), Some(f[name].as_str()), "launch {i}");
+        let dims: Vec<u64> = f[grid]
+            .split('x')
+            .map(|d| d.parse().expect("a dimension"))
+            .collect();
+        let blocks: u64 = dims.iter().product();
+        let reported: Vec<u64> = r["grid"]
+            .as_array()
+            .expect("grid")
+            .iter()
+            .map(|d| d.as_u64().expect("a dimension"))
+            .collect();
+        assert_eq!(dims, reported, "launch {i} `{}`", f[name]);
+        let ns: f64 = f[time].parse().expect("time_ns");
+        let convolution = r["kind"].as_str().is_some_and(|k| k.starts_with("conv2d"));
+        if ns < 8000.0 || !convolution {
+            continue;
+        }
+        let busy = f[l1].parse::<f64>().expect("l1_pct") / 100.0
+            * ns
+            * NCU_CLOCK_GHZ
+            * f64::from(H100_SXM.sms);
+        let counts = BlockCounts {
+            warp_instructions: r["block_warp_instructions"].as_f64().expect("count"),
+            load_epochs: r["block_load_epochs"].as_f64().expect("count"),
+            shared_wavefronts: r["block_shared_wavefronts"].as_f64().expect("count"),
+            global_sectors: r["block_global_sectors"].as_f64().expect("count"),
+        };
+        let model = blocks as f64 * perf::l1_cycles(&H100_SXM, &counts);
+        let ratio = model / busy;
+        table += &format!(
+            "{:>16.2} {:>14.2} {:>6.2}  {}\n",
+            busy / 1e6,
+            model / 1e6,
+            ratio,
+            f[name]
+        );
+        checked += 1;
+        if !(0.5..=1.3).contains(&ratio) {
+            outside.push(format!("`{}`: {ratio:.2}", f[name]));
+        }
+    }
+    println!("{table}");
+    assert!(
+        checked >= 50,
+        "only {checked} convolution launches over 8 µs"
+    );
+    assert!(
+        outside.is_empty(),
+        "outside the band:\n{}\n{table}",
+        outside.join("\n")
+    );
+}
+
 /// The launch report of the ResNet-20 b128 training step (the resnet example's `--bench`
 /// step) on the H100 model, snapshotted: shapes, resources, work and predicted times.
 #[test]

@@ -5,7 +5,8 @@
 //! size ([`measure`]: block 0 only) — as
 //! `max(flops / peak·active, bytes / bandwidth, block time × waves) + launch cost`
 //! ([`model`]), on a [`GpuSpec`] ([`spec`]: the H100 SXM first, its latencies calibrated against
-//! Nsight Compute's times of the old kernels, checked by `tests/cuda/perf_model.rs`).
+//! Nsight Compute's times of the old kernels and its L1/TEX cost against Nsight Compute's busy
+//! cycles of the TF32 kernels, both checked by `tests/cuda/perf_model.rs`).
 //! [`report`] writes one JSON line per launch and flags launches that leave the GPU mostly
 //! idle.
 
@@ -16,7 +17,7 @@ pub mod report;
 pub mod spec;
 pub mod work;
 
-pub use model::{BlockCounts, Bound, Launch, Prediction, predict};
+pub use model::{BlockCounts, Bound, Launch, Prediction, l1_cycles, predict};
 pub use report::{LaunchRow, idle_launches, json_lines, launch_report, step_us, summary};
 pub use spec::{GpuSpec, H100_SXM};
 pub use work::{Work, kernel_work};

@@ -29,8 +29,11 @@ pub struct GpuSpec {
     pub schedulers_per_sm: u32,
     /// Registers are allocated per warp in units of this many.
     pub register_granularity: u32,
-    /// L1 throughput in 32-byte sectors per cycle per SM.
-    pub l1_sectors_per_cycle: f64,
+    /// Calibrated: cycles of an SM's L1/TEX unit per 32-byte sector of a global access (the
+    /// tag and data stages; a `cp.async` also writes its sector into shared memory there). The
+    /// unit serves shared memory too, one wavefront per cycle, so its busy cycles are
+    /// `sectors · this + shared wavefronts`.
+    pub l1_cycles_per_sector: f64,
     /// Calibrated: cycles a warp waits for global memory once per load epoch (a run of loads
     /// issued together), when no other warp hides it.
     pub memory_latency_cycles: f64,
@@ -68,7 +71,13 @@ pub const H100_SXM: GpuSpec = GpuSpec {
     shared_per_sm: 233_472,
     schedulers_per_sm: 4,
     register_granularity: 256,
-    l1_sectors_per_cycle: 4.0,
+    // Nsight Compute's L1/TEX busy cycles of the 56 convolution launches over 8 µs of the TF32
+    // ResNet-20 b128 step (tests/perf/gpu-h100-ncu-resnet20-b128-tf32.csv, kernels of 40b1600)
+    // against the emulator's sectors and shared wavefronts of the same launches: the
+    // least-squares fit is 0.60 cycles per sector and 1.03 per wavefront, each launch within
+    // 0.54-1.25 of it (tests/cuda/perf_model.rs checks the band). The batch-norm reductions'
+    // busy cycles are twice what this gives them (they are latency-bound, not L1-bound).
+    l1_cycles_per_sector: 0.6,
     memory_latency_cycles: 860.0,
     stall_cycles_per_instruction: 12.0,
     launch_us: 2.5,
