@@ -93,6 +93,18 @@ struct tp_vec<4> {
     typedef float4 type;
     static TP_DEV float4 zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
     static TP_DEV float4 load(const float* a) { return __ldg(reinterpret_cast<const float4*>(a)); }
+    // The 4 floats at `a` where `live`, else zeros: one predicated load, no branch, so that the
+    // loads of several slots go out together (`a` is not read, and may be anything, where not
+    // live).
+    static TP_DEV float4 load_if(bool live, unsigned long long a) {
+        float4 v;
+        asm("{\n\t.reg .pred p;\n\tsetp.ne.s32 p, %4, 0;\n\tmov.f32 %0, 0f00000000;\n\t"
+            "mov.f32 %1, 0f00000000;\n\tmov.f32 %2, 0f00000000;\n\tmov.f32 %3, 0f00000000;\n\t"
+            "@p ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%5];\n\t}"
+            : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+            : "r"((int)live), "l"(a));
+        return v;
+    }
 };
 
 #ifndef TP_TF32
@@ -182,6 +194,14 @@ TP_DEV void tp_copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory
 TP_DEV void tp_copy_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 #endif
 
+// Lane `src`'s pointer p, as an integer (every lane of the warp calls it together).
+TP_DEV unsigned long long tp_shfl_ptr(const float* p, int src) {
+    const unsigned long long u = reinterpret_cast<unsigned long long>(p);
+    const unsigned int lo = __shfl_sync(0xffffffffu, (unsigned int)u, src);
+    const unsigned int hi = __shfl_sync(0xffffffffu, (unsigned int)(u >> 32), src);
+    return ((unsigned long long)hi << 32) | lo;
+}
+
 // One operand's share of the tile loads: SLOTS elements (or vectors) per thread and the values in
 // flight for the next tile. EDGE is the tile's extent along the lines (TP_BM or TP_BN). Threads
 // take consecutive line positions first (LINES of them: EDGE lines, or EDGE / VEC vectors of 4
@@ -196,7 +216,15 @@ struct tp_operand {
         SLOTS = (ELEMS + TP_BLOCK - 1) / TP_BLOCK,
         LINES = L::K_FAST ? EDGE : EDGE / VEC,
         K_STEP = TP_BLOCK / LINES,  // k rows (vectors along k when K_FAST) between slots
-        RUN = L::K_FAST && L::K_RUN % TP_BK == 0  // a K tile is one run of the line
+        RUN = L::K_FAST && L::K_RUN % TP_BK == 0,  // a K tile is one run of the line
+        // The tensor-core stages with a run of 4 vectors per line and K tile, each thread
+        // finding one line's run (256 lines): the lanes of a warp trade the runs' addresses
+        // (tp_shfl_ptr), so that 4 consecutive lanes load one line's 64 contiguous bytes and a
+        // warp's load covers 8 lines — 16 sectors of 4 cache lines, where each lane loading its
+        // own line's vector touched 32 half-used sectors of 16 lines. The stage holds the same
+        // elements either way (the arithmetic, and so every result, is unchanged).
+        QUAD = TP_TF32 && RUN && VEC == 4 && TP_BK / VEC == 4 && SLOTS == 4 && K_STEP == 1 &&
+               LINES % 32 == 0
     };
     static_assert(TP_BLOCK % LINES == 0, "one line per thread");
 #if TP_TF32
@@ -231,6 +259,25 @@ struct tp_operand {
     static TP_DEV bool slot_used(int s) {
         return ELEMS % TP_BLOCK == 0 || threadIdx.x + s * TP_BLOCK < ELEMS;
     }
+    // Where slot s's vector goes in the stage: line and k of its first element (QUAD: lane
+    // (8s + lane / 4)'s line, vector lane % 4; otherwise the thread's own line).
+    static TP_DEV int pos_mn(int s) {
+        if constexpr (QUAD) return threadIdx.x / 32 * 32 % LINES + 8 * s + threadIdx.x % 32 / 4;
+        else return slot_mn();
+    }
+    static TP_DEV int pos_k(int s) {
+        if constexpr (QUAD) return threadIdx.x % 4 * VEC;
+        else return slot_k(s);
+    }
+    // QUAD: the run holding slot s's vector (0: zeros), from the lane that found it (`r`: this
+    // lane's own run, null for zeros). Every lane of the warp calls it, with the same s.
+    static TP_DEV unsigned long long quad_run(const float* r, int s) {
+        return tp_shfl_ptr(r, 8 * s + threadIdx.x % 32 / 4);
+    }
+    // ... and the address of the vector in it.
+    static TP_DEV unsigned long long quad_vector(unsigned long long run, int s) {
+        return run + pos_k(s) * sizeof(float);
+    }
 
     TP_DEV void init(const L& l, int mn0, int extent) {
         live = mn0 + slot_mn() < extent;
@@ -258,7 +305,14 @@ struct tp_operand {
 
     // Global loads of the tile starting at k0 (elements at or past k_end are zero).
     TP_DEV void load(const L& l, int k0, int k_end) {
-        if constexpr (RUN) {
+        if constexpr (QUAD) {
+            const float* r = run(l, k0, k_end);
+            unsigned long long runs[SLOTS];
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) runs[s] = quad_run(r, s);
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) v[s] = V::load_if(runs[s] != 0, quad_vector(runs[s], s));
+        } else if constexpr (RUN) {
             const float* a = run(l, k0, k_end);
             if (a) {
 #pragma unroll
@@ -314,11 +368,10 @@ struct tp_operand {
     // tp_pack16), once, after the loads have landed. A vector is 4 consecutive elements of one
     // stage row either way (along k line-major, along the lines k-major): one 8-byte store.
     TP_DEV void store16(unsigned short* sh) const {
-        const int mn = slot_mn();
 #pragma unroll
         for (int s = 0; s < SLOTS; ++s) {
             if (!slot_used(s)) continue;
-            const int k = slot_k(s);
+            const int mn = pos_mn(s), k = pos_k(s);
             if constexpr (VEC == 1) {
                 sh[at(k, mn)] = tp_to16(v[s]);
             } else {
@@ -336,12 +389,22 @@ struct tp_operand {
     // copy; zeros (padding, rows past the extent, k at or past k_end) are stored directly. The
     // caller commits the group.
     TP_DEV void copy_async(const L& l, int k0, int k_end, float* sh) const {
-        const int mn = slot_mn();
+        if constexpr (QUAD) {
+            const float* r = run(l, k0, k_end);
 #pragma unroll
-        for (int s = 0; s < SLOTS; ++s) {
-            if (!slot_used(s)) continue;
-            const int k = slot_k(s);
-            tp_copy_async<VEC * 4>(sh + at(k, mn), address(l, k0, k_end, k));
+            for (int s = 0; s < SLOTS; ++s) {
+                const unsigned long long q = quad_run(r, s);
+                tp_copy_async<16>(sh + at(pos_k(s), pos_mn(s)),
+                                  q ? reinterpret_cast<const float*>(quad_vector(q, s)) : nullptr);
+            }
+        } else {
+            const int mn = slot_mn();
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                if (!slot_used(s)) continue;
+                const int k = slot_k(s);
+                tp_copy_async<VEC * 4>(sh + at(k, mn), address(l, k0, k_end, k));
+            }
         }
     }
 #endif

@@ -74,6 +74,7 @@ const HALVES: [(Precision, HalfFormat, &str); 2] = [
 
 use crate::gemm_case::{
     Case, convolution_cases, cpu_session, device_session, lowering, matmul, matrix_product_cases,
+    quad_launches, wide_convolution_cases,
 };
 use crate::trainer_runs::{assert_like_the_cpu, trained_mlp, variables};
 use towerpack::train::BackendChoice;
@@ -187,6 +188,31 @@ fn matrix_products_in_bf16_and_fp16_match_the_cpu_within_the_derived_bound() {
         }
     }
     eprintln!("matrix products: worst |err| / (β·S) = {worst:.3e}");
+}
+
+/// The 256-row tiles whose A stage the lanes of a warp fill with traded addresses (4 lanes per
+/// line, `kernels/gemm_core.cuh` QUAD; on 2 and 4 SMs: on 132 a convolution of 1,024 pixels
+/// takes smaller tiles) round and multiply what the CPU does, within the bound.
+#[test]
+fn convolutions_on_256_row_tiles_load_a_through_traded_addresses_within_the_bound() {
+    let c = wide_convolution_cases();
+    for (precision, _, define) in HALVES {
+        for sms in [2, 4] {
+            check(&c, sms, precision, define);
+            let step = c.step();
+            let program = device_session(&c.g, sms, precision)
+                .program(&step, c.batch)
+                .expect("program")
+                .clone();
+            let launches = gemm_launches(&program, sms);
+            assert!(
+                quad_launches(launches.iter().map(|(_, _, g)| g.as_str())) >= 2,
+                "{precision:?} on {sms} SMs: the forward and input-gradient convolutions should \
+                 take 256-row tiles with 128-bit loads: {:?}",
+                launches.iter().map(|(k, ..)| k).collect::<Vec<_>>()
+            );
+        }
+    }
 }
 
 #[test]

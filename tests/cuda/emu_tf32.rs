@@ -61,7 +61,7 @@ use towerpack::lower::{Precision, Program};
 
 use crate::gemm_case::{
     Case, conv_attrs, convolution_cases, cpu_session, device_session, lowering, matmul,
-    matrix_product_cases,
+    matrix_product_cases, quad_launches, wide_convolution_cases,
 };
 
 /// 1.0005·2⁻¹⁰ + (4K + 8)·2⁻²⁴: see the module docs.
@@ -160,6 +160,29 @@ fn the_three_convolutions_in_tf32_match_the_cpu_within_the_derived_bound() {
 }
 
 /// f32 values in [1, 2) whose low 13 bits are exactly half a TF32 ulp: `cvt.rna` rounds each up.
+/// The 256-row tiles whose A stage the lanes of a warp fill with traded addresses (4 lanes per
+/// line, `kernels/gemm_core.cuh` QUAD; on 2 and 4 SMs: on 132 a convolution of 1,024 pixels
+/// takes smaller tiles) multiply what the CPU multiplies, within the bound.
+#[test]
+fn convolutions_on_256_row_tiles_load_a_through_traded_addresses_within_the_bound() {
+    let c = wide_convolution_cases();
+    for sms in [2, 4] {
+        assert_eq!(check(&c, sms).len(), 3);
+        let step = c.step();
+        let program = device_session(&c.g, sms, Precision::Tf32)
+            .program(&step, c.batch)
+            .expect("program")
+            .clone();
+        let launches = gemm_launches(&program, sms);
+        assert!(
+            quad_launches(launches.iter().map(|(_, g)| g.as_str())) >= 2,
+            "on {sms} SMs the forward and input-gradient convolutions should take 256-row tiles \
+             with 128-bit loads: {:?}",
+            launches.iter().map(|(k, _)| k).collect::<Vec<_>>()
+        );
+    }
+}
+
 fn halfway(r: &mut ChaCha8Rng) -> f32 {
     f32::from_bits(0x3f80_0000 | (r.random_range(0u32..1024) << 13) | 0x1000)
 }

@@ -220,6 +220,50 @@ pub(crate) fn convolution_cases() -> Case {
     c
 }
 
+/// The convolutions of ResNet-20's first stage in small: 3×3 stride 1 (same padding), 16 to 16
+/// channels over 16×16 images, batch 4 (M = 1,024 pixels): their forward and input-gradient
+/// GEMMs take 256-row tiles, whose channels-fast operand the lanes of a warp load with
+/// addresses traded (`tp_operand` QUAD, `kernels/gemm_core.cuh`). 3 GEMMs.
+pub(crate) fn wide_convolution_cases() -> Case {
+    let (batch, h, w, ch) = (4, 16, 16, 16);
+    let mut c = Case::new(5, batch);
+    let attrs = conv_attrs(1, Padding::Same);
+    let x = c.input(&[h, w, ch]);
+    let filter = c.constant(&[3, 3, ch, ch]);
+    c.gemm("conv_16", Op::Conv2d(attrs), &[x, filter], 9 * ch);
+    let dy = c.input(&[h, w, ch]);
+    c.gemm(
+        "backprop_input_16",
+        Op::Conv2dBackpropInput {
+            attrs,
+            input_hw: [h, w],
+        },
+        &[dy, filter],
+        9 * ch,
+    );
+    c.gemm(
+        "backprop_filter_16",
+        Op::Conv2dBackpropFilter {
+            attrs,
+            filter_hw: [3, 3],
+        },
+        &[x, dy],
+        batch * h * w,
+    );
+    c
+}
+
+/// How many of `generated` (rendered GEMM launches) have 256-row tiles with 128-bit loads of A:
+/// the launches whose A stage the lanes of a warp fill with traded addresses.
+pub(crate) fn quad_launches<'a>(generated: impl IntoIterator<Item = &'a str>) -> usize {
+    generated
+        .into_iter()
+        .filter(|g| {
+            g.contains("#define TP_BM ((int)256)") && g.contains("#define TP_VEC_A ((int)4)")
+        })
+        .count()
+}
+
 /// A matrix product with the given transposes.
 pub(crate) fn matmul(transpose_a: bool, transpose_b: bool) -> Op {
     Op::MatMul {
