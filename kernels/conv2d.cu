@@ -34,6 +34,35 @@ struct tp_conv_fwd_a {
         if (ih < 0 || ih >= TP_IN_H || iw < 0 || iw >= TP_IN_W) return nullptr;
         return l.image + ((tp_idx)ih * TP_IN_W + iw) * TP_IN_C + ci;
     }
+#if TP_WINDOW
+    // The window of a row tile (kernels/gemm_core.cuh tp_window; stride and dilation 1, the
+    // tile TP_BM / TP_OUT_W whole output rows of one image): input rows oh0 - pad_top .. and
+    // columns -pad_left .., what the taps of those rows read.
+    enum {
+        WIN_H = TP_BM / TP_OUT_W + TP_K_H - 1,
+        WIN_W = TP_OUT_W + TP_K_W - 1,
+        WIN_C = TP_CG,
+        WIN_K = TP_K_H * TP_K_W * TP_CG
+    };
+    static_assert(TP_STRIDE_H == 1 && TP_STRIDE_W == 1 && TP_DIL_H == 1 && TP_DIL_W == 1 &&
+                      TP_BM % TP_OUT_W == 0 && TP_OUT_H * TP_OUT_W % TP_BM == 0,
+                  "a window of whole output rows");
+    // The window pixel of tap (0, 0) of the tile's row mm, and the pixel offset and first
+    // channel of the K tile starting at k.
+    static TP_DEV int win_row(int mm) { return mm / TP_OUT_W * WIN_W + mm % TP_OUT_W; }
+    static TP_DEV int win_tap(int k) {
+        const int t = k / TP_CG;
+        return t / TP_K_W * WIN_W + t % TP_K_W;
+    }
+    static TP_DEV int win_channel(int k) { return k % TP_CG; }
+    // The channels of window pixel px of the tile starting at row m0, or null past the image.
+    TP_DEV const float* win_source(int m0, int px) const {
+        const int n = m0 / (TP_OUT_H * TP_OUT_W), oh0 = m0 / TP_OUT_W % TP_OUT_H;
+        const int ih = oh0 - TP_PAD_TOP + px / WIN_W, iw = px % WIN_W - TP_PAD_LEFT;
+        if (ih < 0 || ih >= TP_IN_H || iw < 0 || iw >= TP_IN_W) return nullptr;
+        return x + (((tp_idx)n * TP_IN_H + ih) * TP_IN_W + iw) * TP_IN_C;
+    }
+#endif
 };
 
 struct tp_conv_fwd_b {

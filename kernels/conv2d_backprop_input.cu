@@ -92,6 +92,34 @@ struct tp_conv_bwd_input_a {
         if (oh < 0 || ow < 0 || oh >= TP_OUT_H || ow >= TP_OUT_W) return nullptr;
         return l.image + ((tp_idx)oh * TP_OUT_W + ow) * TP_OUT_C + co;
     }
+#if TP_WINDOW
+    // The window of a row tile (kernels/gemm_core.cuh tp_window; stride and dilation 1, the
+    // tile TP_BM / TP_IN_W whole input rows of one image): the rows h0 + pad_top - (K_H - 1) ..
+    // and columns pad_left - (K_W - 1) .. of dy, what the taps of those rows read (a tap
+    // (kh, kw) of row (r, w) reads window pixel (r + K_H - 1 - kh, w + K_W - 1 - kw)).
+    enum {
+        WIN_H = TP_BM / TP_IN_W + TP_K_H - 1,
+        WIN_W = TP_IN_W + TP_K_W - 1,
+        WIN_C = TP_OG,
+        WIN_K = TP_K_H * TP_K_W * TP_OG
+    };
+    static_assert(TP_STRIDE_H == 1 && TP_STRIDE_W == 1 && TP_DIL_H == 1 && TP_DIL_W == 1 &&
+                      TP_BM % TP_IN_W == 0 && TP_IN_H * TP_IN_W % TP_BM == 0,
+                  "a window of whole input rows");
+    static TP_DEV int win_row(int mm) { return mm / TP_IN_W * WIN_W + mm % TP_IN_W; }
+    static TP_DEV int win_tap(int k) {
+        const int t = k / TP_OG;
+        return (TP_K_H - 1 - t / TP_K_W) * WIN_W + (TP_K_W - 1 - t % TP_K_W);
+    }
+    static TP_DEV int win_channel(int k) { return k % TP_OG; }
+    TP_DEV const float* win_source(int m0, int px) const {
+        const int n = m0 / (TP_IN_H * TP_IN_W), h0 = m0 / TP_IN_W % TP_IN_H;
+        const int oh = h0 + TP_PAD_TOP - (TP_K_H - 1) + px / WIN_W;
+        const int ow = TP_PAD_LEFT - (TP_K_W - 1) + px % WIN_W;
+        if (oh < 0 || oh >= TP_OUT_H || ow < 0 || ow >= TP_OUT_W) return nullptr;
+        return dy + (((tp_idx)n * TP_OUT_H + oh) * TP_OUT_W + ow) * TP_OUT_C;
+    }
+#endif
 };
 
 struct tp_conv_bwd_input_b {

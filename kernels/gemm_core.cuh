@@ -596,6 +596,174 @@ TP_DEV void tp_mma_tf32(float c[4], const unsigned int a[4], const unsigned int 
 }
 #endif
 
+#ifndef TP_WINDOW
+#define TP_WINDOW 0
+#endif
+#if TP_WINDOW
+// The window variant (TP_WINDOW = 1; render/fixed.rs chooses it for convolutions of stride 1
+// whose row tiles are whole rows of one image, whose K tiles are 16 channels of one tap, and
+// whose K is not split). Every tap of such a tile reads pixels of one window of the input:
+// LA::WIN_H rows of LA::WIN_W pixels (the tile's rows and the filter's reach around them). The
+// pipelined core loaded the tile's 256 pixels once per tap (nine times over for 3x3) with a wait
+// and a barrier per K tile; here the block loads the window once (LA::win_source: a pixel's
+// channels, or zeros past the image's edge), and B — all of K by TP_BN, as K / TP_BK consecutive
+// stages of tp_operand's layout — with it, then waits once, and the K loop only reads shared
+// memory and multiplies: K tile k's A fragment rows are the window pixels
+// LA::win_row(m) + LA::win_tap(k), channel LA::win_channel(k) on. The window is pixel-major with
+// a pixel's channels contiguous, padded by 4 floats (TF32) or 8 halves (bf16/f16) so that the 8
+// rows of a fragment read hit distinct banks; the 16-bit window holds the operands rounded as
+// the stages do (cvt.rn, once), TF32's the f32 values (rounded on the fragment reads). The
+// products and their order are the pipelined core's: the same bits.
+template <class LA, class LB>
+struct tp_window {
+    typedef tp_operand<LB, TP_BN> OB;
+#if TP_ROUND
+    typedef unsigned short Elem;
+#else
+    typedef float Elem;
+#endif
+    enum {
+        C = LA::WIN_C,
+        ROW = C + (TP_ROUND ? 8 : 4),  // elements per window pixel
+        PIXELS = LA::WIN_H * LA::WIN_W,
+        VECS = PIXELS * (C / 4),  // 16-byte source vectors of the window
+        TILES = LA::WIN_K / TP_BK,
+        // Floats of the window, then of B's stages (each a whole number of 16-byte pieces).
+        WIN_FLOATS = (PIXELS * ROW * (int)sizeof(Elem) / 4 + 3) / 4 * 4,
+        B_FLOATS = TILES * OB::STAGE * (int)sizeof(Elem) / 4,
+        FLOATS = WIN_FLOATS + B_FLOATS
+    };
+    static_assert(C % TP_BK == 0 && LA::WIN_K % TP_BK == 0, "a K tile is 16 channels of one tap");
+    static_assert(TP_SPLIT_K == 1, "the window serves all of K");
+    static_assert(OB::STAGE * (int)sizeof(Elem) % 16 == 0, "B's stages stay 16-byte aligned");
+
+    // Loads the window and B into shared memory (`smem`: FLOATS floats) and waits for them.
+    static TP_DEV void fill(const LA& la, const LB& lb, int N, int m0, int n0, float* smem) {
+        Elem* win = reinterpret_cast<Elem*>(smem);
+        Elem* bs = reinterpret_cast<Elem*>(smem + WIN_FLOATS);
+        OB b;
+        b.init(lb, n0, N);
+#if TP_ROUND
+        // Through registers (cp.async cannot convert): every vector of the window in flight at
+        // once, then rounded into it; B in groups of 3 K tiles.
+        constexpr int PER = (VECS + TP_BLOCK - 1) / TP_BLOCK;
+        float4 v[PER];
+#pragma unroll
+        for (int j = 0; j < PER; ++j) {
+            const int e = threadIdx.x + j * TP_BLOCK, px = e / (C / 4), q = e % (C / 4);
+            const float* src = e < VECS ? la.win_source(m0, px) : nullptr;
+            v[j] = tp_vec<4>::load_if(src != nullptr,
+                                      reinterpret_cast<unsigned long long>(src) + 16ull * q);
+        }
+#pragma unroll
+        for (int j = 0; j < PER; ++j) {
+            const int e = threadIdx.x + j * TP_BLOCK, px = e / (C / 4), q = e % (C / 4);
+            if (e < VECS)
+                *reinterpret_cast<uint2*>(win + px * ROW + 4 * q) =
+                    make_uint2(tp_pack16(v[j].x, v[j].y), tp_pack16(v[j].z, v[j].w));
+        }
+        constexpr int GROUP = 3;
+#pragma unroll
+        for (int t0 = 0; t0 < TILES; t0 += GROUP) {
+            OB part[GROUP];
+#pragma unroll
+            for (int d = 0; d < GROUP; ++d) {
+                if (t0 + d < TILES) {
+                    part[d] = b;
+                    part[d].load(lb, (t0 + d) * TP_BK, LA::WIN_K);
+                }
+            }
+#pragma unroll
+            for (int d = 0; d < GROUP; ++d)
+                if (t0 + d < TILES) part[d].store16(bs + (t0 + d) * OB::STAGE);
+        }
+#else
+        for (int e = threadIdx.x; e < VECS; e += TP_BLOCK) {
+            const int px = e / (C / 4), q = e % (C / 4);
+            const float* src = la.win_source(m0, px);
+            tp_copy_async<16>(win + px * ROW + 4 * q, src ? src + 4 * q : nullptr);
+        }
+#pragma unroll 1
+        for (int kt = 0; kt < TILES; ++kt) b.copy_async(lb, kt * TP_BK, LA::WIN_K, bs + kt * OB::STAGE);
+        tp_copy_commit();
+        tp_copy_wait_all();
+#endif
+        __syncthreads();
+    }
+
+    // c += the tile's products over all of K, from the window and B's stages (after fill).
+    static TP_DEV void multiply(const float* smem, float c[TP_MI][TP_NI][4], int wm0, int wn0) {
+        const Elem* win = reinterpret_cast<const Elem*>(smem);
+        const Elem* bs = reinterpret_cast<const Elem*>(smem + WIN_FLOATS);
+        const int lane = threadIdx.x % 32;
+#if TP_ROUND
+        // This lane's ldmatrix rows, as in the pipelined core: A's rows are window pixels.
+        int a_row[TP_MI];
+#pragma unroll
+        for (int i = 0; i < TP_MI; ++i)
+            a_row[i] = LA::win_row(wm0 + i * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * ROW +
+                       (lane >> 4) * 8;
+        const int b_at = OB::LINE_MAJOR ? OB::at(((lane >> 3) & 1) * 8, wn0 + (lane & 7))
+                                        : OB::at((lane & 7) + ((lane >> 3) & 1) * 8, wn0);
+#pragma unroll 1
+        for (int kt = 0; kt < TILES; ++kt) {
+            const int off = LA::win_tap(kt * TP_BK) * ROW + LA::win_channel(kt * TP_BK);
+            unsigned int af[TP_MI][4], bf[TP_NI][2];
+#pragma unroll
+            for (int i = 0; i < TP_MI; ++i) tp_ldmatrix_x4(af[i], win + a_row[i] + off);
+#pragma unroll
+            for (int j = 0; j < TP_NI; ++j) {
+                const Elem* row = bs + kt * OB::STAGE + b_at + OB::at(0, j * 8);
+                if constexpr (OB::LINE_MAJOR) tp_ldmatrix_x2(bf[j], row);
+                else tp_ldmatrix_x2_trans(bf[j], row);
+            }
+#pragma unroll
+            for (int i = 0; i < TP_MI; ++i)
+#pragma unroll
+                for (int j = 0; j < TP_NI; ++j) tp_mma16(c[i][j], af[i], bf[j]);
+        }
+#else
+        const int g = lane / 4, t = lane % 4;
+        // This lane's fragment rows g and g + 8 of each of its TP_MI fragments, at its k = t.
+        int a_lo[TP_MI], a_hi[TP_MI];
+#pragma unroll
+        for (int i = 0; i < TP_MI; ++i) {
+            a_lo[i] = LA::win_row(wm0 + i * 16 + g) * ROW + t;
+            a_hi[i] = LA::win_row(wm0 + i * 16 + g + 8) * ROW + t;
+        }
+        const int b_frag = OB::at(t, wn0 + g);
+#pragma unroll 1
+        for (int kt = 0; kt < TILES; ++kt) {
+            const int off = LA::win_tap(kt * TP_BK) * ROW + LA::win_channel(kt * TP_BK);
+            const float* sb = bs + kt * OB::STAGE + b_frag;
+#pragma unroll
+            for (int ks = 0; ks < TP_BK; ks += 8) {
+                unsigned int af[TP_MI][4], bf[TP_NI][2];
+#pragma unroll
+                for (int i = 0; i < TP_MI; ++i) {
+                    af[i][0] = tp_tf32(win[a_lo[i] + off + ks]);
+                    af[i][1] = tp_tf32(win[a_hi[i] + off + ks]);
+                    af[i][2] = tp_tf32(win[a_lo[i] + off + ks + 4]);
+                    af[i][3] = tp_tf32(win[a_hi[i] + off + ks + 4]);
+                }
+#pragma unroll
+                for (int j = 0; j < TP_NI; ++j) {
+                    bf[j][0] = tp_tf32(sb[OB::at(ks, j * 8)]);
+                    bf[j][1] = tp_tf32(sb[OB::at(ks + 4, j * 8)]);
+                }
+#pragma unroll
+                for (int i = 0; i < TP_MI; ++i)
+#pragma unroll
+                    for (int j = 0; j < TP_NI; ++j) tp_mma_tf32(c[i][j], af[i], bf[j]);
+            }
+        }
+#endif
+        // Every warp is past its last read before the window becomes the accumulator tile.
+        __syncthreads();
+    }
+};
+#endif
+
 // acc = A[m0.., k0..k1) . B[k0..k1), n0..] for the block's tile (rows >= M, columns >= N and
 // k >= k1 read as zeros), products of tf32-rounded operands on the tensor cores (with TP_ROUND:
 // of bf16/f16 operands, natively).
@@ -614,7 +782,11 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
     // Floats of the two stages of each operand (each stage a whole number of 16-byte pieces).
     constexpr int STAGE_A = OA::STAGE * (int)sizeof(Elem) / 4, STAGE_B = OB::STAGE * (int)sizeof(Elem) / 4;
     static_assert(STAGE_A % 4 == 0 && STAGE_B % 4 == 0, "stages stay 16-byte aligned");
+#if TP_WINDOW
+    constexpr int STAGES = tp_window<LA, LB>::FLOATS;  // the window and all of B
+#else
     constexpr int STAGES = 2 * (STAGE_A + STAGE_B);
+#endif
     // The stages while K runs, then the accumulator tile.
     __shared__ __align__(16) float smem[STAGES > C_FLOATS ? STAGES : C_FLOATS];
     // Stage `i` of A and of B (no array of pointers: indexed by the loop's stage it would live
@@ -624,10 +796,12 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int g = lane / 4, t = lane % 4;
     const int wm0 = warp / TP_WARPS_N * TP_WM, wn0 = warp % TP_WARPS_N * TP_WN;
+#if !TP_WINDOW
     OA a;
     OB b;
     a.init(la, m0, M);
     b.init(lb, n0, N);
+#endif
     float c[TP_MI][TP_NI][4];
 #pragma unroll
     for (int i = 0; i < TP_MI; ++i)
@@ -635,7 +809,10 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
         for (int j = 0; j < TP_NI; ++j)
 #pragma unroll
             for (int r = 0; r < 4; ++r) c[i][j][r] = 0.0f;
-#if TP_ROUND
+#if TP_WINDOW
+    tp_window<LA, LB>::fill(la, lb, N, m0, n0, smem);
+    tp_window<LA, LB>::multiply(smem, c, wm0, wn0);
+#elif TP_ROUND
     static_assert(TP_BK == 16, "one m16n8k16 per K tile");
     // The SIMT core's pipeline (cp.async cannot convert): the next tile's global loads are in
     // flight in registers while the block computes on the current stage, then they are rounded

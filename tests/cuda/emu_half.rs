@@ -73,8 +73,8 @@ const HALVES: [(Precision, HalfFormat, &str); 2] = [
 ];
 
 use crate::gemm_case::{
-    Case, convolution_cases, cpu_session, device_session, lowering, matmul, matrix_product_cases,
-    quad_launches, wide_convolution_cases,
+    Case, convolution_cases, cpu_session, device_session, device_session_with, lowering, matmul,
+    matrix_product_cases, quad_launches, wide_convolution_cases, window_launches,
 };
 use crate::trainer_runs::{assert_like_the_cpu, trained_mlp, variables};
 use towerpack::train::BackendChoice;
@@ -191,20 +191,16 @@ fn matrix_products_in_bf16_and_fp16_match_the_cpu_within_the_derived_bound() {
 }
 
 /// The 256-row tiles whose A stage the lanes of a warp fill with traded addresses (4 lanes per
-/// line, `kernels/gemm_core.cuh` QUAD; on 2 and 4 SMs: on 132 a convolution of 1,024 pixels
-/// takes smaller tiles) round and multiply what the CPU does, within the bound.
+/// line, `kernels/gemm_core.cuh` QUAD; on 4 and 8 SMs, where the 2,048-pixel convolutions
+/// split K: on 132 they take smaller tiles) round and multiply what the CPU does, within the
+/// bound.
 #[test]
 fn convolutions_on_256_row_tiles_load_a_through_traded_addresses_within_the_bound() {
     let c = wide_convolution_cases();
     for (precision, _, define) in HALVES {
-        for sms in [2, 4] {
+        for sms in [4, 8] {
             check(&c, sms, precision, define);
-            let step = c.step();
-            let program = device_session(&c.g, sms, precision)
-                .program(&step, c.batch)
-                .expect("program")
-                .clone();
-            let launches = gemm_launches(&program, sms);
+            let launches = gemm_launches(&half_program(&c, sms, precision), sms);
             assert!(
                 quad_launches(launches.iter().map(|(_, _, g)| g.as_str())) >= 2,
                 "{precision:?} on {sms} SMs: the forward and input-gradient convolutions should \
@@ -213,6 +209,48 @@ fn convolutions_on_256_row_tiles_load_a_through_traded_addresses_within_the_boun
             );
         }
     }
+}
+
+/// Convolutions whose row tiles are whole rows of one image read A through a window loaded once
+/// per block and rounded as it is stored (`kernels/gemm_core.cuh` tp_window; on 1-3 SMs, where
+/// K is not split): within the bound of the CPU in the same precision, and bitwise what the
+/// pipelined core computes (`conv_windows` off).
+#[test]
+fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() {
+    let c = wide_convolution_cases();
+    let step = c.step();
+    for (precision, _, define) in HALVES {
+        for sms in [1, 3] {
+            check(&c, sms, precision, define);
+            let launches = gemm_launches(&half_program(&c, sms, precision), sms);
+            assert!(
+                window_launches(launches.iter().map(|(_, _, g)| g.as_str())) >= 2,
+                "{precision:?} on {sms} SMs: the forward and input-gradient convolutions should \
+                 read a window"
+            );
+            let got = device_session_with(&c.g, sms, precision, true)
+                .run(&step, &c.feeds)
+                .expect("device step");
+            let pipelined = device_session_with(&c.g, sms, precision, false)
+                .run(&step, &c.feeds)
+                .expect("device step");
+            for (i, (a, b)) in got.iter().zip(&pipelined).enumerate() {
+                assert!(
+                    a.to_le_bytes() == b.to_le_bytes(),
+                    "{precision:?}, fetch {i} on {sms} SMs: the window and the pipelined core \
+                     differ"
+                );
+            }
+        }
+    }
+}
+
+/// The program of `c` in `precision` as a device of `sms` SMs lowers it.
+fn half_program(c: &Case, sms: u32, precision: Precision) -> Program {
+    device_session(&c.g, sms, precision)
+        .program(&c.step(), c.batch)
+        .expect("program")
+        .clone()
 }
 
 #[test]

@@ -60,8 +60,8 @@ use towerpack::ir::*;
 use towerpack::lower::{Precision, Program};
 
 use crate::gemm_case::{
-    Case, conv_attrs, convolution_cases, cpu_session, device_session, lowering, matmul,
-    matrix_product_cases, quad_launches, wide_convolution_cases,
+    Case, conv_attrs, convolution_cases, cpu_session, device_session, device_session_with,
+    lowering, matmul, matrix_product_cases, quad_launches, wide_convolution_cases, window_launches,
 };
 
 /// 1.0005·2⁻¹⁰ + (4K + 8)·2⁻²⁴: see the module docs.
@@ -161,26 +161,59 @@ fn the_three_convolutions_in_tf32_match_the_cpu_within_the_derived_bound() {
 
 /// f32 values in [1, 2) whose low 13 bits are exactly half a TF32 ulp: `cvt.rna` rounds each up.
 /// The 256-row tiles whose A stage the lanes of a warp fill with traded addresses (4 lanes per
-/// line, `kernels/gemm_core.cuh` QUAD; on 2 and 4 SMs: on 132 a convolution of 1,024 pixels
-/// takes smaller tiles) multiply what the CPU multiplies, within the bound.
+/// line, `kernels/gemm_core.cuh` QUAD; on 4 and 8 SMs, where the 2,048-pixel convolutions
+/// split K: on 132 they take smaller tiles) multiply what the CPU multiplies, within the bound.
 #[test]
 fn convolutions_on_256_row_tiles_load_a_through_traded_addresses_within_the_bound() {
     let c = wide_convolution_cases();
-    for sms in [2, 4] {
+    for sms in [4, 8] {
         assert_eq!(check(&c, sms).len(), 3);
-        let step = c.step();
-        let program = device_session(&c.g, sms, Precision::Tf32)
-            .program(&step, c.batch)
-            .expect("program")
-            .clone();
-        let launches = gemm_launches(&program, sms);
+        let launches = gemm_launches(&tf32_program(&c, sms, true), sms);
+        let generated = || launches.iter().map(|(_, g)| g.as_str());
         assert!(
-            quad_launches(launches.iter().map(|(_, g)| g.as_str())) >= 2,
+            quad_launches(generated()) >= 2,
             "on {sms} SMs the forward and input-gradient convolutions should take 256-row tiles \
              with 128-bit loads: {:?}",
             launches.iter().map(|(k, _)| k).collect::<Vec<_>>()
         );
     }
+}
+
+/// Convolutions whose row tiles are whole rows of one image read A through a window loaded once
+/// per block (`kernels/gemm_core.cuh` tp_window; on 1-3 SMs, where K is not split): within the
+/// bound of the CPU, and bitwise what the pipelined core computes (`conv_windows` off).
+#[test]
+fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() {
+    let c = wide_convolution_cases();
+    let step = c.step();
+    for sms in [1, 3] {
+        assert_eq!(check(&c, sms).len(), 3);
+        let with = gemm_launches(&tf32_program(&c, sms, true), sms);
+        assert!(
+            window_launches(with.iter().map(|(_, g)| g.as_str())) >= 2,
+            "on {sms} SMs the forward and input-gradient convolutions should read a window"
+        );
+        let got = device_session_with(&c.g, sms, Precision::Tf32, true)
+            .run(&step, &c.feeds)
+            .expect("device step");
+        let pipelined = device_session_with(&c.g, sms, Precision::Tf32, false)
+            .run(&step, &c.feeds)
+            .expect("device step");
+        for (i, (a, b)) in got.iter().zip(&pipelined).enumerate() {
+            assert!(
+                a.to_le_bytes() == b.to_le_bytes(),
+                "fetch {i} on {sms} SMs: the window and the pipelined core differ"
+            );
+        }
+    }
+}
+
+/// The TF32 program of `c` as a device of `sms` SMs lowers it.
+fn tf32_program(c: &Case, sms: u32, conv_windows: bool) -> Program {
+    device_session_with(&c.g, sms, Precision::Tf32, conv_windows)
+        .program(&c.step(), c.batch)
+        .expect("program")
+        .clone()
 }
 
 fn halfway(r: &mut ChaCha8Rng) -> f32 {

@@ -69,6 +69,25 @@ impl Case {
         self.input_with(dims, |r| r.random_range(-2.0f32..2.0))
     }
 
+    /// An input of exactly `dims` (no batch axis), uniform in [-1, 1): a filter the program
+    /// cannot fold, so a 16-bit GEMM rounds it itself as it does a variable.
+    pub(crate) fn unbatched_input(&mut self, dims: &[usize]) -> Value {
+        let name = self.g.unique_name("in");
+        let ty = TensorType::new(DType::F32, Shape::fixed(dims));
+        let op = Op::Input {
+            name: name.clone(),
+            ty,
+        };
+        let id = self.g.add_node(&name, op, &[]).expect("input");
+        let n: usize = dims.iter().product();
+        let data = (0..n)
+            .map(|_| self.rng.random_range(-1.0f32..1.0))
+            .collect();
+        self.feeds
+            .push((id, HostTensor::from_f32(dims, data).expect("sized")));
+        Value::first(id)
+    }
+
     /// A constant of `dims`, uniform in [-1, 1).
     pub(crate) fn constant(&mut self, dims: &[usize]) -> Value {
         let n: usize = dims.iter().product();
@@ -105,10 +124,21 @@ pub(crate) fn lowering(precision: Precision) -> LowerOptions {
 
 /// A session on the test device (emulated: reporting `multiprocessors` SMs) in `precision`.
 pub(crate) fn device_session(g: &Graph, multiprocessors: u32, precision: Precision) -> CudaSession {
+    device_session_with(g, multiprocessors, precision, true)
+}
+
+/// [`device_session`] with convolution windows on or off (`CudaOptions::conv_windows`).
+pub(crate) fn device_session_with(
+    g: &Graph,
+    multiprocessors: u32,
+    precision: Precision,
+    conv_windows: bool,
+) -> CudaSession {
     cuda_common::require_nvrtc();
     let options = CudaOptions {
         cache_dir: None,
         lower: lowering(precision),
+        conv_windows,
         ..CudaOptions::default()
     };
     match cuda_common::test_device() {
@@ -221,15 +251,17 @@ pub(crate) fn convolution_cases() -> Case {
 }
 
 /// The convolutions of ResNet-20's first stage in small: 3×3 stride 1 (same padding), 16 to 16
-/// channels over 16×16 images, batch 4 (M = 1,024 pixels): their forward and input-gradient
+/// channels over 16×16 images, batch 8 (M = 2,048 pixels): their forward and input-gradient
 /// GEMMs take 256-row tiles, whose channels-fast operand the lanes of a warp load with
-/// addresses traded (`tp_operand` QUAD, `kernels/gemm_core.cuh`). 3 GEMMs.
+/// addresses traded (`tp_operand` QUAD, `kernels/gemm_core.cuh`) or through a window
+/// (`tp_window`), depending on the SM count. The filter is an input, not a constant, so that
+/// 16-bit GEMMs round both operands themselves. 3 GEMMs.
 pub(crate) fn wide_convolution_cases() -> Case {
-    let (batch, h, w, ch) = (4, 16, 16, 16);
+    let (batch, h, w, ch) = (8, 16, 16, 16);
     let mut c = Case::new(5, batch);
     let attrs = conv_attrs(1, Padding::Same);
     let x = c.input(&[h, w, ch]);
-    let filter = c.constant(&[3, 3, ch, ch]);
+    let filter = c.unbatched_input(&[3, 3, ch, ch]);
     c.gemm("conv_16", Op::Conv2d(attrs), &[x, filter], 9 * ch);
     let dy = c.input(&[h, w, ch]);
     c.gemm(
@@ -253,14 +285,26 @@ pub(crate) fn wide_convolution_cases() -> Case {
     c
 }
 
-/// How many of `generated` (rendered GEMM launches) have 256-row tiles with 128-bit loads of A:
-/// the launches whose A stage the lanes of a warp fill with traded addresses.
+/// How many of `generated` (rendered GEMM launches) have 256-row tiles with 128-bit loads of A
+/// through the pipelined stages: the launches whose A stage the lanes of a warp fill with
+/// traded addresses.
 pub(crate) fn quad_launches<'a>(generated: impl IntoIterator<Item = &'a str>) -> usize {
     generated
         .into_iter()
         .filter(|g| {
-            g.contains("#define TP_BM ((int)256)") && g.contains("#define TP_VEC_A ((int)4)")
+            g.contains("#define TP_BM ((int)256)")
+                && g.contains("#define TP_VEC_A ((int)4)")
+                && !g.contains("#define TP_WINDOW 1")
         })
+        .count()
+}
+
+/// How many of `generated` (rendered GEMM launches) read A through a shared-memory window
+/// (`TP_WINDOW`, `kernels/gemm_core.cuh` tp_window).
+pub(crate) fn window_launches<'a>(generated: impl IntoIterator<Item = &'a str>) -> usize {
+    generated
+        .into_iter()
+        .filter(|g| g.contains("#define TP_WINDOW 1"))
         .count()
 }
 

@@ -83,6 +83,8 @@ pub struct Prepared {
     staging: HashMap<(usize, BufferId), DevicePtr>,
     state: Vec<DevicePtr>,
     submissions: Vec<Submission>,
+    /// [`CudaOptions::conv_windows`](super::CudaOptions::conv_windows), as the kernels render.
+    conv_windows: bool,
 }
 
 fn kernel_error(k: &Kernel, e: impl std::fmt::Display) -> BackendError {
@@ -147,13 +149,15 @@ impl AddressOf for KernelAddresses<'_> {
 }
 
 impl Prepared {
-    /// Places, renders, compiles and loads `program`; `memory` is the session's device memory.
+    /// Places, renders, compiles and loads `program`; `memory` is the session's device memory,
+    /// `conv_windows` [`CudaOptions::conv_windows`](super::CudaOptions::conv_windows).
     pub fn new(
         program: Program,
         driver: &dyn Driver,
         compiler: &Compiler,
         modules: &mut ModuleCache,
         memory: &SessionMemory,
+        conv_windows: bool,
     ) -> Result<Prepared, BackendError> {
         let devices = driver.devices();
         let needed = program.devices().max(program.arena_bytes.len());
@@ -190,6 +194,7 @@ impl Prepared {
             staging: HashMap::new(),
             state: memory.state.to_vec(),
             submissions: Vec::new(),
+            conv_windows,
         };
         prepared.allocate_staging(driver)?;
         let waited: BTreeSet<u32> = prepared.program.waits.iter().flatten().copied().collect();
@@ -315,6 +320,7 @@ impl Prepared {
         // without them BF16/FP16 GEMMs take the SIMT tiles (which round their operands too).
         let target = Target {
             tensor_cores: arch.0 >= 80,
+            windows: self.conv_windows,
             ..driver
                 .multiprocessors(device)
                 .map_or_else(Target::default, Target::with_multiprocessors)

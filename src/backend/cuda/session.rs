@@ -18,6 +18,7 @@ use super::error::CudaError;
 use super::graph::{GraphState, StepContext, StepGraph, Writeback, submit_writebacks};
 use super::nvrtc::{self, Compiler};
 use super::prepared::{ModuleCache, Prepared, SessionMemory};
+use super::render::launch;
 use crate::backend::binding::{self, ProgramCache};
 pub use crate::backend::poison::PoisonScratch;
 use crate::backend::{BackendError, Collective, Feed, Session, Step};
@@ -42,6 +43,12 @@ pub struct CudaOptions {
     /// Scratch poisoning on a GPU (emulated devices poison at least once, whatever this says).
     /// Default: [`PoisonScratch::from_environment`].
     pub poison_scratch: PoisonScratch,
+    /// Let convolutions of stride 1 read their channels-fast operand through a shared-memory
+    /// window loaded once per block, rather than once per filter tap, where the launch allows
+    /// (`kernels/gemm_core.cuh` tp_window; tensor-core precisions). The results are bitwise
+    /// the same either way. Default: on, unless `TOWERPACK_CUDA_WINDOWS` is `0`, `off` or
+    /// `false` (to compare the two on a GPU with one build; [`launch::WINDOWS_ENV`]).
+    pub conv_windows: bool,
 }
 
 impl Default for CudaOptions {
@@ -53,6 +60,7 @@ impl Default for CudaOptions {
             cache_dir: nvrtc::default_cache_dir(),
             graphs: true,
             poison_scratch: PoisonScratch::from_environment(),
+            conv_windows: launch::windows_from_environment(),
         }
     }
 }
@@ -228,6 +236,7 @@ impl CudaSession {
             &self.compiler,
             &mut self.modules,
             &memory,
+            self.options.conv_windows,
         )?;
         if self.poison >= PoisonScratch::AtAllocation {
             prepared.poison_scratch(&*self.driver)?;

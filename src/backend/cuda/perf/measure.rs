@@ -71,6 +71,7 @@ pub fn measure(
         compiler,
         &mut ModuleCache::new(),
         &memory,
+        crate::backend::cuda::render::launch::windows_from_environment(),
     )?;
     let mut seen: HashMap<(ModuleId, LaunchDims), (BlockCounts, u32)> = HashMap::new();
     let mut out = Vec::new();

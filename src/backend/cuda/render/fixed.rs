@@ -46,6 +46,63 @@ struct Gemm {
     /// A strided input gradient's phases ([`DgradPhases`]): independent GEMMs of `m` rows and
     /// at most `k` laid side by side along the grid's x, the tile's row blocks once per phase.
     phases: Option<DgradPhases>,
+    /// A convolution whose A operand may be read through a shared-memory window
+    /// ([`ConvWindow`]), where the chosen launch allows.
+    window: Option<ConvWindow>,
+}
+
+/// The window of `kernels/gemm_core.cuh`'s `tp_window`: a convolution of stride and dilation 1
+/// whose A rows are `rows × width` pixels per image (output pixels of the forward convolution,
+/// input pixels of the input gradient) and whose K is `taps × channels` with the channels
+/// (of a pixel of A's source) a multiple of the K tile. A row tile of whole rows of one image
+/// reads one window of `tile rows + kh - 1` rows of `width + kw - 1` pixels for all its taps,
+/// which the block then loads once instead of once per tap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ConvWindow {
+    rows: usize,
+    width: usize,
+    kh: usize,
+    kw: usize,
+    channels: usize,
+}
+
+impl ConvWindow {
+    /// The window of `cg`'s forward convolution (`input_gradient`: of its input gradient), if
+    /// it has one (stride and dilation 1, one group, channels a multiple of the K tile, a
+    /// filter of more than one tap).
+    fn of(cg: &ConvGeom, input_gradient: bool) -> Option<ConvWindow> {
+        let unit = cg.stride == [1, 1] && cg.dilation == [1, 1] && cg.groups.max(1) == 1;
+        let (rows, width, channels) = if input_gradient {
+            (cg.h, cg.w, cg.o)
+        } else {
+            (cg.oh, cg.ow, cg.c)
+        };
+        (unit && channels.is_multiple_of(launch::GEMM_BK) && channels > 0 && cg.kh * cg.kw > 1)
+            .then_some(ConvWindow {
+                rows,
+                width,
+                kh: cg.kh,
+                kw: cg.kw,
+                channels,
+            })
+    }
+
+    /// Whether launch `l` (tile columns `bn`, `red_outputs` epilogue reductions) can take the
+    /// window: tensor cores, K not split, row tiles of whole rows of one image, and the window
+    /// with all of B in the static shared memory (counted as f32 with the larger pads, an upper
+    /// bound of every precision's layout).
+    fn fits(&self, l: &launch::GemmLaunch, tensor: bool, k: usize, red_outputs: usize) -> bool {
+        let t = l.tile;
+        let whole_rows =
+            t.bm.is_multiple_of(self.width) && (self.rows * self.width).is_multiple_of(t.bm);
+        let bk = launch::GEMM_BK;
+        let window = (t.bm / self.width.max(1) + self.kh - 1)
+            * (self.width + self.kw - 1)
+            * (self.channels + 8);
+        let b = k / bk * (bk * (t.bn + 8)).max(t.bn * (bk + 8));
+        let bytes = (window + b).max(t.bm * (t.bn + 8)) * 4 + 16 + 8 * red_outputs * t.bn * 4;
+        tensor && l.split.parts == 1 && whole_rows && bytes <= launch::MAX_SHARED
+    }
 }
 
 /// The phases of a strided convolution's input gradient (`kernels/conv2d_backprop_input.cu`):
@@ -186,6 +243,14 @@ fn tiled(
         g.push_str(&define("TP_TF32", 1));
         g.push_str(&define("TP_WARPS_M", wm));
         g.push_str(&define("TP_WARPS_N", wn));
+    }
+    // A convolution's window, where the launch allows (its tile and split are chosen as for
+    // the pipelined core: the grid is the same).
+    if gm
+        .window
+        .is_some_and(|w| target.windows && gm.vec_a && w.fits(&l, tensor, gm.k, red_outputs))
+    {
+        g.push_str(&define("TP_WINDOW", 1));
     }
     // Operand rounding, on every tile (SIMT or tensor-core, split or not).
     if let Some(format) = gm.round {
@@ -385,6 +450,7 @@ pub fn render(
                 vec_b: (if mg.transpose_b { mg.k } else { mg.n }).is_multiple_of(4)
                     && aligned16(program, &k.inputs[1]),
                 phases: None,
+                window: None,
             };
             let red = epilogue_reductions(k);
             let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, red, target)?;
@@ -415,6 +481,7 @@ pub fn render(
                     && cg.o.is_multiple_of(4)
                     && aligned16(program, &k.inputs[1]),
                 phases: None,
+                window: ConvWindow::of(cg, false),
             };
             let red = epilogue_reductions(k);
             let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, red, target)?;
@@ -443,6 +510,7 @@ pub fn render(
                 vec_a: vec && aligned16(program, &k.inputs[0]),
                 vec_b: vec && aligned16(program, &k.inputs[1]),
                 phases: Some(phases),
+                window: ConvWindow::of(cg, true),
             };
             let red = epilogue_reductions(k);
             let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, red, target)?;
@@ -473,6 +541,7 @@ pub fn render(
                     && cg.o.is_multiple_of(4)
                     && aligned16(program, &k.inputs[1]),
                 phases: None,
+                window: None,
             };
             let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, 0, target)?;
             workspace_bytes = ws;

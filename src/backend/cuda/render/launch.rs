@@ -29,6 +29,12 @@ pub struct Target {
     /// 8.0 or newer). Without them BF16/FP16 GEMMs run on the SIMT tiles, which round their
     /// operands as well; TF32 is refused there (`prepared.rs`).
     pub tensor_cores: bool,
+    /// Whether convolutions may read A through a shared-memory window where their launch allows
+    /// (`kernels/gemm_core.cuh` tp_window; [`CudaOptions::conv_windows`]): the same products in
+    /// the same order, so the same bits either way. Default: [`windows_from_environment`].
+    ///
+    /// [`CudaOptions::conv_windows`]: crate::backend::cuda::CudaOptions::conv_windows
+    pub windows: bool,
 }
 
 /// Multiprocessors of an NVIDIA H100 SXM, the default target (the emulated device reports none,
@@ -45,6 +51,22 @@ pub const MAX_SPLIT: usize = 1024;
 /// `TP_BK` of `kernels/gemm_core.cuh`: K advances in tiles of 16.
 pub const GEMM_BK: usize = 16;
 
+/// The environment variable that turns convolution windows off by default (`0`, `off` or
+/// `false`): [`Target::windows`] and `CudaOptions::conv_windows`, so that one build can be
+/// measured both ways on a GPU.
+pub const WINDOWS_ENV: &str = "TOWERPACK_CUDA_WINDOWS";
+
+/// Whether [`WINDOWS_ENV`] leaves convolution windows on (read once).
+pub fn windows_from_environment() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        !std::env::var(WINDOWS_ENV).is_ok_and(|v| {
+            let v = v.trim();
+            v == "0" || v.eq_ignore_ascii_case("off") || v.eq_ignore_ascii_case("false")
+        })
+    })
+}
+
 impl Default for Target {
     fn default() -> Target {
         Target::with_multiprocessors(H100_MULTIPROCESSORS)
@@ -60,6 +82,7 @@ impl Target {
             min_split_k: 2 * GEMM_BK,
             tile: None,
             tensor_cores: true,
+            windows: windows_from_environment(),
         }
     }
 
