@@ -9,6 +9,8 @@
 #
 #   1. `resnet --device cuda --bench` per precision and --bins folder, without the profiler,
 #      the folders alternated, --rounds rounds (default 2): an A/B of two builds in one run;
+#      and the first folder's again with TOWERPACK_CUDA_WINDOWS=0 (bin `<folder>-nowindow`:
+#      the same build with the stride-1 convolutions' shared-memory windows off);
 #      then the first folder's again with --bench-fetch-every 1 and 10 (a progress bar fetching
 #      the cost with every step, as tensorpack's does, and with every 10th, as ours does by
 #      default); all in DIR/bench.jsonl;
@@ -67,19 +69,22 @@ fi
 # Throughput without the profiler, the --bins folders alternated, --rounds rounds; then, for
 # the first folder, each precision again with a progress bar fetching the cost every step and
 # every 10th step (the host waits for a fetching step before it submits the next).
-bench_one() {  # FOLDER PRECISION ROUND [EXTRA FLAG]
+bench_one() {  # FOLDER PRECISION ROUND [EXTRA FLAG] [BIN LABEL SUFFIX]
   local line
   line=$(timeout 90 "$1/resnet" --device cuda --bench --batch "$batch" --precision "$2" \
     --bench-steps 30 --logdir "$work/log" ${4:-} 2>"$work/bench.err" | grep -E '^\{' | tail -1)
-  say "bench round $3 $(basename "$1") $2 ${4:-}: ${line:-FAILED $(tail -1 "$work/bench.err")}"
+  local bin
+  bin=$(basename "$1")${5:-}
+  say "bench round $3 $bin $2 ${4:-}: ${line:-FAILED $(tail -1 "$work/bench.err")}"
   if [ -n "$line" ]; then
-    echo "{\"bin\":\"$(basename "$1")\",\"round\":$3,\"precision\":\"$2\",\"flag\":\"${4:-}\",\"result\":$line}" \
+    echo "{\"bin\":\"$bin\",\"round\":$3,\"precision\":\"$2\",\"flag\":\"${4:-}\",\"result\":$line}" \
       >>"$out/bench.jsonl"
   fi
 }
 for round in $(seq 1 "$rounds"); do
   for p in $precisions; do
     for b in $bins; do bench_one "$b" "$p" "$round"; done
+    (export TOWERPACK_CUDA_WINDOWS=0; bench_one "${bins%% *}" "$p" "$round" "" -nowindow)
   done
 done
 for p in $precisions; do
