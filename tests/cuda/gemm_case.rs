@@ -41,27 +41,30 @@ impl Case {
         Value::first(self.g.add_node(&name, op, ins).expect(&name))
     }
 
+    /// An f32 input of `shape` (its dims resolved at the case's batch) fed with values from
+    /// `value`.
+    fn fed_input(&mut self, shape: Shape, mut value: impl FnMut(&mut ChaCha8Rng) -> f32) -> Value {
+        let name = self.g.unique_name("in");
+        let dims = shape.resolve(self.batch);
+        let op = Op::Input {
+            name: name.clone(),
+            ty: TensorType::new(DType::F32, shape),
+        };
+        let id = self.g.add_node(&name, op, &[]).expect("input");
+        let n: usize = dims.iter().product();
+        let data = (0..n).map(|_| value(&mut self.rng)).collect();
+        self.feeds
+            .push((id, HostTensor::from_f32(&dims, data).expect("sized")));
+        Value::first(id)
+    }
+
     /// A batched f32 input of `dims` with values from `value`.
     pub(crate) fn input_with(
         &mut self,
         dims: &[usize],
-        mut value: impl FnMut(&mut ChaCha8Rng) -> f32,
+        value: impl FnMut(&mut ChaCha8Rng) -> f32,
     ) -> Value {
-        let name = self.g.unique_name("in");
-        let ty = TensorType::new(DType::F32, Shape::batched(dims));
-        let op = Op::Input {
-            name: name.clone(),
-            ty,
-        };
-        let id = self.g.add_node(&name, op, &[]).expect("input");
-        let shape: Vec<usize> = std::iter::once(self.batch)
-            .chain(dims.iter().copied())
-            .collect();
-        let n: usize = shape.iter().product();
-        let data = (0..n).map(|_| value(&mut self.rng)).collect();
-        self.feeds
-            .push((id, HostTensor::from_f32(&shape, data).expect("sized")));
-        Value::first(id)
+        self.fed_input(Shape::batched(dims), value)
     }
 
     /// A batched input of `dims`, uniform in [-2, 2).
@@ -72,20 +75,7 @@ impl Case {
     /// An input of exactly `dims` (no batch axis), uniform in [-1, 1): a filter the program
     /// cannot fold, so a 16-bit GEMM rounds it itself as it does a variable.
     pub(crate) fn unbatched_input(&mut self, dims: &[usize]) -> Value {
-        let name = self.g.unique_name("in");
-        let ty = TensorType::new(DType::F32, Shape::fixed(dims));
-        let op = Op::Input {
-            name: name.clone(),
-            ty,
-        };
-        let id = self.g.add_node(&name, op, &[]).expect("input");
-        let n: usize = dims.iter().product();
-        let data = (0..n)
-            .map(|_| self.rng.random_range(-1.0f32..1.0))
-            .collect();
-        self.feeds
-            .push((id, HostTensor::from_f32(dims, data).expect("sized")));
-        Value::first(id)
+        self.fed_input(Shape::fixed(dims), |r| r.random_range(-1.0f32..1.0))
     }
 
     /// A constant of `dims`, uniform in [-1, 1).
