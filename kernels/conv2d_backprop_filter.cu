@@ -8,9 +8,235 @@
 //
 // Generated hooks: as conv2d.cu, with pointers x and dy; tp_epilogue stores dw.
 // Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups * TP_SPLIT_K).
+//
+// With TP_FWIN (tensor cores, stride and dilation 1, one group, channels in multiples of 16:
+// render/launch.rs filter_window) the block reads windows instead, below.
 
 #define TP_CG (TP_IN_C / TP_GROUPS)
 #define TP_OG (TP_OUT_C / TP_GROUPS)
+
+#if TP_FWIN
+// The filter gradient through windows. A block owns the gradient of 16 input channels
+// (ci0 = 16 blockIdx.x) by 16 output channels (co0 = 16 blockIdx.y) for every tap, and a run
+// of TP_FWIN_PER windows (blockIdx.z: the split of K): a window is TP_FWIN_ROWS whole output
+// rows of one image — the K of its dy pixels — with the input pixels all the taps read for
+// them, (rows + kh - 1) x (ow + kw - 1), zeros past the image's edge. The block loads a
+// window's x and dy pixels once into shared memory, pixel-major with a pixel's 16 channels
+// contiguous and 8 elements of pad (FW_ROW: the 8 rows of a fragment read hit distinct banks),
+// waits once, and multiplies every tap from there: tap (kh, kw)'s A fragment for output pixels
+// k.. is the window pixels shifted by kh rows and kw columns; B is dy as it lies. The pipelined
+// core gathered x for 64 rows of M (a third of the taps) per block, once per K tile and tap,
+// with a wait and a barrier per 16 pixels.
+//
+// Warps: warp w computes output channels co0 + 8 (w % 2) .. + 7 of every tap (one m16n8
+// accumulator per tap, 16 input channels by 8 output channels) over the K tiles
+// q, q + 4, .. of each window, q = w / 2; the four quarters' sums are added in order q = 0..3
+// through shared memory at the end, then the tile goes the common way (tp_gemm_output: the
+// split's fixed-order combine, the epilogue). Operands as in the pipelined core: 16-bit ones
+// rounded by cvt.rn as the window is stored (ldmatrix .trans fragments, m16n8k16 mma), TF32's
+// f32 values rounded by cvt.rna as fragments are read (m16n8k8 mma). Each element of the
+// result is a sum of f32 partial sums in a fixed order: the same bits on every run (not the
+// pipelined core's bits: its K runs in other partial sums).
+//
+// Generated: TP_FWIN_ROWS, TP_FWIN_PER; TP_BM = taps x 16, TP_BN = 16, TP_TM = taps,
+// TP_TN = 1, TP_SPLIT_K = blocks per tile, TP_GROUP. Grid: (ci / 16, co / 16, TP_SPLIT_K).
+static_assert(TP_STRIDE_H == 1 && TP_STRIDE_W == 1 && TP_DIL_H == 1 && TP_DIL_W == 1 &&
+                  TP_GROUPS == 1 && TP_TF32,
+              "windows of stride and dilation 1, one group, on the tensor cores");
+static_assert(TP_IN_C % 16 == 0 && TP_OUT_C % 16 == 0, "16 channels per fragment");
+static_assert(TP_OUT_H % TP_FWIN_ROWS == 0 && TP_FWIN_ROWS * TP_OUT_W % 64 == 0,
+              "a window is whole rows, 16-pixel K tiles, as many per quarter");
+static_assert(TP_BM == TP_K_H * TP_K_W * 16 && TP_BN == 16 && TP_TM == TP_K_H * TP_K_W &&
+                  TP_TN == 1,
+              "the output tile: every tap of 16 input channels by 16 output channels");
+enum {
+    FW_TAPS = TP_K_H * TP_K_W,
+    FW_WIN_H = TP_FWIN_ROWS + TP_K_H - 1,
+    FW_WIN_W = TP_OUT_W + TP_K_W - 1,
+    FW_X = FW_WIN_H * FW_WIN_W,                        // x pixels of a window
+    FW_DY = TP_FWIN_ROWS * TP_OUT_W,                   // dy pixels (its K)
+    FW_VECS = (FW_X + FW_DY) * 4,                      // 16-byte source vectors
+    FW_ROW = 24,                                       // elements per pixel in shared memory
+    FW_TILES = FW_DY / 16,                             // K tiles of a window
+    FW_WINDOWS = TP_BATCH * (TP_OUT_H / TP_FWIN_ROWS)  // windows of the whole K
+};
+#if TP_ROUND
+typedef unsigned short tp_fw_elem;
+#else
+typedef float tp_fw_elem;
+#endif
+enum {
+    FW_FLOATS = ((FW_X + FW_DY) * FW_ROW * (int)sizeof(tp_fw_elem) / 4 + 3) / 4 * 4,
+    FW_C_ROW = 16 + 8,  // floats per row of the accumulator tile
+    FW_C_FLOATS = TP_BM * FW_C_ROW
+};
+
+// Vector e (4 channels) of window `window`: x pixels first (zeros past the image: null), then
+// dy pixels; x and dy start at the block's first channel.
+TP_DEV const float* tp_fw_source(const float* x, const float* dy, int window, int e) {
+    const int px = e / 4, q = e % 4;
+    const int n = window / (TP_OUT_H / TP_FWIN_ROWS), oh0 = window % (TP_OUT_H / TP_FWIN_ROWS) * TP_FWIN_ROWS;
+    if (px < FW_X) {
+        const int ih = oh0 - TP_PAD_TOP + px / FW_WIN_W, iw = px % FW_WIN_W - TP_PAD_LEFT;
+        if (ih < 0 || ih >= TP_IN_H || iw < 0 || iw >= TP_IN_W) return nullptr;
+        return x + (((tp_idx)n * TP_IN_H + ih) * TP_IN_W + iw) * TP_IN_C + 4 * q;
+    }
+    return dy + (((tp_idx)n * TP_OUT_H + oh0) * TP_OUT_W + (px - FW_X)) * TP_OUT_C + 4 * q;
+}
+
+// Loads window `window` into shared memory (`win`: FW_FLOATS floats) and waits for it; 16-bit
+// windows GROUP vectors a thread at a time.
+template <int GROUP>
+TP_DEV void tp_fw_fill(const float* x, const float* dy, int window, tp_fw_elem* win) {
+#if TP_ROUND
+    // Through registers (cp.async cannot convert), GROUP vectors a thread in flight at once.
+    constexpr int PER = (FW_VECS + TP_BLOCK - 1) / TP_BLOCK;
+#pragma unroll 1
+    for (int j0 = 0; j0 < PER; j0 += GROUP) {
+        float4 v[GROUP];
+#pragma unroll
+        for (int d = 0; d < GROUP; ++d) {
+            const int e = threadIdx.x + (j0 + d) * TP_BLOCK;
+            const float* src = j0 + d < PER && e < FW_VECS ? tp_fw_source(x, dy, window, e) : nullptr;
+            v[d] = tp_vec<4>::load_if(src != nullptr, reinterpret_cast<unsigned long long>(src));
+        }
+#pragma unroll
+        for (int d = 0; d < GROUP; ++d) {
+            const int e = threadIdx.x + (j0 + d) * TP_BLOCK;
+            if (j0 + d < PER && e < FW_VECS)
+                *reinterpret_cast<uint2*>(win + e / 4 * FW_ROW + e % 4 * 4) =
+                    make_uint2(tp_pack16(v[d].x, v[d].y), tp_pack16(v[d].z, v[d].w));
+        }
+    }
+#else
+    for (int e = threadIdx.x; e < FW_VECS; e += TP_BLOCK)
+        tp_copy_async<16>(win + e / 4 * FW_ROW + e % 4 * 4, tp_fw_source(x, dy, window, e));
+    tp_copy_commit();
+    tp_copy_wait_all();
+#endif
+    __syncthreads();
+}
+
+// c[tap] += this warp's products of the window in shared memory: output channels nf * 8 .. of
+// every tap over K tiles q, q + 4, .. (each 16 dy pixels).
+TP_DEV void tp_fw_multiply(const tp_fw_elem* win, float c[FW_TAPS][4], int q, int nf) {
+    const tp_fw_elem* dys = win + FW_X * FW_ROW;
+    const int lane = threadIdx.x % 32;
+#if TP_ROUND
+    // ldmatrix rows: A's four 8x8 matrices (m 0-7 / 8-15 by (lane >> 3) & 1, k 0-7 / 8-15 by
+    // lane >> 4) are rows k of the window (.trans: a0..a3 of m16n8k16), B's two k 0-7 / 8-15
+    // of dy's rows (lanes 0-15).
+    const int ka = (lane & 7) + (lane >> 4) * 8, ma = ((lane >> 3) & 1) * 8;
+    const int kb = (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll 1
+    for (int kt = q; kt < FW_TILES; kt += 4) {
+        const int k = kt * 16 + ka;
+        const tp_fw_elem* a = win + (k / TP_OUT_W * FW_WIN_W + k % TP_OUT_W) * FW_ROW + ma;
+        unsigned int bf[2];
+        tp_ldmatrix_x2_trans(bf, dys + (kt * 16 + kb) * FW_ROW + nf * 8);
+#pragma unroll
+        for (int tap = 0; tap < FW_TAPS; ++tap) {
+            unsigned int af[4];
+            tp_ldmatrix_x4_trans(af, a + (tap / TP_K_W * FW_WIN_W + tap % TP_K_W) * FW_ROW);
+            tp_mma16(c[tap], af, bf);
+        }
+    }
+#else
+    // m16n8k8 TF32 fragments (g = lane / 4, t = lane % 4): a0..a3 = A[g][t], A[g+8][t],
+    // A[g][t+4], A[g+8][t+4] with A[m][k] the window's channel m of output pixel k's tap
+    // pixel; b0, b1 = B[t][g], B[t+4][g], dy's channel nf * 8 + g.
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll 1
+    for (int kt = q; kt < FW_TILES; kt += 4) {
+#pragma unroll
+        for (int ks = 0; ks < 16; ks += 8) {
+            const int k0 = kt * 16 + ks + t, k1 = k0 + 4;
+            const float* a0 = win + (k0 / TP_OUT_W * FW_WIN_W + k0 % TP_OUT_W) * FW_ROW + g;
+            const float* a1 = win + (k1 / TP_OUT_W * FW_WIN_W + k1 % TP_OUT_W) * FW_ROW + g;
+            unsigned int bf[2];
+            bf[0] = tp_tf32(dys[k0 * FW_ROW + nf * 8 + g]);
+            bf[1] = tp_tf32(dys[k1 * FW_ROW + nf * 8 + g]);
+#pragma unroll
+            for (int tap = 0; tap < FW_TAPS; ++tap) {
+                const int off = (tap / TP_K_W * FW_WIN_W + tap % TP_K_W) * FW_ROW;
+                unsigned int af[4];
+                af[0] = tp_tf32(a0[off]);
+                af[1] = tp_tf32(a0[off + 8]);
+                af[2] = tp_tf32(a1[off]);
+                af[3] = tp_tf32(a1[off + 8]);
+                tp_mma_tf32(c[tap], af, bf);
+            }
+        }
+    }
+#endif
+}
+
+struct tp_fw_out {
+    int ci0, co0;
+    TP_DEV bool valid(int) const { return true; }
+    // Row m of the tile is tap m / 16, input channel ci0 + m % 16: HWIO row tap * ci + channel.
+    TP_DEV tp_idx flat(int m, int co) const {
+        return ((tp_idx)(m / 16) * TP_IN_C + ci0 + m % 16) * TP_OUT_C + co0 + co;
+    }
+    TP_DEV int channel(int co) const { return co0 + co; }
+};
+
+extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_filter(const tp_params p) {
+    __shared__ __align__(16) float smem[FW_FLOATS > FW_C_FLOATS ? FW_FLOATS : FW_C_FLOATS];
+    tp_fw_elem* win = reinterpret_cast<tp_fw_elem*>(smem);
+    const int ci0 = blockIdx.x * 16, co0 = blockIdx.y * 16, split = blockIdx.z;
+    const float* x = p.x + ci0;
+    const float* dy = p.dy + co0;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, q = warp / 2, nf = warp % 2;
+    const int w1 = (split + 1) * TP_FWIN_PER < FW_WINDOWS ? (split + 1) * TP_FWIN_PER : FW_WINDOWS;
+    // The first window before the accumulators exist (4 vectors a thread in flight at once);
+    // later ones 2 at a time, beside the 36 accumulator registers of 3x3 (64 in all, or ptxas
+    // spills).
+    int w = split * TP_FWIN_PER;
+    tp_fw_fill<4>(x, dy, w, win);
+    float c[FW_TAPS][4];
+#pragma unroll
+    for (int tap = 0; tap < FW_TAPS; ++tap)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) c[tap][r] = 0.0f;
+#pragma unroll 1
+    for (;;) {
+        tp_fw_multiply(win, c, q, nf);
+        __syncthreads();  // every warp is past its reads before the next window (or the tile)
+        if (++w >= w1) break;
+        tp_fw_fill<2>(x, dy, w, win);
+    }
+    // The quarters' accumulators, added in order q = 0..3 into the tile: rows tap * 16 + g (+8),
+    // columns nf * 8 + 2t (+1) (the m16n8 accumulator layout).
+    float* cs = smem;
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll 1
+    for (int r = 0; r < 4; ++r) {
+        if (q == r) {
+#pragma unroll
+            for (int tap = 0; tap < FW_TAPS; ++tap) {
+                float2* lo = reinterpret_cast<float2*>(cs + (tap * 16 + g) * FW_C_ROW + nf * 8 + 2 * t);
+                float2* hi = lo + 8 * FW_C_ROW / 2;
+                float2 a = make_float2(c[tap][0], c[tap][1]), b = make_float2(c[tap][2], c[tap][3]);
+                if (r) {
+                    const float2 sa = *lo, sb = *hi;
+                    a = make_float2(sa.x + a.x, sa.y + a.y);
+                    b = make_float2(sb.x + b.x, sb.y + b.y);
+                }
+                *lo = a;
+                *hi = b;
+            }
+        }
+        __syncthreads();
+    }
+    float acc[TP_TM][TP_TN];
+    const int tx = threadIdx.x % TP_TX, ty = threadIdx.x / TP_TX;
+#pragma unroll
+    for (int i = 0; i < TP_TM; ++i) acc[i][0] = cs[(ty * TP_TM + i) * FW_C_ROW + tx];
+    const tp_fw_out out = {ci0, co0};
+    tp_gemm_output(p, out, TP_BM, TP_BN, 0, 0, blockIdx.y * gridDim.x + blockIdx.x, split, acc);
+}
+#else
 
 struct tp_conv_bwd_filter_a {
     const float* x;
@@ -82,3 +308,4 @@ extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_filter(const tp_par
     tp_gemm_output(p, out, M, TP_OG, m0, n0, (g * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x,
                    split, acc);
 }
+#endif

@@ -515,12 +515,19 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
 // half; c as above). Each element of the result is c + sum over K in steps of 16, k
 // ascending: as fixed an order as TF32's.
 #define TP_CPAD 8
+// TP_FWIN = 1: a filter gradient through windows (kernels/conv2d_backprop_filter.cu), which lays
+// out its own warps and takes only the fragment helpers below and the output path from here.
+#ifndef TP_FWIN
+#define TP_FWIN 0
+#endif
+#if !TP_FWIN
 #define TP_WM (TP_BM / TP_WARPS_M)
 #define TP_WN (TP_BN / TP_WARPS_N)
 #define TP_MI (TP_WM / 16)
 #define TP_NI (TP_WN / 8)
 static_assert(TP_WARPS_M * TP_WARPS_N * 32 == TP_BLOCK, "one warp tile per warp");
 static_assert(TP_WM % 16 == 0 && TP_WN % 8 == 0, "warp tiles of whole m16n8 fragments");
+#endif
 
 #if TP_ROUND
 // The native 16-bit tensor-core path (TP_ROUND = 1: bf16, 2: f16). One 16-deep K tile is ONE
@@ -596,6 +603,7 @@ TP_DEV void tp_mma_tf32(float c[4], const unsigned int a[4], const unsigned int 
 }
 #endif
 
+#if !TP_FWIN
 #ifndef TP_WINDOW
 #define TP_WINDOW 0
 #endif
@@ -927,6 +935,7 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
 #pragma unroll
     for (int i = 0; i < TP_TM; ++i) tp_read_shared<TP_TN>(&cs[ty * TP_TM + i][tx * TP_TN], acc[i]);
 }
+#endif  // !TP_FWIN
 #endif
 
 #if TP_EPI_RED > 0

@@ -31,12 +31,14 @@ TP_DEV void tp_store_part(float* part, unsigned int base, const float* v, unsign
     }
 }
 
-// v = the sum, in order, of `count` partials starting at `parts` (stride P).
+// v = the sum, in order, of `count` partials starting at `parts` (stride P). Four partials'
+// loads in flight at once; two where a partial is more than 4 scalars (E = 9 of a filter
+// gradient's windows: 36 loads in flight spilled at 64 registers).
 template <int E>
 TP_DEV void tp_sum_parts(const float* parts, unsigned int count, unsigned int P, unsigned int base, float* v) {
 #pragma unroll
     for (int e = 0; e < E; ++e) v[e] = 0.0f;
-#pragma unroll 4
+#pragma unroll(E % 4 == 0 || E <= 4 ? 4 : 2)
     for (unsigned int s = 0; s < count; ++s) {
         const float* part = parts + (size_t)s * P + base;
         if constexpr (E % 4 == 0) {

@@ -73,8 +73,9 @@ const HALVES: [(Precision, HalfFormat, &str); 2] = [
 ];
 
 use crate::gemm_case::{
-    Case, convolution_cases, cpu_session, device_session, device_session_with, lowering, matmul,
-    matrix_product_cases, quad_launches, wide_convolution_cases, window_launches,
+    Case, convolution_cases, cpu_session, device_session, device_session_with, filter_window_cases,
+    filter_window_launches, lowering, matmul, matrix_product_cases, quad_launches,
+    wide_convolution_cases, window_launches,
 };
 use crate::trainer_runs::{assert_like_the_cpu, trained_mlp, variables};
 use towerpack::train::BackendChoice;
@@ -214,7 +215,9 @@ fn convolutions_on_256_row_tiles_load_a_through_traded_addresses_within_the_boun
 /// Convolutions whose row tiles are whole rows of one image read A through a window loaded once
 /// per block and rounded as it is stored (`kernels/gemm_core.cuh` tp_window; on 1-3 SMs, where
 /// K is not split): within the bound of the CPU in the same precision, and bitwise what the
-/// pipelined core computes (`conv_windows` off).
+/// pipelined core computes (`conv_windows` off). (The case's filter gradient takes windows too,
+/// whose partial sums are not the pipelined core's: compared with the CPU only, here and in the
+/// next test.)
 #[test]
 fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() {
     let c = wide_convolution_cases();
@@ -223,10 +226,17 @@ fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() 
         for sms in [1, 3] {
             check(&c, sms, precision, define);
             let launches = gemm_launches(&half_program(&c, sms, precision), sms);
+            let generated = || launches.iter().map(|(_, _, g)| g.as_str());
             assert!(
-                window_launches(launches.iter().map(|(_, _, g)| g.as_str())) >= 2,
+                window_launches(generated()) >= 2,
                 "{precision:?} on {sms} SMs: the forward and input-gradient convolutions should \
                  read a window"
+            );
+            // The filter gradient and its S.
+            assert_eq!(
+                filter_window_launches(generated()),
+                2,
+                "{precision:?} on {sms} SMs"
             );
             let got = device_session_with(&c.g, sms, precision, true)
                 .run(&step, &c.feeds)
@@ -234,13 +244,35 @@ fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() 
             let pipelined = device_session_with(&c.g, sms, precision, false)
                 .run(&step, &c.feeds)
                 .expect("device step");
-            for (i, (a, b)) in got.iter().zip(&pipelined).enumerate() {
+            // The forward and input-gradient GEMMs and their S: the first four fetches.
+            for (i, (a, b)) in got.iter().zip(&pipelined).enumerate().take(4) {
                 assert!(
                     a.to_le_bytes() == b.to_le_bytes(),
                     "{precision:?}, fetch {i} on {sms} SMs: the window and the pipelined core \
                      differ"
                 );
             }
+        }
+    }
+}
+
+/// Filter gradients of stride 1 with channels in multiples of 16 read x and dy through windows of
+/// whole output rows, rounded as they are stored, every tap from one load
+/// (`kernels/conv2d_backprop_filter.cu` TP_FWIN): several channel tiles, an asymmetric padding,
+/// one tap, a window that is the whole input; on 132 SMs (a block per window) and 2 (several
+/// windows per block, split K). Within the bound of the CPU in the same precision.
+#[test]
+fn filter_gradients_through_windows_match_the_cpu_within_the_bound() {
+    let c = filter_window_cases();
+    for (precision, _, define) in HALVES {
+        for sms in [132, 2] {
+            check(&c, sms, precision, define);
+            let launches = gemm_launches(&half_program(&c, sms, precision), sms);
+            assert_eq!(
+                filter_window_launches(launches.iter().map(|(_, _, g)| g.as_str())),
+                8,
+                "{precision:?} on {sms} SMs: every filter gradient (and its S) should read windows"
+            );
         }
     }
 }

@@ -61,7 +61,8 @@ use towerpack::lower::{Precision, Program};
 
 use crate::gemm_case::{
     Case, conv_attrs, convolution_cases, cpu_session, device_session, device_session_with,
-    lowering, matmul, matrix_product_cases, quad_launches, wide_convolution_cases, window_launches,
+    filter_window_cases, filter_window_launches, lowering, matmul, matrix_product_cases,
+    quad_launches, wide_convolution_cases, window_launches,
 };
 
 /// 1.0005·2⁻¹⁰ + (4K + 8)·2⁻²⁴: see the module docs.
@@ -181,7 +182,9 @@ fn convolutions_on_256_row_tiles_load_a_through_traded_addresses_within_the_boun
 
 /// Convolutions whose row tiles are whole rows of one image read A through a window loaded once
 /// per block (`kernels/gemm_core.cuh` tp_window; on 1-3 SMs, where K is not split): within the
-/// bound of the CPU, and bitwise what the pipelined core computes (`conv_windows` off).
+/// bound of the CPU, and bitwise what the pipelined core computes (`conv_windows` off). (The
+/// case's filter gradient takes windows too, whose partial sums are not the pipelined core's:
+/// compared with the CPU only, here and in the next test.)
 #[test]
 fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() {
     let c = wide_convolution_cases();
@@ -189,22 +192,45 @@ fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() 
     for sms in [1, 3] {
         assert_eq!(check(&c, sms).len(), 3);
         let with = gemm_launches(&tf32_program(&c, sms, true), sms);
+        let generated = || with.iter().map(|(_, g)| g.as_str());
         assert!(
-            window_launches(with.iter().map(|(_, g)| g.as_str())) >= 2,
+            window_launches(generated()) >= 2,
             "on {sms} SMs the forward and input-gradient convolutions should read a window"
         );
+        // The filter gradient and its S.
+        assert_eq!(filter_window_launches(generated()), 2, "on {sms} SMs");
         let got = device_session_with(&c.g, sms, Precision::Tf32, true)
             .run(&step, &c.feeds)
             .expect("device step");
         let pipelined = device_session_with(&c.g, sms, Precision::Tf32, false)
             .run(&step, &c.feeds)
             .expect("device step");
-        for (i, (a, b)) in got.iter().zip(&pipelined).enumerate() {
+        // The forward and input-gradient GEMMs and their S: the first four fetches.
+        for (i, (a, b)) in got.iter().zip(&pipelined).enumerate().take(4) {
             assert!(
                 a.to_le_bytes() == b.to_le_bytes(),
                 "fetch {i} on {sms} SMs: the window and the pipelined core differ"
             );
         }
+    }
+}
+
+/// Filter gradients of stride 1 with channels in multiples of 16 read x and dy through windows of
+/// whole output rows, every tap from one load (`kernels/conv2d_backprop_filter.cu` TP_FWIN):
+/// several channel tiles, an asymmetric padding, one tap, a window that is the whole input; on
+/// 132 SMs (a block per window) and 2 (several windows per block, split K). Within the bound of
+/// the CPU.
+#[test]
+fn filter_gradients_through_windows_match_the_cpu_within_the_bound() {
+    let c = filter_window_cases();
+    for sms in [132, 2] {
+        assert_eq!(check(&c, sms).len(), 4);
+        let with = gemm_launches(&tf32_program(&c, sms, true), sms);
+        assert_eq!(
+            filter_window_launches(with.iter().map(|(_, g)| g.as_str())),
+            8,
+            "on {sms} SMs every filter gradient (and its S) should read windows"
+        );
     }
 }
 

@@ -275,6 +275,48 @@ pub(crate) fn wide_convolution_cases() -> Case {
     c
 }
 
+/// Filter gradients that run through windows (`kernels/conv2d_backprop_filter.cu` `TP_FWIN`,
+/// tensor cores), batch 3: 3×3 same padding with several 16-channel tiles each way (32 → 48
+/// over 8×8, whose 16-pixel K tiles span two output rows); an asymmetric explicit padding over
+/// a window of the whole 16×12 image (16 → 16); a 1×1 filter (16 → 32, one tap); a valid 3×3
+/// whose window is the whole input (10×10 → 8×8, 16 → 16). Filters are inputs. 4 GEMMs.
+pub(crate) fn filter_window_cases() -> Case {
+    let batch = 3;
+    let mut c = Case::new(7, batch);
+    for (kk, padding, [h, w], ci, co) in [
+        (3, Padding::Same, [8, 8], 32, 48),
+        (3, Padding::Explicit([(2, 0), (1, 1)]), [16, 12], 16, 16),
+        (1, Padding::Valid, [8, 8], 16, 32),
+        (3, Padding::Valid, [10, 10], 16, 16),
+    ] {
+        let attrs = conv_attrs(1, padding);
+        let x = c.input(&[h, w, ci]);
+        let filter = c.unbatched_input(&[kk, kk, ci, co]);
+        let y = c.add("shape_probe", Op::Conv2d(attrs), &[x, filter]);
+        let y_dims = c.g.value_type(y).shape.resolve(batch);
+        let dy = c.input(&y_dims[1..]);
+        c.gemm(
+            &format!("backprop_filter_{kk}x{kk}_{h}x{w}_{ci}to{co}"),
+            Op::Conv2dBackpropFilter {
+                attrs,
+                filter_hw: [kk, kk],
+            },
+            &[x, dy],
+            batch * y_dims[1] * y_dims[2],
+        );
+    }
+    c
+}
+
+/// How many of `generated` (rendered GEMM launches) are filter gradients through windows
+/// (`TP_FWIN`).
+pub(crate) fn filter_window_launches<'a>(generated: impl IntoIterator<Item = &'a str>) -> usize {
+    generated
+        .into_iter()
+        .filter(|g| g.contains("#define TP_FWIN 1"))
+        .count()
+}
+
 /// How many of `generated` (rendered GEMM launches) have 256-row tiles with 128-bit loads of A
 /// through the pipelined stages: the launches whose A stage the lanes of a warp fill with
 /// traded addresses.

@@ -283,6 +283,94 @@ fn tiled(
     ))
 }
 
+/// The windows filter gradient `cg` (its GEMM `gm`) runs through on `target`, if any
+/// ([`launch::filter_windows`]): tensor cores, windows allowed ([`Target::windows`]), stride and
+/// dilation 1, one group, 128-bit loads of both operands.
+fn filter_windows_of(
+    cg: &ConvGeom,
+    gm: &Gemm,
+    target: &Target,
+) -> Option<(launch::FilterGradient, launch::FilterWindows)> {
+    let unit = cg.stride == [1, 1] && cg.dilation == [1, 1] && cg.groups.max(1) == 1;
+    if !(gm.precision.tensor_cores()
+        && target.tensor_cores
+        && target.windows
+        && unit
+        && gm.vec_a
+        && gm.vec_b)
+    {
+        return None;
+    }
+    let f = launch::FilterGradient {
+        batch: cg.n,
+        out_h: cg.oh,
+        out_w: cg.ow,
+        kh: cg.kh,
+        kw: cg.kw,
+        in_c: cg.c,
+        out_c: cg.o,
+        elem_bytes: if gm.round.is_some() { 2 } else { 4 },
+    };
+    launch::filter_windows(&f, target).map(|fw| (f, fw))
+}
+
+/// Writes the constants of filter gradient `f` through windows `fw`
+/// (`kernels/conv2d_backprop_filter.cu` `TP_FWIN`) into `g` and the split's workspace fields
+/// into `p`; returns the launch dimensions and the workspace bytes.
+fn filter_windowed(
+    g: &mut String,
+    p: &mut ParamStruct,
+    what: &str,
+    f: &launch::FilterGradient,
+    fw: &launch::FilterWindows,
+    round: Option<HalfFormat>,
+) -> Result<(LaunchDims, usize), RenderError> {
+    let taps = f.kh * f.kw;
+    let grid = [
+        grid_dim(what, f.in_c / 16, i32::MAX as usize)?,
+        grid_dim(what, f.out_c / 16, 65_535)?,
+        grid_dim(what, fw.split, 65_535)?,
+    ];
+    g.push_str(&define("TP_FWIN", 1));
+    int_const(g, "TP_FWIN_ROWS", fw.rows)?;
+    int_const(g, "TP_FWIN_PER", fw.per_block)?;
+    for (name, v) in [
+        ("TP_BM", taps * 16),
+        ("TP_BN", 16),
+        ("TP_TM", taps),
+        ("TP_TN", 1),
+    ] {
+        g.push_str(&constant(name, "int", v));
+    }
+    g.push_str(&define("TP_N_WHOLE", 1));
+    g.push_str(&constant("TP_VEC_A", "int", 4));
+    g.push_str(&constant("TP_VEC_B", "int", 4));
+    g.push_str(&define("TP_MIN_BLOCKS", 4));
+    g.push_str(&define("TP_SPLIT_K", fw.split));
+    int_const(g, "TP_K_CHUNK", fw.per_block * fw.rows * f.out_w)?;
+    g.push_str(&define("TP_GROUP", fw.group));
+    g.push_str(&define("TP_EPI_RED", 0));
+    g.push_str(&define("TP_TF32", 1));
+    if let Some(format) = round {
+        g.push_str(&define("TP_ROUND", round_code(format)));
+    }
+    let mut workspace = 0;
+    if fw.split > 1 {
+        let (bytes, counters) =
+            launch::combine_workspace(f.tiles(), fw.split, fw.group, taps * 16 * 16);
+        workspace_fields(p, "ws", 0, counters);
+        workspace = bytes;
+    }
+    Ok((
+        LaunchDims {
+            grid,
+            block: [BLOCK, 1, 1],
+            shared_bytes: 0,
+        },
+        workspace,
+    ))
+}
+
 /// The partials (`name`, floats at `offset`) and arrival counters (`name_count` at `counters`)
 /// of a combine in the launch's workspace.
 fn workspace_fields(p: &mut ParamStruct, name: &str, offset: usize, counters: usize) {
@@ -543,7 +631,10 @@ pub fn render(
                 phases: None,
                 window: None,
             };
-            let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, 0, target)?;
+            let (launch, ws) = match filter_windows_of(cg, &gm, target) {
+                Some((f, fw)) => filter_windowed(&mut g, &mut p, &k.name, &f, &fw, gm.round)?,
+                None => tiled(&mut g, &mut p, &k.name, &gm, 0, target)?,
+            };
             workspace_bytes = ws;
             epilogue(program, k, &mut p, &mut g)?;
             (Body::Conv2dBackpropFilter, launch)

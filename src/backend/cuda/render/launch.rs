@@ -393,6 +393,89 @@ pub fn combine_group(parts: usize) -> usize {
     }
 }
 
+/// The convolution a filter gradient through windows computes (`kernels/conv2d_backprop_filter.cu`
+/// `TP_FWIN`): stride and dilation 1 and one group are the caller's to check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FilterGradient {
+    pub batch: usize,
+    pub out_h: usize,
+    pub out_w: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub in_c: usize,
+    pub out_c: usize,
+    /// Bytes of an element in shared memory: 2 for operands rounded to 16 bits, 4 for TF32.
+    pub elem_bytes: usize,
+}
+
+/// How a filter gradient runs through windows: `rows` whole output rows per window, `per_block`
+/// windows multiplied in turn by each block, `split` blocks per output tile (16 input by 16
+/// output channels, every tap) whose partial tiles are combined in groups of `group`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FilterWindows {
+    pub rows: usize,
+    pub per_block: usize,
+    pub split: usize,
+    pub group: usize,
+}
+
+/// Elements per pixel of a filter-gradient window in shared memory: 16 channels and 8 of pad
+/// (`FW_ROW`).
+const FILTER_WINDOW_ROW: usize = 24;
+
+/// The most taps a filter gradient through windows accumulates: one m16n8 accumulator (4
+/// registers a lane) per tap, 36 registers at 3×3 within the 64 of 4 resident blocks.
+const FILTER_WINDOW_TAPS: usize = 9;
+
+impl FilterGradient {
+    /// Output tiles: 16 input channels by 16 output channels each.
+    pub fn tiles(&self) -> usize {
+        self.in_c / 16 * (self.out_c / 16)
+    }
+
+    /// Static shared memory of a block with windows of `rows` output rows: the window's x and
+    /// dy pixels, or the accumulator tile (taps × 16 rows of 24 floats) when that is larger.
+    pub fn shared_bytes(&self, rows: usize) -> usize {
+        let pixels = (rows + self.kh - 1) * (self.out_w + self.kw - 1) + rows * self.out_w;
+        let window = (pixels * FILTER_WINDOW_ROW * self.elem_bytes).next_multiple_of(16);
+        window.max(self.kh * self.kw * 16 * FILTER_WINDOW_ROW * 4)
+    }
+}
+
+/// The windows of filter gradient `f` on `target`, or `None` where they do not apply: channels
+/// multiples of 16, at most [`FILTER_WINDOW_TAPS`] taps, and a window of whole output rows
+/// whose K tiles (16 pixels) the block's four quarters share evenly, within the shared memory
+/// (the largest such window: the fewer rows a window has, the more of its x pixels are the
+/// rows the taps reach above and below). Each block then multiplies enough windows in turn that
+/// the blocks fit on the device at once, 4 to an SM (64 registers).
+pub fn filter_windows(f: &FilterGradient, target: &Target) -> Option<FilterWindows> {
+    let taps = f.kh * f.kw;
+    if !(f.in_c.is_multiple_of(16) && f.out_c.is_multiple_of(16))
+        || f.in_c == 0
+        || f.out_c == 0
+        || f.batch == 0
+        || !(1..=FILTER_WINDOW_TAPS).contains(&taps)
+    {
+        return None;
+    }
+    let rows = (1..=f.out_h).rev().find(|&r| {
+        f.out_h.is_multiple_of(r)
+            && (r * f.out_w).is_multiple_of(64)
+            && f.shared_bytes(r) + 64 <= MAX_SHARED
+    })?;
+    let windows = f.batch * (f.out_h / rows);
+    let per_block = (f.tiles() * windows)
+        .div_ceil(target.resident(4))
+        .max(windows.div_ceil(MAX_SPLIT));
+    let split = windows.div_ceil(per_block);
+    Some(FilterWindows {
+        rows,
+        per_block,
+        split,
+        group: combine_group(split),
+    })
+}
+
 /// Chooses the tile (and, when `may_split`, the split of K) of an `m × n` GEMM over `k`, `z`
 /// times, whose epilogue takes `red_outputs` per-channel reductions: among the [`TILES`]
 /// fitting the shared memory, and splits reaching the resident blocks, the launches with at
@@ -556,6 +639,63 @@ mod tests {
             ..Target::with_multiprocessors(2)
         };
         assert_eq!(reduce_split(1, 100, 16, &small).parts, 6);
+    }
+
+    fn filter_gradient(hw: usize, channels: usize, k: usize, elem_bytes: usize) -> FilterGradient {
+        FilterGradient {
+            batch: 128,
+            out_h: hw,
+            out_w: hw,
+            kh: k,
+            kw: k,
+            in_c: channels,
+            out_c: channels,
+            elem_bytes,
+        }
+    }
+
+    #[test]
+    fn resnet20s_filter_gradients_take_the_largest_windows_and_fill_an_h100_once() {
+        let h100 = Target::default();
+        // (image, channels, bytes) -> (rows, windows a block, blocks a tile).
+        for ((hw, ch, bytes), want) in [
+            ((32, 16, 2), (8, 1, 512)),
+            ((32, 16, 4), (4, 2, 512)),
+            ((16, 32, 2), (16, 1, 128)),
+            ((16, 32, 4), (8, 2, 128)),
+            ((8, 64, 2), (8, 4, 32)),
+            ((8, 64, 4), (8, 4, 32)),
+        ] {
+            let f = filter_gradient(hw, ch, 3, bytes);
+            let fw = filter_windows(&f, &h100).expect("windows");
+            assert_eq!((fw.rows, fw.per_block, fw.split), want, "{f:?}");
+            assert!(f.shared_bytes(fw.rows) + 64 <= MAX_SHARED, "{f:?}");
+            // Every bigger window of whole rows and 64-pixel multiples overflows the shared memory.
+            for r in (fw.rows + 1..=hw).filter(|r| hw % r == 0 && r * hw % 64 == 0) {
+                assert!(f.shared_bytes(r) + 64 > MAX_SHARED, "{f:?}: {r} rows");
+            }
+            let blocks = fw.split * f.tiles();
+            assert!(blocks <= h100.resident(4), "{f:?}: {blocks} blocks");
+            assert!(blocks * 2 > h100.resident(4), "{f:?}: {blocks} blocks");
+            assert_eq!(fw.group, combine_group(fw.split));
+        }
+    }
+
+    #[test]
+    fn filter_windows_refuse_what_the_kernel_cannot_hold() {
+        let h100 = Target::default();
+        // Channels not multiples of 16 (conv0's 3 inputs), 25 taps (100 accumulator registers),
+        // rows too wide for a window of 64-pixel multiples in the shared memory.
+        let mut conv0 = filter_gradient(32, 16, 3, 2);
+        conv0.in_c = 3;
+        assert_eq!(filter_windows(&conv0, &h100), None);
+        assert_eq!(filter_windows(&filter_gradient(32, 16, 5, 2), &h100), None);
+        assert_eq!(filter_windows(&filter_gradient(224, 16, 3, 4), &h100), None);
+        // Few windows: one each, every block its own.
+        let mut small = filter_gradient(8, 16, 3, 2);
+        small.batch = 2;
+        let fw = filter_windows(&small, &h100).expect("windows");
+        assert_eq!((fw.rows, fw.per_block, fw.split), (8, 1, 2));
     }
 
     #[test]
