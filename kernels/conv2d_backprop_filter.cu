@@ -9,8 +9,8 @@
 // Generated hooks: as conv2d.cu, with pointers x and dy; tp_epilogue stores dw.
 // Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups * TP_SPLIT_K).
 //
-// With TP_FWIN (tensor cores, stride and dilation 1, one group, channels in multiples of 16:
-// render/launch.rs filter_window) the block reads windows instead, below.
+// With TP_FWIN (tensor cores, dilation 1, one group, output channels in multiples of 16:
+// render/launch.rs filter_windows) the block reads windows instead, below.
 
 #define TP_CG (TP_IN_C / TP_GROUPS)
 #define TP_OG (TP_OUT_C / TP_GROUPS)
@@ -20,11 +20,14 @@
 // (ci0 = 16 blockIdx.x) by 16 output channels (co0 = 16 blockIdx.y) for every tap, and a run
 // of TP_FWIN_PER windows (blockIdx.z: the split of K): a window is TP_FWIN_ROWS whole output
 // rows of one image — the K of its dy pixels — with the input pixels all the taps read for
-// them, (rows + kh - 1) x (ow + kw - 1), zeros past the image's edge. The block loads a
-// window's x and dy pixels once into shared memory, pixel-major with a pixel's 16 channels
-// contiguous and 8 elements of pad (FW_ROW: the 8 rows of a fragment read hit distinct banks),
-// waits once, and multiplies every tap from there: tap (kh, kw)'s A fragment for output pixels
-// k.. is the window pixels shifted by kh rows and kw columns; B is dy as it lies. The pipelined
+// them, ((rows - 1) s_h + kh) x ((ow - 1) s_w + kw), zeros past the image's edge and past the
+// last input channel (a block's 16 channels may run past ci: conv0's 3). The block loads a
+// window's x and dy pixels once into shared memory (x 4 channels a copy where TP_VEC_A = 4,
+// else one), pixel-major with a pixel's 16 channels contiguous and 8 elements of pad (FW_ROW:
+// at stride 1 the 8 rows of a fragment read hit distinct banks, at stride 2 two ways), waits
+// once, and multiplies every tap from there: tap (kh, kw)'s A fragment for output pixels k.. is
+// the window pixels (s_h·row, s_w·column) shifted by kh rows and kw columns; B is dy as it
+// lies. The pipelined
 // core gathered x for 64 rows of M (a third of the taps) per block, once per K tile and tap,
 // with a wait and a barrier per 16 pixels.
 //
@@ -38,12 +41,14 @@
 // result is a sum of f32 partial sums in a fixed order: the same bits on every run (not the
 // pipelined core's bits: its K runs in other partial sums).
 //
-// Generated: TP_FWIN_ROWS, TP_FWIN_PER; TP_BM = taps x 16, TP_BN = 16, TP_TM = taps,
-// TP_TN = 1, TP_SPLIT_K = blocks per tile, TP_GROUP. Grid: (ci / 16, co / 16, TP_SPLIT_K).
-static_assert(TP_STRIDE_H == 1 && TP_STRIDE_W == 1 && TP_DIL_H == 1 && TP_DIL_W == 1 &&
-                  TP_GROUPS == 1 && TP_TF32,
-              "windows of stride and dilation 1, one group, on the tensor cores");
-static_assert(TP_IN_C % 16 == 0 && TP_OUT_C % 16 == 0, "16 channels per fragment");
+// Generated: TP_FWIN_ROWS, TP_FWIN_PER, TP_VEC_A; TP_BM = taps x 16, TP_BN = 16,
+// TP_TM = taps, TP_TN = 1, TP_SPLIT_K = blocks per tile, TP_GROUP. Grid: (ceil(ci / 16),
+// co / 16, TP_SPLIT_K).
+static_assert(TP_DIL_H == 1 && TP_DIL_W == 1 && TP_GROUPS == 1 && TP_TF32,
+              "windows of dilation 1, one group, on the tensor cores");
+static_assert(TP_OUT_C % 16 == 0, "16 output channels per pair of fragments");
+static_assert(TP_VEC_A == 1 || (TP_VEC_A == 4 && TP_IN_C % 4 == 0),
+              "x copied 4 channels at a time only where a pixel's channels come in fours");
 static_assert(TP_OUT_H % TP_FWIN_ROWS == 0 && TP_FWIN_ROWS * TP_OUT_W % 64 == 0,
               "a window is whole rows, 16-pixel K tiles, as many per quarter");
 static_assert(TP_BM == TP_K_H * TP_K_W * 16 && TP_BN == 16 && TP_TM == TP_K_H * TP_K_W &&
@@ -51,12 +56,14 @@ static_assert(TP_BM == TP_K_H * TP_K_W * 16 && TP_BN == 16 && TP_TM == TP_K_H * 
               "the output tile: every tap of 16 input channels by 16 output channels");
 enum {
     FW_TAPS = TP_K_H * TP_K_W,
-    FW_WIN_H = TP_FWIN_ROWS + TP_K_H - 1,
-    FW_WIN_W = TP_OUT_W + TP_K_W - 1,
+    FW_WIN_H = (TP_FWIN_ROWS - 1) * TP_STRIDE_H + TP_K_H,
+    FW_WIN_W = (TP_OUT_W - 1) * TP_STRIDE_W + TP_K_W,
     FW_X = FW_WIN_H * FW_WIN_W,                        // x pixels of a window
     FW_DY = TP_FWIN_ROWS * TP_OUT_W,                   // dy pixels (its K)
-    FW_VECS = (FW_X + FW_DY) * 4,                      // 16-byte source vectors
     FW_ROW = 24,                                       // elements per pixel in shared memory
+    // x copies per pixel: 4 of 4 channels, or the channels one by one (fewer than 16 of them:
+    // the rest of the pixel's 16 are zeroed once, by tp_fw_zero_channels).
+    FW_XV = TP_VEC_A == 4 ? 4 : (TP_IN_C < 16 ? TP_IN_C : 16),
     FW_TILES = FW_DY / 16,                             // K tiles of a window
     FW_WINDOWS = TP_BATCH * (TP_OUT_H / TP_FWIN_ROWS)  // windows of the whole K
 };
@@ -71,50 +78,92 @@ enum {
     FW_C_FLOATS = TP_BM * FW_C_ROW
 };
 
-// Vector e (4 channels) of window `window`: x pixels first (zeros past the image: null), then
-// dy pixels; x and dy start at the block's first channel.
-TP_DEV const float* tp_fw_source(const float* x, const float* dy, int window, int e) {
-    const int px = e / 4, q = e % 4;
-    const int n = window / (TP_OUT_H / TP_FWIN_ROWS), oh0 = window % (TP_OUT_H / TP_FWIN_ROWS) * TP_FWIN_ROWS;
-    if (px < FW_X) {
-        const int ih = oh0 - TP_PAD_TOP + px / FW_WIN_W, iw = px % FW_WIN_W - TP_PAD_LEFT;
-        if (ih < 0 || ih >= TP_IN_H || iw < 0 || iw >= TP_IN_W) return nullptr;
-        return x + (((tp_idx)n * TP_IN_H + ih) * TP_IN_W + iw) * TP_IN_C + 4 * q;
-    }
-    return dy + (((tp_idx)n * TP_OUT_H + oh0) * TP_OUT_W + (px - FW_X)) * TP_OUT_C + 4 * q;
-}
-
-// Loads window `window` into shared memory (`win`: FW_FLOATS floats) and waits for it; 16-bit
-// windows GROUP vectors a thread at a time.
-template <int GROUP>
-TP_DEV void tp_fw_fill(const float* x, const float* dy, int window, tp_fw_elem* win) {
+// Copies COUNT source vectors of VEC floats into the window, PER_PIXEL a pixel: vector e from
+// src(e) (null: zeros) to elements dst + e / PER_PIXEL * FW_ROW + e % PER_PIXEL * VEC
+// (pixel-major). 16-bit windows through registers (cp.async cannot convert), GROUP vectors a
+// thread in flight at once; TF32 ones with cp.async (the caller commits and waits).
+template <int VEC, int PER_PIXEL, int COUNT, int GROUP, class Src>
+TP_DEV void tp_fw_copy(const Src& src, tp_fw_elem* dst) {
 #if TP_ROUND
-    // Through registers (cp.async cannot convert), GROUP vectors a thread in flight at once.
-    constexpr int PER = (FW_VECS + TP_BLOCK - 1) / TP_BLOCK;
+    constexpr int PER = (COUNT + TP_BLOCK - 1) / TP_BLOCK;
 #pragma unroll 1
     for (int j0 = 0; j0 < PER; j0 += GROUP) {
-        float4 v[GROUP];
+        typename tp_vec<VEC>::type v[GROUP];
 #pragma unroll
         for (int d = 0; d < GROUP; ++d) {
             const int e = threadIdx.x + (j0 + d) * TP_BLOCK;
-            const float* src = j0 + d < PER && e < FW_VECS ? tp_fw_source(x, dy, window, e) : nullptr;
-            v[d] = tp_vec<4>::load_if(src != nullptr, reinterpret_cast<unsigned long long>(src));
+            const float* from = j0 + d < PER && e < COUNT ? src(e) : nullptr;
+            if constexpr (VEC == 4)
+                v[d] = tp_vec<4>::load_if(from != nullptr, reinterpret_cast<unsigned long long>(from));
+            else
+                v[d] = from ? __ldg(from) : 0.0f;
         }
 #pragma unroll
         for (int d = 0; d < GROUP; ++d) {
             const int e = threadIdx.x + (j0 + d) * TP_BLOCK;
-            if (j0 + d < PER && e < FW_VECS)
-                *reinterpret_cast<uint2*>(win + e / 4 * FW_ROW + e % 4 * 4) =
-                    make_uint2(tp_pack16(v[d].x, v[d].y), tp_pack16(v[d].z, v[d].w));
+            if (j0 + d < PER && e < COUNT) {
+                tp_fw_elem* to = dst + e / PER_PIXEL * FW_ROW + e % PER_PIXEL * VEC;
+                if constexpr (VEC == 4)
+                    *reinterpret_cast<uint2*>(to) =
+                        make_uint2(tp_pack16(v[d].x, v[d].y), tp_pack16(v[d].z, v[d].w));
+                else
+                    *to = tp_to16(v[d]);
+            }
         }
     }
 #else
-    for (int e = threadIdx.x; e < FW_VECS; e += TP_BLOCK)
-        tp_copy_async<16>(win + e / 4 * FW_ROW + e % 4 * 4, tp_fw_source(x, dy, window, e));
+    if constexpr (VEC == 1) {
+        // Rolled: unrolled, ptxas keeps every copy's address at once and spills (conv0's x).
+#pragma unroll 1
+        for (int e = threadIdx.x; e < COUNT; e += TP_BLOCK)
+            tp_copy_async<4>(dst + e / PER_PIXEL * FW_ROW + e % PER_PIXEL, src(e));
+    } else {
+        for (int e = threadIdx.x; e < COUNT; e += TP_BLOCK)
+            tp_copy_async<16>(dst + e / PER_PIXEL * FW_ROW + e % PER_PIXEL * 4, src(e));
+    }
+#endif
+}
+
+// Loads window `window` of the block's channels (x and dy start at ci0 and co0) into shared
+// memory (`win`: FW_FLOATS floats) and waits for it; 16-bit windows GROUP vectors a thread at a
+// time.
+template <int GROUP>
+TP_DEV void tp_fw_fill(const float* x, const float* dy, int ci0, int window, tp_fw_elem* win) {
+    const int n = window / (TP_OUT_H / TP_FWIN_ROWS);
+    const int oh0 = window % (TP_OUT_H / TP_FWIN_ROWS) * TP_FWIN_ROWS;
+    tp_fw_copy<TP_VEC_A, FW_XV, FW_X * FW_XV, GROUP>(
+        [&](int e) -> const float* {
+            const int px = e / FW_XV, c = e % FW_XV * TP_VEC_A;
+            const int ih = oh0 * TP_STRIDE_H - TP_PAD_TOP + px / FW_WIN_W;
+            const int iw = px % FW_WIN_W - TP_PAD_LEFT;
+            if (ih < 0 || ih >= TP_IN_H || iw < 0 || iw >= TP_IN_W || ci0 + c >= TP_IN_C) return nullptr;
+            return x + (((tp_idx)n * TP_IN_H + ih) * TP_IN_W + iw) * TP_IN_C + c;
+        },
+        win);
+    tp_fw_copy<4, 4, FW_DY * 4, GROUP>(
+        [&](int e) -> const float* {
+            return dy + (((tp_idx)n * TP_OUT_H + oh0) * TP_OUT_W + e / 4) * TP_OUT_C + e % 4 * 4;
+        },
+        win + FW_X * FW_ROW);
+#if !TP_ROUND
     tp_copy_commit();
     tp_copy_wait_all();
 #endif
     __syncthreads();
+}
+
+// Zeros every x pixel's channels from FW_XV on, which no copy writes (fewer than 16 input
+// channels copied one by one), for all the block's windows; the first fill's barrier orders it.
+TP_DEV void tp_fw_zero_channels(tp_fw_elem* win) {
+    if constexpr (TP_VEC_A == 1 && FW_XV < 16) {
+        for (int e = threadIdx.x; e < FW_X * (16 - FW_XV); e += TP_BLOCK)
+            win[e / (16 - FW_XV) * FW_ROW + FW_XV + e % (16 - FW_XV)] = tp_fw_elem(0);
+    }
+}
+
+// The window pixel tap (0, 0) reads for output pixel k of the window.
+TP_DEV int tp_fw_pixel(int k) {
+    return k / TP_OUT_W * TP_STRIDE_H * FW_WIN_W + k % TP_OUT_W * TP_STRIDE_W;
 }
 
 // c[tap] += this warp's products of the window in shared memory: output channels nf * 8 .. of
@@ -131,7 +180,7 @@ TP_DEV void tp_fw_multiply(const tp_fw_elem* win, float c[FW_TAPS][4], int q, in
 #pragma unroll 1
     for (int kt = q; kt < FW_TILES; kt += 4) {
         const int k = kt * 16 + ka;
-        const tp_fw_elem* a = win + (k / TP_OUT_W * FW_WIN_W + k % TP_OUT_W) * FW_ROW + ma;
+        const tp_fw_elem* a = win + tp_fw_pixel(k) * FW_ROW + ma;
         unsigned int bf[2];
         tp_ldmatrix_x2_trans(bf, dys + (kt * 16 + kb) * FW_ROW + nf * 8);
 #pragma unroll
@@ -151,8 +200,8 @@ TP_DEV void tp_fw_multiply(const tp_fw_elem* win, float c[FW_TAPS][4], int q, in
 #pragma unroll
         for (int ks = 0; ks < 16; ks += 8) {
             const int k0 = kt * 16 + ks + t, k1 = k0 + 4;
-            const float* a0 = win + (k0 / TP_OUT_W * FW_WIN_W + k0 % TP_OUT_W) * FW_ROW + g;
-            const float* a1 = win + (k1 / TP_OUT_W * FW_WIN_W + k1 % TP_OUT_W) * FW_ROW + g;
+            const float* a0 = win + tp_fw_pixel(k0) * FW_ROW + g;
+            const float* a1 = win + tp_fw_pixel(k1) * FW_ROW + g;
             unsigned int bf[2];
             bf[0] = tp_tf32(dys[k0 * FW_ROW + nf * 8 + g]);
             bf[1] = tp_tf32(dys[k1 * FW_ROW + nf * 8 + g]);
@@ -173,8 +222,9 @@ TP_DEV void tp_fw_multiply(const tp_fw_elem* win, float c[FW_TAPS][4], int q, in
 
 struct tp_fw_out {
     int ci0, co0;
-    TP_DEV bool valid(int) const { return true; }
-    // Row m of the tile is tap m / 16, input channel ci0 + m % 16: HWIO row tap * ci + channel.
+    // Row m of the tile is tap m / 16, input channel ci0 + m % 16 (an output where that is a
+    // channel of x): HWIO row tap * ci + channel.
+    TP_DEV bool valid(int m) const { return ci0 + m % 16 < TP_IN_C; }
     TP_DEV tp_idx flat(int m, int co) const {
         return ((tp_idx)(m / 16) * TP_IN_C + ci0 + m % 16) * TP_OUT_C + co0 + co;
     }
@@ -193,7 +243,8 @@ extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_filter(const tp_par
     // later ones 2 at a time, beside the 36 accumulator registers of 3x3 (64 in all, or ptxas
     // spills).
     int w = split * TP_FWIN_PER;
-    tp_fw_fill<4>(x, dy, w, win);
+    tp_fw_zero_channels(win);
+    tp_fw_fill<4>(x, dy, ci0, w, win);
     float c[FW_TAPS][4];
 #pragma unroll
     for (int tap = 0; tap < FW_TAPS; ++tap)
@@ -204,7 +255,7 @@ extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_filter(const tp_par
         tp_fw_multiply(win, c, q, nf);
         __syncthreads();  // every warp is past its reads before the next window (or the tile)
         if (++w >= w1) break;
-        tp_fw_fill<2>(x, dy, w, win);
+        tp_fw_fill<2>(x, dy, ci0, w, win);
     }
     // The quarters' accumulators, added in order q = 0..3 into the tile: rows tap * 16 + g (+8),
     // columns nf * 8 + 2t (+1) (the m16n8 accumulator layout).

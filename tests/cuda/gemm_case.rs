@@ -279,24 +279,30 @@ pub(crate) fn wide_convolution_cases() -> Case {
 /// tensor cores), batch 3: 3×3 same padding with several 16-channel tiles each way (32 → 48
 /// over 8×8, whose 16-pixel K tiles span two output rows); an asymmetric explicit padding over
 /// a window of the whole 16×12 image (16 → 16); a 1×1 filter (16 → 32, one tap); a valid 3×3
-/// whose window is the whole input (10×10 → 8×8, 16 → 16). Filters are inputs. 4 GEMMs.
+/// whose window is the whole input (10×10 → 8×8, 16 → 16); stride 2 (32×32 → 16×16, 16 → 16,
+/// several windows an image);
+/// input channels short of a tile of 16, copied one at a time (3, as ResNet's first layer) and
+/// four at a time (8). Filters are inputs. 7 GEMMs.
 pub(crate) fn filter_window_cases() -> Case {
     let batch = 3;
     let mut c = Case::new(7, batch);
-    for (kk, padding, [h, w], ci, co) in [
-        (3, Padding::Same, [8, 8], 32, 48),
-        (3, Padding::Explicit([(2, 0), (1, 1)]), [16, 12], 16, 16),
-        (1, Padding::Valid, [8, 8], 16, 32),
-        (3, Padding::Valid, [10, 10], 16, 16),
+    for (kk, stride, padding, [h, w], ci, co) in [
+        (3, 1, Padding::Same, [8, 8], 32, 48),
+        (3, 1, Padding::Explicit([(2, 0), (1, 1)]), [16, 12], 16, 16),
+        (1, 1, Padding::Valid, [8, 8], 16, 32),
+        (3, 1, Padding::Valid, [10, 10], 16, 16),
+        (3, 2, Padding::Same, [32, 32], 16, 16),
+        (3, 1, Padding::Same, [8, 8], 3, 16),
+        (3, 1, Padding::Same, [8, 8], 8, 16),
     ] {
-        let attrs = conv_attrs(1, padding);
+        let attrs = conv_attrs(stride, padding);
         let x = c.input(&[h, w, ci]);
         let filter = c.unbatched_input(&[kk, kk, ci, co]);
         let y = c.add("shape_probe", Op::Conv2d(attrs), &[x, filter]);
         let y_dims = c.g.value_type(y).shape.resolve(batch);
         let dy = c.input(&y_dims[1..]);
         c.gemm(
-            &format!("backprop_filter_{kk}x{kk}_{h}x{w}_{ci}to{co}"),
+            &format!("backprop_filter_{kk}x{kk}s{stride}_{h}x{w}_{ci}to{co}"),
             Op::Conv2dBackpropFilter {
                 attrs,
                 filter_hw: [kk, kk],

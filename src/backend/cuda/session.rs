@@ -43,11 +43,13 @@ pub struct CudaOptions {
     /// Scratch poisoning on a GPU (emulated devices poison at least once, whatever this says).
     /// Default: [`PoisonScratch::from_environment`].
     pub poison_scratch: PoisonScratch,
-    /// Let convolutions of stride 1 read their channels-fast operand through a shared-memory
-    /// window loaded once per block, rather than once per filter tap, where the launch allows
-    /// (`kernels/gemm_core.cuh` tp_window; tensor-core precisions). The results are bitwise
-    /// the same either way. Default: on, unless `TOWERPACK_CUDA_WINDOWS` is `0`, `off` or
-    /// `false` (to compare the two on a GPU with one build; [`launch::WINDOWS_ENV`]).
+    /// Let convolutions read their input through shared-memory windows loaded once per block,
+    /// rather than once per filter tap, where the launch allows (tensor-core precisions): the
+    /// forward and input-gradient GEMMs of stride 1 (`kernels/gemm_core.cuh` tp_window; bitwise
+    /// the same results either way) and filter gradients (`kernels/conv2d_backprop_filter.cu`
+    /// TP_FWIN; the same products summed in other partial sums, within the precision's bound
+    /// of each other). Default: on, unless `TOWERPACK_CUDA_WINDOWS` is `0`, `off` or `false`
+    /// (to compare the two on a GPU with one build; [`launch::WINDOWS_ENV`]).
     pub conv_windows: bool,
 }
 

@@ -284,21 +284,15 @@ fn tiled(
 }
 
 /// The windows filter gradient `cg` (its GEMM `gm`) runs through on `target`, if any
-/// ([`launch::filter_windows`]): tensor cores, windows allowed ([`Target::windows`]), stride and
-/// dilation 1, one group, 128-bit loads of both operands.
+/// ([`launch::filter_windows`]): tensor cores, windows allowed ([`Target::windows`]), dilation
+/// 1, one group, 128-bit loads of dy (of x too where `gm.vec_a`, else one channel at a time).
 fn filter_windows_of(
     cg: &ConvGeom,
     gm: &Gemm,
     target: &Target,
 ) -> Option<(launch::FilterGradient, launch::FilterWindows)> {
-    let unit = cg.stride == [1, 1] && cg.dilation == [1, 1] && cg.groups.max(1) == 1;
-    if !(gm.precision.tensor_cores()
-        && target.tensor_cores
-        && target.windows
-        && unit
-        && gm.vec_a
-        && gm.vec_b)
-    {
+    let unit = cg.dilation == [1, 1] && cg.groups.max(1) == 1;
+    if !(gm.precision.tensor_cores() && target.tensor_cores && target.windows && unit && gm.vec_b) {
         return None;
     }
     let f = launch::FilterGradient {
@@ -307,6 +301,7 @@ fn filter_windows_of(
         out_w: cg.ow,
         kh: cg.kh,
         kw: cg.kw,
+        stride: cg.stride,
         in_c: cg.c,
         out_c: cg.o,
         elem_bytes: if gm.round.is_some() { 2 } else { 4 },
@@ -323,11 +318,12 @@ fn filter_windowed(
     what: &str,
     f: &launch::FilterGradient,
     fw: &launch::FilterWindows,
+    vec_x: bool,
     round: Option<HalfFormat>,
 ) -> Result<(LaunchDims, usize), RenderError> {
     let taps = f.kh * f.kw;
     let grid = [
-        grid_dim(what, f.in_c / 16, i32::MAX as usize)?,
+        grid_dim(what, f.in_c.div_ceil(16), i32::MAX as usize)?,
         grid_dim(what, f.out_c / 16, 65_535)?,
         grid_dim(what, fw.split, 65_535)?,
     ];
@@ -343,7 +339,8 @@ fn filter_windowed(
         g.push_str(&constant(name, "int", v));
     }
     g.push_str(&define("TP_N_WHOLE", 1));
-    g.push_str(&constant("TP_VEC_A", "int", 4));
+    // x copied 4 channels at a time, or one by one.
+    g.push_str(&constant("TP_VEC_A", "int", if vec_x { 4 } else { 1 }));
     g.push_str(&constant("TP_VEC_B", "int", 4));
     g.push_str(&define("TP_MIN_BLOCKS", 4));
     g.push_str(&define("TP_SPLIT_K", fw.split));
@@ -632,7 +629,9 @@ pub fn render(
                 window: None,
             };
             let (launch, ws) = match filter_windows_of(cg, &gm, target) {
-                Some((f, fw)) => filter_windowed(&mut g, &mut p, &k.name, &f, &fw, gm.round)?,
+                Some((f, fw)) => {
+                    filter_windowed(&mut g, &mut p, &k.name, &f, &fw, gm.vec_a, gm.round)?
+                }
                 None => tiled(&mut g, &mut p, &k.name, &gm, 0, target)?,
             };
             workspace_bytes = ws;

@@ -29,9 +29,11 @@ pub struct Target {
     /// 8.0 or newer). Without them BF16/FP16 GEMMs run on the SIMT tiles, which round their
     /// operands as well; TF32 is refused there (`prepared.rs`).
     pub tensor_cores: bool,
-    /// Whether convolutions may read A through a shared-memory window where their launch allows
-    /// (`kernels/gemm_core.cuh` tp_window; [`CudaOptions::conv_windows`]): the same products in
-    /// the same order, so the same bits either way. Default: [`windows_from_environment`].
+    /// Whether convolutions may read their input through shared-memory windows where their
+    /// launch allows ([`CudaOptions::conv_windows`]): forward and input-gradient GEMMs through
+    /// `kernels/gemm_core.cuh` tp_window (the same products in the same order, so the same bits
+    /// either way), filter gradients through [`filter_windows`] (other partial sums). Default:
+    /// [`windows_from_environment`].
     ///
     /// [`CudaOptions::conv_windows`]: crate::backend::cuda::CudaOptions::conv_windows
     pub windows: bool,
@@ -394,7 +396,7 @@ pub fn combine_group(parts: usize) -> usize {
 }
 
 /// The convolution a filter gradient through windows computes (`kernels/conv2d_backprop_filter.cu`
-/// `TP_FWIN`): stride and dilation 1 and one group are the caller's to check.
+/// `TP_FWIN`): dilation 1 and one group are the caller's to check.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FilterGradient {
     pub batch: usize,
@@ -402,6 +404,7 @@ pub struct FilterGradient {
     pub out_w: usize,
     pub kh: usize,
     pub kw: usize,
+    pub stride: [usize; 2],
     pub in_c: usize,
     pub out_c: usize,
     /// Bytes of an element in shared memory: 2 for operands rounded to 16 bits, 4 for TF32.
@@ -428,32 +431,38 @@ const FILTER_WINDOW_ROW: usize = 24;
 const FILTER_WINDOW_TAPS: usize = 9;
 
 impl FilterGradient {
-    /// Output tiles: 16 input channels by 16 output channels each.
+    /// Output tiles: 16 input channels (the last may run past the input's) by 16 output
+    /// channels each.
     pub fn tiles(&self) -> usize {
-        self.in_c / 16 * (self.out_c / 16)
+        self.in_c.div_ceil(16) * (self.out_c / 16)
     }
 
     /// Static shared memory of a block with windows of `rows` output rows: the window's x and
     /// dy pixels, or the accumulator tile (taps × 16 rows of 24 floats) when that is larger.
     pub fn shared_bytes(&self, rows: usize) -> usize {
-        let pixels = (rows + self.kh - 1) * (self.out_w + self.kw - 1) + rows * self.out_w;
+        let [sh, sw] = self.stride;
+        let window_h = (rows - 1) * sh + self.kh;
+        let window_w = (self.out_w - 1) * sw + self.kw;
+        let pixels = window_h * window_w + rows * self.out_w;
         let window = (pixels * FILTER_WINDOW_ROW * self.elem_bytes).next_multiple_of(16);
         window.max(self.kh * self.kw * 16 * FILTER_WINDOW_ROW * 4)
     }
 }
 
-/// The windows of filter gradient `f` on `target`, or `None` where they do not apply: channels
-/// multiples of 16, at most [`FILTER_WINDOW_TAPS`] taps, and a window of whole output rows
+/// The windows of filter gradient `f` on `target`, or `None` where they do not apply: output
+/// channels multiples of 16, at most [`FILTER_WINDOW_TAPS`] taps, and a window of whole output rows
 /// whose K tiles (16 pixels) the block's four quarters share evenly, within the shared memory
 /// (the largest such window: the fewer rows a window has, the more of its x pixels are the
 /// rows the taps reach above and below). Each block then multiplies enough windows in turn that
 /// the blocks fit on the device at once, 4 to an SM (64 registers).
 pub fn filter_windows(f: &FilterGradient, target: &Target) -> Option<FilterWindows> {
     let taps = f.kh * f.kw;
-    if !(f.in_c.is_multiple_of(16) && f.out_c.is_multiple_of(16))
+    if !f.out_c.is_multiple_of(16)
         || f.in_c == 0
         || f.out_c == 0
         || f.batch == 0
+        || f.out_w == 0
+        || f.stride.contains(&0)
         || !(1..=FILTER_WINDOW_TAPS).contains(&taps)
     {
         return None;
@@ -648,6 +657,7 @@ mod tests {
             out_w: hw,
             kh: k,
             kw: k,
+            stride: [1, 1],
             in_c: channels,
             out_c: channels,
             elem_bytes,
@@ -684,11 +694,11 @@ mod tests {
     #[test]
     fn filter_windows_refuse_what_the_kernel_cannot_hold() {
         let h100 = Target::default();
-        // Channels not multiples of 16 (conv0's 3 inputs), 25 taps (100 accumulator registers),
-        // rows too wide for a window of 64-pixel multiples in the shared memory.
-        let mut conv0 = filter_gradient(32, 16, 3, 2);
-        conv0.in_c = 3;
-        assert_eq!(filter_windows(&conv0, &h100), None);
+        // Output channels not multiples of 16, 25 taps (100 accumulator registers), rows too
+        // wide for a window of 64-pixel multiples in the shared memory.
+        let mut odd = filter_gradient(32, 16, 3, 2);
+        odd.out_c = 24;
+        assert_eq!(filter_windows(&odd, &h100), None);
         assert_eq!(filter_windows(&filter_gradient(32, 16, 5, 2), &h100), None);
         assert_eq!(filter_windows(&filter_gradient(224, 16, 3, 4), &h100), None);
         // Few windows: one each, every block its own.
@@ -696,6 +706,26 @@ mod tests {
         small.batch = 2;
         let fw = filter_windows(&small, &h100).expect("windows");
         assert_eq!((fw.rows, fw.per_block, fw.split), (8, 1, 2));
+    }
+
+    #[test]
+    fn resnet20s_first_and_strided_filter_gradients_take_windows_too() {
+        let h100 = Target::default();
+        // conv0: 3 input channels, one tile of 16 (13 of them zeros).
+        let mut conv0 = filter_gradient(32, 16, 3, 2);
+        conv0.in_c = 3;
+        assert_eq!(conv0.tiles(), 1);
+        let fw = filter_windows(&conv0, &h100).expect("conv0");
+        assert_eq!((fw.rows, fw.split), (8, 512));
+        // res2.0/conv1: 32×32×16 → 16×16×32 at stride 2: windows of 8 output rows read 17 × 33
+        // input pixels.
+        let mut strided = filter_gradient(16, 32, 3, 2);
+        strided.in_c = 16;
+        strided.stride = [2, 2];
+        assert_eq!(strided.shared_bytes(8), (17 * 33 + 8 * 16) * 24 * 2);
+        let fw = filter_windows(&strided, &h100).expect("res2.0/conv1");
+        assert_eq!((fw.rows, strided.tiles()), (8, 2));
+        assert!(strided.shared_bytes(16) + 64 > MAX_SHARED);
     }
 
     #[test]
