@@ -73,9 +73,9 @@ const HALVES: [(Precision, HalfFormat, &str); 2] = [
 ];
 
 use crate::gemm_case::{
-    Case, convolution_cases, cpu_session, device_session, device_session_with, filter_window_cases,
-    filter_window_launches, lowering, matmul, matrix_product_cases, quad_launches,
-    wide_convolution_cases, window_launches,
+    Case, assert_bitwise, convolution_cases, cpu_session, device_session, device_session_with,
+    filter_window_cases, filter_window_launches, lowering, matmul, matrix_product_cases,
+    quad_launches, wide_convolution_cases, window_launches,
 };
 use crate::trainer_runs::{assert_like_the_cpu, trained_mlp, variables};
 use towerpack::train::BackendChoice;
@@ -141,12 +141,7 @@ fn check(c: &Case, multiprocessors: u32, precision: Precision, round_define: &st
     let again = device_session(&c.g, multiprocessors, precision)
         .run(&step, &c.feeds)
         .expect("device step");
-    for (i, (a, b)) in got.iter().zip(&again).enumerate() {
-        assert!(
-            a.to_le_bytes() == b.to_le_bytes(),
-            "fetch {i} differs between two runs"
-        );
-    }
+    assert_bitwise(&got, &again, got.len(), "two runs");
     let mut worst_of_bound = 0.0f64;
     for (j, (_, _, k, what)) in c.gemms.iter().enumerate() {
         let (y, s, w) = (
@@ -245,13 +240,8 @@ fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() 
                 .run(&step, &c.feeds)
                 .expect("device step");
             // The forward and input-gradient GEMMs and their S: the first four fetches.
-            for (i, (a, b)) in got.iter().zip(&pipelined).enumerate().take(4) {
-                assert!(
-                    a.to_le_bytes() == b.to_le_bytes(),
-                    "{precision:?}, fetch {i} on {sms} SMs: the window and the pipelined core \
-                     differ"
-                );
-            }
+            let what = format!("{precision:?} on {sms} SMs: the window and the pipelined core");
+            assert_bitwise(&got, &pipelined, 4, &what);
         }
     }
 }

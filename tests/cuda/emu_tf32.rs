@@ -60,9 +60,9 @@ use towerpack::ir::*;
 use towerpack::lower::{Precision, Program};
 
 use crate::gemm_case::{
-    Case, conv_attrs, convolution_cases, cpu_session, device_session, device_session_with,
-    filter_window_cases, filter_window_launches, lowering, matmul, matrix_product_cases,
-    quad_launches, wide_convolution_cases, window_launches,
+    Case, assert_bitwise, conv_attrs, convolution_cases, cpu_session, device_session,
+    device_session_with, filter_window_cases, filter_window_launches, lowering, matmul,
+    matrix_product_cases, quad_launches, wide_convolution_cases, window_launches,
 };
 
 /// 1.0005·2⁻¹⁰ + (4K + 8)·2⁻²⁴: see the module docs.
@@ -107,12 +107,7 @@ fn check(c: &Case, multiprocessors: u32) -> Vec<(String, usize, f64, f64)> {
     let again = device_session(&c.g, multiprocessors, Precision::Tf32)
         .run(&step, &c.feeds)
         .expect("device step");
-    for (i, (a, b)) in got.iter().zip(&again).enumerate() {
-        assert!(
-            a.to_le_bytes() == b.to_le_bytes(),
-            "fetch {i} differs between two runs"
-        );
-    }
+    assert_bitwise(&got, &again, got.len(), "two runs");
     let mut report = Vec::new();
     for (j, (_, _, k, what)) in c.gemms.iter().enumerate() {
         let (y, s, w) = (
@@ -206,12 +201,8 @@ fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() 
             .run(&step, &c.feeds)
             .expect("device step");
         // The forward and input-gradient GEMMs and their S: the first four fetches.
-        for (i, (a, b)) in got.iter().zip(&pipelined).enumerate().take(4) {
-            assert!(
-                a.to_le_bytes() == b.to_le_bytes(),
-                "fetch {i} on {sms} SMs: the window and the pipelined core differ"
-            );
-        }
+        let what = format!("on {sms} SMs: the window and the pipelined core");
+        assert_bitwise(&got, &pipelined, 4, &what);
     }
 }
 

@@ -105,6 +105,21 @@ impl Case {
     }
 }
 
+/// Asserts that fetches `0..count` of two runs (`a`, `b`) are bitwise equal; `what` says which
+/// runs, for the message.
+pub(crate) fn assert_bitwise(a: &[HostTensor], b: &[HostTensor], count: usize, what: &str) {
+    assert!(
+        a.len() >= count && b.len() >= count,
+        "{what}: fewer than {count} fetches"
+    );
+    for (i, (x, y)) in a.iter().zip(b).enumerate().take(count) {
+        assert!(
+            x.to_le_bytes() == y.to_le_bytes(),
+            "fetch {i}: {what} differ"
+        );
+    }
+}
+
 pub(crate) fn lowering(precision: Precision) -> LowerOptions {
     LowerOptions {
         precision,
