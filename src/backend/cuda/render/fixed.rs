@@ -273,14 +273,7 @@ fn tiled(
         workspace_fields(p, "red_ws", at, at + counters);
         workspace = at + bytes;
     }
-    Ok((
-        LaunchDims {
-            grid,
-            block: [BLOCK, 1, 1],
-            shared_bytes: 0,
-        },
-        workspace,
-    ))
+    Ok((LaunchDims::blocks(grid), workspace))
 }
 
 /// The windows filter gradient `cg` (its GEMM `gm`) runs through on `target`, if any
@@ -358,14 +351,7 @@ fn filter_windowed(
         workspace_fields(p, "ws", 0, counters);
         workspace = bytes;
     }
-    Ok((
-        LaunchDims {
-            grid,
-            block: [BLOCK, 1, 1],
-            shared_bytes: 0,
-        },
-        workspace,
-    ))
+    Ok((LaunchDims::blocks(grid), workspace))
 }
 
 /// The partials (`name`, floats at `offset`) and arrival counters (`name_count` at `counters`)

@@ -511,18 +511,14 @@ pub fn reduce(
         g.push_str("}\n");
     }
     let launch = if split.parts > 1 {
-        LaunchDims {
-            grid: [
-                u32::try_from(out_tiles).map_err(|_| RenderError::TooLarge {
-                    what: format!("output tiles of `{}`", k.name),
-                    value: out_tiles,
-                })?,
-                split.parts as u32,
-                1,
-            ],
-            block: [BLOCK, 1, 1],
-            shared_bytes: 0,
-        }
+        LaunchDims::blocks([
+            u32::try_from(out_tiles).map_err(|_| RenderError::TooLarge {
+                what: format!("output tiles of `{}`", k.name),
+                value: out_tiles,
+            })?,
+            split.parts as u32,
+            1,
+        ])
     } else {
         LaunchDims::linear(out_tiles.min(1 << 20))
     };

@@ -46,13 +46,18 @@ pub struct LaunchDims {
 }
 
 impl LaunchDims {
-    /// A 1-D grid of `blocks` blocks of [`BLOCK`] threads.
-    pub fn linear(blocks: usize) -> LaunchDims {
+    /// A grid of blocks of [`BLOCK`] threads, no dynamic shared memory.
+    pub fn blocks(grid: [u32; 3]) -> LaunchDims {
         LaunchDims {
-            grid: [u32::try_from(blocks.max(1)).unwrap_or(u32::MAX), 1, 1],
+            grid,
             block: [BLOCK, 1, 1],
             shared_bytes: 0,
         }
+    }
+
+    /// A 1-D grid of `blocks` blocks of [`BLOCK`] threads.
+    pub fn linear(blocks: usize) -> LaunchDims {
+        LaunchDims::blocks([u32::try_from(blocks.max(1)).unwrap_or(u32::MAX), 1, 1])
     }
 
     /// A grid-stride launch over `points` items.
