@@ -297,7 +297,8 @@ pub(crate) fn wide_convolution_cases() -> Case {
 /// whose window is the whole input (10×10 → 8×8, 16 → 16); stride 2 (32×32 → 16×16, 16 → 16,
 /// several windows an image);
 /// input channels short of a tile of 16, copied one at a time (3, as ResNet's first layer) and
-/// four at a time (8). Filters are inputs. 7 GEMMs.
+/// four at a time (8); a 1×1 projection of stride 2 (16×16 → 8×8, 32 → 16). Filters are inputs.
+/// 8 GEMMs.
 pub(crate) fn filter_window_cases() -> Case {
     let batch = 3;
     let mut c = Case::new(7, batch);
@@ -309,6 +310,7 @@ pub(crate) fn filter_window_cases() -> Case {
         (3, 2, Padding::Same, [32, 32], 16, 16),
         (3, 1, Padding::Same, [8, 8], 3, 16),
         (3, 1, Padding::Same, [8, 8], 8, 16),
+        (1, 2, Padding::Valid, [16, 16], 32, 16),
     ] {
         let attrs = conv_attrs(stride, padding);
         let x = c.input(&[h, w, ci]);
