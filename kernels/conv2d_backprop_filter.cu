@@ -27,9 +27,8 @@
 // at stride 1 the 8 rows of a fragment read hit distinct banks, at stride 2 two ways), waits
 // once, and multiplies every tap from there: tap (kh, kw)'s A fragment for output pixels k.. is
 // the window pixels (s_h·row, s_w·column) shifted by kh rows and kw columns; B is dy as it
-// lies. The pipelined
-// core gathered x for 64 rows of M (a third of the taps) per block, once per K tile and tap,
-// with a wait and a barrier per 16 pixels.
+// lies. The pipelined core gathered x for 64 rows of M (a third of the taps) per block, once
+// per K tile and tap, with a wait and a barrier per 16 pixels.
 //
 // Warps: warp w computes output channels co0 + 8 (w % 2) .. + 7 of every tap (one m16n8
 // accumulator per tap, 16 input channels by 8 output channels) over the K tiles
