@@ -10,7 +10,8 @@
 #   1. `resnet --device cuda --bench` per precision and --bins folder, without the profiler,
 #      the folders alternated, --rounds rounds (default 2): an A/B of two builds in one run;
 #      and the first folder's again with TOWERPACK_CUDA_WINDOWS=0 (bin `<folder>-nowindow`:
-#      the same build with the stride-1 convolutions' shared-memory windows off);
+#      the same build with the convolutions' shared-memory windows off — the stride-1 forward
+#      and input-gradient ones and the filter gradients');
 #      then the first folder's again with --bench-fetch-every 1 and 10 (a progress bar fetching
 #      the cost with every step, as tensorpack's does, and with every 10th, as ours does by
 #      default); all in DIR/bench.jsonl;
@@ -44,7 +45,7 @@ while [ $# -gt 0 ]; do
     --ncu-precisions) ncu_precisions=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --detail-precisions) detail_precisions=$2; shift 2 ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "gpu_profile.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
