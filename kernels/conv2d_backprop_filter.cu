@@ -165,6 +165,9 @@ TP_DEV int tp_fw_pixel(int k) {
     return k / TP_OUT_W * TP_STRIDE_H * FW_WIN_W + k % TP_OUT_W * TP_STRIDE_W;
 }
 
+// The offset, in elements, of tap `tap`'s window pixel from tap (0, 0)'s.
+TP_DEV int tp_fw_tap(int tap) { return (tap / TP_K_W * FW_WIN_W + tap % TP_K_W) * FW_ROW; }
+
 // c[tap] += this warp's products of the window in shared memory: output channels nf * 8 .. of
 // every tap over K tiles q, q + 4, .. (each 16 dy pixels).
 TP_DEV void tp_fw_multiply(const tp_fw_elem* win, float c[FW_TAPS][4], int q, int nf) {
@@ -185,7 +188,7 @@ TP_DEV void tp_fw_multiply(const tp_fw_elem* win, float c[FW_TAPS][4], int q, in
 #pragma unroll
         for (int tap = 0; tap < FW_TAPS; ++tap) {
             unsigned int af[4];
-            tp_ldmatrix_x4_trans(af, a + (tap / TP_K_W * FW_WIN_W + tap % TP_K_W) * FW_ROW);
+            tp_ldmatrix_x4_trans(af, a + tp_fw_tap(tap));
             tp_mma16(c[tap], af, bf);
         }
     }
@@ -206,7 +209,7 @@ TP_DEV void tp_fw_multiply(const tp_fw_elem* win, float c[FW_TAPS][4], int q, in
             bf[1] = tp_tf32(dys[k1 * FW_ROW + nf * 8 + g]);
 #pragma unroll
             for (int tap = 0; tap < FW_TAPS; ++tap) {
-                const int off = (tap / TP_K_W * FW_WIN_W + tap % TP_K_W) * FW_ROW;
+                const int off = tp_fw_tap(tap);
                 unsigned int af[4];
                 af[0] = tp_tf32(a0[off]);
                 af[1] = tp_tf32(a0[off + 8]);
@@ -282,7 +285,7 @@ extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_filter(const tp_par
     float acc[TP_TM][TP_TN];
     const int tx = threadIdx.x % TP_TX, ty = threadIdx.x / TP_TX;
 #pragma unroll
-    for (int i = 0; i < TP_TM; ++i) acc[i][0] = cs[(ty * TP_TM + i) * FW_C_ROW + tx];
+    for (int i = 0; i < TP_TM; ++i) tp_read_shared<TP_TN>(cs + (ty * TP_TM + i) * FW_C_ROW + tx, acc[i]);
     const tp_fw_out out = {ci0, co0};
     tp_gemm_output(p, out, TP_BM, TP_BN, 0, 0, blockIdx.y * gridDim.x + blockIdx.x, split, acc);
 }

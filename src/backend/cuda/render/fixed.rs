@@ -258,13 +258,7 @@ fn tiled(
     }
     // The combines' slots, members, group and partial length, when partials cross blocks: the
     // split's partial tiles, then the epilogue reductions' per-row-tile sums.
-    let mut workspace = 0;
-    if l.split.parts > 1 {
-        let (bytes, counters) =
-            launch::combine_workspace(gx * gy * gm.z, l.split.parts, l.group, t.bm * t.bn);
-        workspace_fields(p, "ws", 0, counters);
-        workspace = bytes;
-    }
+    let mut workspace = split_workspace(p, gx * gy * gm.z, l.split.parts, l.group, t.bm * t.bn);
     if red_outputs > 0 {
         let group = launch::combine_group(gx);
         g.push_str(&define("TP_RED_GROUP", group));
@@ -344,14 +338,26 @@ fn filter_windowed(
     if let Some(format) = round {
         g.push_str(&define("TP_ROUND", round_code(format)));
     }
-    let mut workspace = 0;
-    if fw.split > 1 {
-        let (bytes, counters) =
-            launch::combine_workspace(f.tiles(), fw.split, fw.group, taps * 16 * 16);
-        workspace_fields(p, "ws", 0, counters);
-        workspace = bytes;
-    }
+    let workspace = split_workspace(p, f.tiles(), fw.split, fw.group, taps * 16 * 16);
     Ok((LaunchDims::blocks(grid), workspace))
+}
+
+/// The workspace fields of a split of K (`parts` blocks per each of `slots` output tiles of `len`
+/// floats, combined in groups of `group`: `kernels/split.cuh`) at the start of the launch's
+/// workspace; returns its bytes (none without a split).
+fn split_workspace(
+    p: &mut ParamStruct,
+    slots: usize,
+    parts: usize,
+    group: usize,
+    len: usize,
+) -> usize {
+    if parts <= 1 {
+        return 0;
+    }
+    let (bytes, counters) = launch::combine_workspace(slots, parts, group, len);
+    workspace_fields(p, "ws", 0, counters);
+    bytes
 }
 
 /// The partials (`name`, floats at `offset`) and arrival counters (`name_count` at `counters`)
