@@ -3,7 +3,8 @@
 //! Layout ops become strided views of materialised values; elementwise nodes are fused per
 //! [`groups`](super::groups); reductions absorb the elementwise nodes that only feed them (and
 //! reductions of one group over the same axes share a kernel); an elementwise group that
-//! consumes a convolution or matrix product becomes that kernel's epilogue.
+//! consumes a convolution or matrix product becomes that kernel's epilogue, one that consumes a
+//! reduction's results point for point its finish.
 
 use super::LowerError;
 use super::expr::{ExprOp, FusedExpr};
@@ -20,6 +21,7 @@ mod epilogues;
 mod expr_builder;
 mod geometry;
 mod prologues;
+mod reduce_finish;
 mod reductions;
 
 use expr_builder::{ExprBuilder, dedupe};
@@ -463,6 +465,8 @@ pub fn kernelize(sg: &StepGraph, batch: usize, fusions: Fusions) -> Result<Kerne
         if epilogue_reductions {
             f.fuse_epilogue_reductions();
         }
+        let assigned: HashSet<Value> = assigns.iter().map(|(o, _)| o.base).collect();
+        f.fuse_reduce_finishes(&assigned);
         if conv_prologues {
             f.fuse_prologues(&external);
         }

@@ -52,7 +52,7 @@ pub use pipeline::{Dump, Lowered, Pass, PassContext, PassReport, Pipeline};
 pub use precision::{HalfFormat, Precision, PrecisionParseError};
 pub use program::{
     Bucket, Buffer, BufferId, ConvGeom, Epilogue, Kernel, KernelKind, MatMulGeom, PoolGeom,
-    Program, Prologue, Region, Storage, View,
+    Program, Prologue, ReduceFinish, Region, Storage, View,
 };
 pub use verify::{VerifyError, verify};
 

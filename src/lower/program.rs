@@ -227,6 +227,22 @@ impl Prologue {
     }
 }
 
+/// Elementwise operations on a reduction's results, computed by the reduction kernel as it
+/// stores them instead of by a kernel of their own (batch norm's `rsqrt(variance + ε)`: a
+/// launch of a handful of points after every variance).
+///
+/// `expr` runs once per output point, over `shape` (the reduction's output space: as many
+/// points as the reduction has outputs, in the same order). `Load(j)` for `j < ops.len()` reads
+/// reduction `j`'s result at that point (as stored: a mean already divided); `Load(ops.len() + i)`
+/// reads the kernel's input `first_input + i` through its view over `shape`. Its outputs are the
+/// kernel's outputs after the reductions'.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReduceFinish {
+    pub shape: Vec<usize>,
+    pub expr: FusedExpr,
+    pub first_input: usize,
+}
+
 /// What a kernel computes. Inputs and outputs are listed on the [`Kernel`].
 #[derive(Clone, Debug, PartialEq)]
 pub enum KernelKind {
@@ -235,12 +251,14 @@ pub enum KernelKind {
     Elementwise { shape: Vec<usize>, expr: FusedExpr },
     /// Reductions of `shape` over `axes`: `prologue` computes, at each input point, one value per
     /// entry of `ops`; output `j` holds reduction `ops[j]` of prologue output `j`, with the
-    /// reduced axes removed.
+    /// reduced axes removed. With a [`ReduceFinish`], outputs `ops.len()..` are its expression's,
+    /// computed from the reduced values as they are stored.
     Reduce {
         shape: Vec<usize>,
         axes: Vec<usize>,
         prologue: FusedExpr,
         ops: Vec<ReduceOp>,
+        finish: Option<ReduceFinish>,
     },
     /// Inputs `(a, b, extra...)`.
     MatMul(MatMulGeom, Option<Epilogue>),
@@ -518,13 +536,31 @@ impl fmt::Display for Kernel {
                 axes,
                 prologue,
                 ops,
+                finish,
             } => {
                 let names: Vec<&str> = ops.iter().map(|o| o.name()).collect();
                 write!(
                     f,
                     "\n      {} of {shape:?} over axes {axes:?}: {prologue}",
                     names.join(",")
-                )
+                )?;
+                match finish {
+                    Some(r) => {
+                        let results = match ops.len() {
+                            1 => "in0: the result".to_string(),
+                            n => format!("in0..in{}: the results", n - 1),
+                        };
+                        write!(
+                            f,
+                            "\n      finish over {:?} ({results}; in{}..: inputs {}..): {}",
+                            r.shape,
+                            ops.len(),
+                            r.first_input,
+                            r.expr
+                        )
+                    }
+                    None => Ok(()),
+                }
             }
             KernelKind::MatMul(g, e) => {
                 write!(

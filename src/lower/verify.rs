@@ -279,14 +279,24 @@ impl<'a> Verifier<'a> {
     }
 
     /// Views over a known iteration space stay inside their buffers: a fused kernel's over its
-    /// space, an epilogue's over the kernel's output, a prologue's over the input it computes.
+    /// space, an epilogue's over the kernel's output, a prologue's over the input it computes, a
+    /// reduction's finish's over the reduction's output.
     fn check_views(&self, k: u32) -> Result<(), VerifyError> {
         let kernel = &self.p.kernels[k as usize];
         let inputs = &kernel.inputs;
         let mut spaces: Vec<(Vec<usize>, Vec<&View>)> = Vec::new();
         match &kernel.kind {
-            KernelKind::Elementwise { shape, .. } | KernelKind::Reduce { shape, .. } => {
+            KernelKind::Elementwise { shape, .. } => {
                 spaces.push((shape.clone(), inputs.iter().collect()));
+            }
+            KernelKind::Reduce { shape, finish, .. } => {
+                let first = finish
+                    .as_ref()
+                    .map_or(inputs.len(), |f| f.first_input.min(inputs.len()));
+                spaces.push((shape.clone(), inputs[..first].iter().collect()));
+                if let Some(f) = finish {
+                    spaces.push((f.shape.clone(), inputs[first..].iter().collect()));
+                }
             }
             other => {
                 let prologue = other.prologue();

@@ -2,7 +2,8 @@
 //! CPU backend, and bitwise reproducible run to run (CTAs run on several host threads, so the
 //! block that arrives last — and combines — changes between runs):
 //! - per-channel and full reductions split along the reduced axis (1 and 64 channels; lengths
-//!   not multiples of the split; sums, means, maxima, integer sums);
+//!   not multiples of the split; sums, means, maxima, integer sums), and the elementwise work
+//!   they finish as they store their results;
 //! - split-K filter gradients (3×3, 1×1, strided) and matrix products with a long K;
 //! - batch-norm-like statistics and gradient sums taken in convolution epilogues
 //!   (`LowerOptions::epilogue_reductions`), combined across the blocks of a channel tile.
@@ -273,6 +274,76 @@ fn split_reductions_over_one_and_64_channels_match_the_cpu_and_repeat_bitwise() 
         split.len() >= 4 && split.iter().all(|&s| s > 1),
         "every reduction is split: {split:?}"
     );
+}
+
+/// Elementwise work on reduced values that the reductions finish as they store them
+/// (`ReduceFinish`): batch norm's `rsqrt(variance + eps) * gamma` per channel, a function of a
+/// whole-tensor sum, a comparison of a maximum stored as a boolean, and the squares of many
+/// short sums — split across blocks, and not split.
+#[test]
+fn reduction_finishes_match_the_cpu_and_repeat_bitwise() {
+    let mut c = Case::new(7, 3);
+    let x = c.input(DType::F32, &[1001, 64]);
+    // The variance's reduction reads x and the mean (its prologue), then finishes the scale.
+    let mean = c.reduce(ReduceOp::Mean, vec![0, 1], x);
+    let centred = c.binary(BinaryOp::Sub, x, mean);
+    let sq = c.add("square", Op::Unary(UnaryOp::Square), &[centred]);
+    let var = c.reduce(ReduceOp::Mean, vec![0, 1], sq);
+    let eps = c.constant(&[]);
+    let eps = c.add("abs", Op::Unary(UnaryOp::Abs), &[eps]);
+    let shifted = c.binary(BinaryOp::Add, var, eps);
+    let rstd = c.add("rsqrt", Op::Unary(UnaryOp::Rsqrt), &[shifted]);
+    let gamma = c.constant(&[64]);
+    let scale = c.binary(BinaryOp::Mul, rstd, gamma);
+    c.fetch(scale);
+    // One output: sqrt(|sum|) of everything.
+    let flat = c.input(DType::F32, &[5000]);
+    let all = c.reduce(ReduceOp::Sum, vec![0, 1], flat);
+    let all = c.add("abs", Op::Unary(UnaryOp::Abs), &[all]);
+    let root = c.add("sqrt", Op::Unary(UnaryOp::Sqrt), &[all]);
+    c.fetch(root);
+    // A maximum per channel compared with a bound: a boolean finish output.
+    let y = c.input(DType::F32, &[700, 5]);
+    let top = c.reduce(ReduceOp::Max, vec![0, 1], y);
+    let bound = c.constant(&[5]);
+    let above = c.binary(BinaryOp::Gt, top, bound);
+    c.fetch(above);
+    // Many outputs (3 × 600) of 40 points each: one block per tile of outputs, not split.
+    let rows = c.input(DType::F32, &[40, 600]);
+    let sums = c.reduce(ReduceOp::Sum, vec![1], rows);
+    let squared = c.add("square", Op::Unary(UnaryOp::Square), &[sums]);
+    c.fetch(squared);
+    let mut splits = Vec::new();
+    for sms in [132, 2] {
+        let program = check(&c, sms, &lowering(true), 1e-5);
+        let finishes = program
+            .kernels
+            .iter()
+            .filter(|k| {
+                matches!(
+                    k.kind,
+                    towerpack::lower::KernelKind::Reduce {
+                        finish: Some(_),
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(finishes, 4, "{program}");
+        assert_eq!(
+            program.kernel_histogram(),
+            vec![("reduce", 5)],
+            "no elementwise launch is left:\n{program}"
+        );
+        splits.extend(
+            launches(&program, sms)
+                .iter()
+                .map(|(_, _, g)| defined(g, "TP_SPLIT")),
+        );
+    }
+    // Finishes ran in split launches (by the block that combines) and in whole ones.
+    assert!(splits.contains(&1), "{splits:?}");
+    assert!(splits.iter().any(|&s| s > 1), "{splits:?}");
 }
 
 #[test]

@@ -616,6 +616,30 @@ fn compiled_programs_match_the_reference_on_random_graphs() {
     report(failures, 600);
 }
 
+/// The random graphs above exercise reductions' finishes (`ReduceFinish`): an elementwise op on
+/// a reduction's result becomes the reduction's own in a good share of the fused programs, so
+/// the comparison with the reference covers them.
+#[test]
+fn random_graphs_give_reductions_finishes() {
+    let finished = (0..300)
+        .filter(|&seed| {
+            let (g, step, _) = random_case(seed);
+            towerpack::lower::lower(&g, &step, BATCH, &LowerOptions::default()).is_ok_and(|p| {
+                p.kernels.iter().any(|k| {
+                    matches!(
+                        k.kind,
+                        towerpack::lower::KernelKind::Reduce {
+                            finish: Some(_),
+                            ..
+                        }
+                    )
+                })
+            })
+        })
+        .count();
+    assert!(finished >= 10, "{finished} of 300 programs have a finish");
+}
+
 #[test]
 fn results_do_not_depend_on_parallel_splitting_beyond_tolerance() {
     let failures = (300..360)

@@ -8,8 +8,10 @@ use std::sync::Arc;
 
 use towerpack::backend::Step;
 use towerpack::dsl::{InputSpec, Tensor};
-use towerpack::ir::Graph;
-use towerpack::lower::{HalfFormat, KernelKind, LowerOptions, Precision, Program, Storage, lower};
+use towerpack::ir::{Graph, UnaryOp};
+use towerpack::lower::{
+    ExprOp, HalfFormat, KernelKind, LowerOptions, Precision, Program, Storage, lower,
+};
 use towerpack::models::{CifarResNet, Mlp};
 use towerpack::optim::{DynamicLossScale, Optimizer};
 use towerpack::tensor::DType;
@@ -295,7 +297,8 @@ fn mlp_peak_memory() {
 /// outputs: batch norm's backward recomputes its products of the gradient instead of storing
 /// them, and takes its four per-channel sums in the same epilogue); per batch norm, its
 /// apply+ReLU computed by the convolutions that read it, in their prologues, and recomputed by
-/// the epilogues that read it (never written out).
+/// the epilogues that read it (never written out); per batch norm, its rsqrt(var + eps) finished
+/// by the variance's reduction.
 #[test]
 fn resnet20_fusion_guards() {
     let p = resnet20_program(128);
@@ -319,8 +322,9 @@ fn resnet20_fusion_guards() {
     );
     assert!(count(&p, "elementwise") <= 66, "{:?}", p.kernel_histogram());
     // Batch norm's per-channel gradient terms are recomputed by the kernels that read them,
-    // and every filter gradient adds its weight decay in its epilogue: the only per-channel
-    // elementwise kernels left are the forward pass's rsqrt(var + eps), one per batch norm.
+    // every filter gradient adds its weight decay in its epilogue, and the forward pass's
+    // rsqrt(var + eps) is its variance's finish, one per batch norm: no per-channel
+    // elementwise kernel is left.
     let per_channel: Vec<&str> = p
         .kernels
         .iter()
@@ -330,11 +334,26 @@ fn resnet20_fusion_guards() {
         })
         .map(|k| k.name.as_str())
         .collect();
+    assert!(per_channel.is_empty(), "{per_channel:?}");
+    let finished: Vec<&str> = p
+        .kernels
+        .iter()
+        .filter(|k| {
+            matches!(
+                &k.kind,
+                KernelKind::Reduce {
+                    finish: Some(f),
+                    ..
+                } if f.expr.ops.iter().any(|(op, _)| matches!(op, ExprOp::Unary(UnaryOp::Rsqrt, _)))
+            )
+        })
+        .map(|k| k.name.as_str())
+        .collect();
     assert!(
-        per_channel.iter().all(|n| n.ends_with("bn/Rsqrt")),
-        "{per_channel:?}"
+        finished.iter().all(|n| n.ends_with("bn/moments/variance")),
+        "{finished:?}"
     );
-    assert_eq!(per_channel.len(), 19, "{per_channel:?}");
+    assert_eq!(finished.len(), 19, "{finished:?}");
     for k in p
         .kernels
         .iter()

@@ -20,6 +20,7 @@ use crate::lower::{
 };
 use crate::tensor::DType;
 use rayon::prelude::*;
+use smallvec::SmallVec;
 use std::sync::Mutex;
 
 /// Elementwise kernels smaller than this run on one thread.
@@ -60,13 +61,23 @@ enum Step {
     Fused(FusedProgram, usize),
     /// A fused update kernel of [`Program::buckets`], on the streaming engine.
     Bucket(BucketProgram, usize),
-    Reduce(ReduceProgram),
+    Reduce(ReduceProgram, Option<Box<FinishStep>>),
     /// A fixed-function kernel, with its epilogue and its prologue (a convolution's input
     /// computed as it is read) compiled where it has them.
     Fixed {
         epilogue: Option<Box<FusedProgram>>,
         prologue: Option<Box<FusedProgram>>,
     },
+}
+
+/// A reduction's [`ReduceFinish`](crate::lower::ReduceFinish) on the fused engine, run once the
+/// reduction has stored its results: its operands are those results, then the kernel's inputs
+/// from `first_input`; its outputs the kernel's after the results.
+struct FinishStep {
+    program: FusedProgram,
+    results: usize,
+    first_input: usize,
+    points: usize,
 }
 
 /// A program ready to run against a session's state.
@@ -264,13 +275,34 @@ impl Prepared {
                     axes,
                     prologue,
                     ops,
-                } => Step::Reduce(ReduceProgram::new(
-                    prologue,
-                    shape,
-                    axes,
-                    ops,
-                    &views_of(k, 0),
-                )),
+                    finish,
+                } => {
+                    let views = views_of(k, 0);
+                    let first_input = finish.as_ref().map_or(views.len(), |f| f.first_input);
+                    let finish = finish.as_ref().map(|f| {
+                        // The results, contiguous over the finish's space, then its inputs.
+                        let own = crate::lower::program::contiguous_strides(&f.shape);
+                        let mut operands: Vec<(usize, &[usize])> =
+                            vec![(0, own.as_slice()); ops.len()];
+                        operands.extend(views[first_input.min(views.len())..].iter().copied());
+                        Box::new(FinishStep {
+                            program: FusedProgram::new(&f.expr, &f.shape, &operands),
+                            results: ops.len(),
+                            first_input,
+                            points: f.shape.iter().product(),
+                        })
+                    });
+                    Step::Reduce(
+                        ReduceProgram::new(
+                            prologue,
+                            shape,
+                            axes,
+                            ops,
+                            &views[..first_input.min(views.len())],
+                        ),
+                        finish,
+                    )
+                }
                 kind => {
                     let epilogue = kind.epilogue().map(|e| {
                         let out_shape = &program.buffers[k.outputs[0].0 as usize].shape;
@@ -325,11 +357,17 @@ impl Prepared {
             }
             match step {
                 Step::Fused(f, n) => self.check_operands(k, f, *n, Some)?,
-                Step::Reduce(r) => {
+                Step::Reduce(r, finish) => {
                     let KernelKind::Reduce { shape, .. } = &k.kind else {
                         continue;
                     };
                     self.check_operands(k, r.prologue(), shape.iter().product(), Some)?;
+                    if let Some(f) = finish {
+                        // Operands before `results` are the kernel's own results.
+                        self.check_operands(k, &f.program, f.points, |i| {
+                            (i >= f.results).then(|| f.first_input + i - f.results)
+                        })?;
+                    }
                 }
                 Step::Fixed { epilogue, prologue } => {
                     if let Some(f) = epilogue {
@@ -960,9 +998,19 @@ fn run_kernel(
             }
             Ok(())
         }
-        (KernelKind::Reduce { .. }, Step::Reduce(r)) => {
+        (KernelKind::Reduce { .. }, Step::Reduce(r, finish)) => {
             // SAFETY: extents checked at preparation; outputs are this kernel's own.
             unsafe { r.run(ins, outs, threads) };
+            if let Some(f) = finish {
+                let operands: SmallVec<[RawBuf; 8]> = outs[..f.results]
+                    .iter()
+                    .chain(ins.get(f.first_input..).unwrap_or_default())
+                    .copied()
+                    .collect();
+                // SAFETY: as above; the results were stored by the reduction just now, and the
+                // finish's outputs are the kernel's own, distinct from them.
+                unsafe { f.program.run(0, f.points, &operands, &outs[f.results..]) };
+            }
             Ok(())
         }
         (KernelKind::MatMul(g, _), _) => {

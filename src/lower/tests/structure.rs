@@ -172,12 +172,31 @@ fn batch_norm_statistics_share_reductions_and_never_materialise_squares() {
     let y = node(&mut g, "relu", Op::Unary(UnaryOp::Relu), &[y]);
     let p = lower(&g, &Step::fetch(vec![y]), 16, &LowerOptions::default()).expect("lower");
     println!("{p}");
-    // mean; variance (absorbing (x - mean)^2); scale [C]; normalize+relu.
+    // mean; variance (absorbing (x - mean)^2, finishing with the scale [C]); normalize+relu.
     assert_eq!(
         p.kernel_histogram(),
-        vec![("elementwise", 2), ("reduce", 2)],
+        vec![("elementwise", 1), ("reduce", 2)],
         "\n{p}"
     );
+    let finished = p.kernels.iter().find_map(|k| match &k.kind {
+        KernelKind::Reduce {
+            finish: Some(f), ..
+        } => Some((k, f)),
+        _ => None,
+    });
+    let (variance, finish) = finished.expect("the scale is the variance's finish");
+    assert_eq!(finish.shape, vec![8]);
+    assert!(
+        finish
+            .expr
+            .ops
+            .iter()
+            .any(|(op, _)| *op == ExprOp::Unary(UnaryOp::Rsqrt, 2)),
+        "{p}"
+    );
+    // Its outputs: the variance, then the scale; its inputs: the prologue's, then eps and gamma.
+    assert_eq!(variance.outputs.len(), 2, "{p}");
+    assert_eq!(variance.inputs.len(), finish.first_input + 2, "{p}");
     let big = 16 * 4 * 4 * 8 * 4;
     let scratch_big = p
         .buffers

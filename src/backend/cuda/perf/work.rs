@@ -37,11 +37,16 @@ pub fn kernel_work(program: &Program, k: &Kernel) -> Work {
             shape,
             prologue,
             ops,
+            finish,
             ..
         } => {
             let points = shape.iter().product::<usize>() as f64;
+            // A finish runs once per output point.
+            let finished = finish.as_ref().map_or(0.0, |f| {
+                f.shape.iter().product::<usize>() as f64 * f.expr.ops.len() as f64
+            });
             (
-                points * (prologue.ops.len() + ops.len()).max(1) as f64,
+                points * (prologue.ops.len() + ops.len()).max(1) as f64 + finished,
                 points,
             )
         }

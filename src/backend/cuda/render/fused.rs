@@ -12,7 +12,7 @@ use super::{
 };
 use crate::backend::cuda::bodies::Body;
 use crate::ir::ReduceOp;
-use crate::lower::{BufferId, FusedExpr, Kernel, Program, View};
+use crate::lower::{BufferId, FusedExpr, Kernel, Program, ReduceFinish, View};
 use crate::tensor::DType;
 use std::fmt::Write as _;
 
@@ -397,8 +397,7 @@ pub fn reduce(
     k: &Kernel,
     shape: &[usize],
     axes: &[usize],
-    prologue: &FusedExpr,
-    ops: &[ReduceOp],
+    (prologue, ops, finish): (&FusedExpr, &[ReduceOp], Option<&ReduceFinish>),
     target: &Target,
 ) -> Result<RenderedKernel, RenderError> {
     let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
@@ -488,6 +487,8 @@ pub fn reduce(
         );
     }
     g.push_str("}\nTP_DEV void tp_finish(const tp_params& p, tp_idx o, const tp_acc& acc) {\n");
+    // With a finish, each result is also held as stored (its compute type) for the finish.
+    let mut results = Vec::new();
     for (j, ((&out, t), &op)) in k.outputs.iter().zip(&types).zip(ops).enumerate() {
         let mut v = format!("acc.a{j}");
         if op == ReduceOp::Mean {
@@ -495,7 +496,43 @@ pub fn reduce(
         }
         let dtype = program.buffer(out).dtype;
         let stored = cexpr::to_storage(&cexpr::cast(&v, acc_dtype(t), dtype), dtype);
-        let _ = writeln!(g, "    p.out{j}[o] = {stored};");
+        if finish.is_some() {
+            let r = format!("r{j}");
+            let _ = writeln!(
+                g,
+                "    const {} {r} = {};",
+                compute_type(dtype),
+                cexpr::from_storage(&stored, dtype)
+            );
+            let _ = writeln!(g, "    p.out{j}[o] = {};", cexpr::to_storage(&r, dtype));
+            results.push(r);
+        } else {
+            let _ = writeln!(g, "    p.out{j}[o] = {stored};");
+        }
+    }
+    if let Some(f) = finish {
+        let point = FinishPoint {
+            results: &results,
+            inputs: FlatPoint {
+                var: "o",
+                shape: &f.shape,
+                operands: operands.get(f.first_input..).unwrap_or_default(),
+                own: None,
+                columns: &[],
+            },
+        };
+        let values = cexpr::render(&f.expr, &point, "f", "    ", &mut g)?;
+        for (j, v) in values.iter().enumerate() {
+            let j = j + ops.len();
+            let out = k.outputs.get(j).copied().ok_or_else(|| {
+                RenderError::Unsupported(format!(
+                    "the finish of `{}` has more outputs than the kernel",
+                    k.name
+                ))
+            })?;
+            let stored = cexpr::to_storage(v, program.buffer(out).dtype);
+            let _ = writeln!(g, "    p.out{j}[o] = {stored};");
+        }
     }
     g.push_str("}\n");
     if split.parts > 1 {
@@ -529,6 +566,31 @@ pub fn reduce(
         launch,
         workspace_bytes,
     })
+}
+
+/// A reduction's finish at output `o`: slots below `results.len()` read the results as stored,
+/// the others the kernel's inputs from the finish's first over its space.
+struct FinishPoint<'a> {
+    results: &'a [String],
+    inputs: FlatPoint<'a>,
+}
+
+impl PointSource for FinishPoint<'_> {
+    fn load(&self, operand: u16) -> Result<String, RenderError> {
+        let slot = usize::from(operand);
+        match self.results.get(slot) {
+            Some(r) => Ok(r.clone()),
+            None => self.inputs.load((slot - self.results.len()) as u16),
+        }
+    }
+
+    fn index(&self, axis: u8) -> String {
+        self.inputs.index(axis)
+    }
+
+    fn flat(&self) -> String {
+        self.inputs.flat()
+    }
 }
 
 /// The dtype whose compute type is accumulator type `t`.

@@ -135,6 +135,7 @@ pub fn render_kernel_for(
             axes,
             prologue,
             ops,
+            finish,
         } => {
             let kept: usize = (0..shape.len())
                 .filter(|d| !axes.contains(d))
@@ -144,7 +145,12 @@ pub fn render_kernel_for(
                 return Ok(KernelPlan::Empty);
             }
             KernelPlan::Launch(fused::reduce(
-                program, k, shape, axes, prologue, ops, target,
+                program,
+                k,
+                shape,
+                axes,
+                (prologue, ops, finish.as_ref()),
+                target,
             )?)
         }
         KernelKind::AllReduce { op, len } => {

@@ -1,0 +1,123 @@
+//! Finish fusion: an elementwise draft over a reduction's output space that reads the
+//! reduction's results point for point becomes the reduction's [`ReduceFinish`], computed as the
+//! results are stored instead of by a launch of its own (batch norm's `rsqrt(variance + ε)` after
+//! every variance: a kernel of 16–64 points, all launch overhead).
+
+use super::{Former, Operand};
+use crate::ir::Value;
+use crate::lower::program::{KernelKind, ReduceFinish};
+use std::collections::HashSet;
+
+/// The fewest points a reduction folds into each output for it to take a finish: the finish runs
+/// once per output, on the reduction's lanes that store it, so it must be small beside the
+/// reduction's own work.
+const MIN_REDUCED: usize = 16;
+
+impl Former<'_> {
+    /// Merges each elementwise draft that reads a reduction's results through identity views of
+    /// its output space (and nothing else that depends on the reduction, nothing on another
+    /// device) into that reduction as its finish. A reduction takes one finish. Drafts writing
+    /// a value in `assigned` are left alone: variable updates merge into arena kernels
+    /// ([`crate::lower::arena`]), one launch for many variables.
+    pub(super) fn fuse_reduce_finishes(&mut self, assigned: &HashSet<Value>) {
+        for gi in 0..self.drafts.len() {
+            let KernelKind::Elementwise { shape, expr } = &self.drafts[gi].kind else {
+                continue;
+            };
+            if !self.drafts[gi].alive
+                || self.drafts[gi].outputs.iter().any(|o| assigned.contains(o))
+            {
+                continue;
+            }
+            let Some(r) = self.drafts[gi].inputs.iter().find_map(|op| {
+                let &r = self.producer.get(&op.base)?;
+                let rd = &self.drafts[r];
+                (rd.alive && matches!(rd.kind, KernelKind::Reduce { finish: None, .. }))
+                    .then_some(r)
+            }) else {
+                continue;
+            };
+            let Some((slots, extras)) = self.finish_operands(gi, r) else {
+                continue;
+            };
+            let finish = ReduceFinish {
+                shape: shape.clone(),
+                expr: expr.with_slots(|s| slots[usize::from(s)]),
+                first_input: self.drafts[r].inputs.len(),
+            };
+            let (outputs, anchor) = (self.drafts[gi].outputs.clone(), self.drafts[gi].anchor);
+            self.drafts[gi].alive = false;
+            let rd = &mut self.drafts[r];
+            if let KernelKind::Reduce { finish: f, .. } = &mut rd.kind {
+                *f = Some(finish);
+            }
+            rd.inputs.extend(extras);
+            rd.outputs.extend(outputs.iter().copied());
+            rd.anchor = rd.anchor.max(anchor);
+            for o in outputs {
+                self.producer.insert(o, r);
+            }
+        }
+    }
+
+    /// How elementwise draft `gi` reads as reduction draft `r`'s finish: the finish's slot of
+    /// each of its operand slots (`j` for result `j`, then one slot per distinct other operand
+    /// after the results), and those other operands. `None` when it cannot be a finish of `r`.
+    fn finish_operands(&self, gi: usize, r: usize) -> Option<(Vec<u16>, Vec<Operand>)> {
+        let (ed, rd) = (&self.drafts[gi], &self.drafts[r]);
+        let (
+            KernelKind::Elementwise { shape, .. },
+            KernelKind::Reduce {
+                shape: space,
+                axes,
+                ops,
+                ..
+            },
+        ) = (&ed.kind, &rd.kind)
+        else {
+            return None;
+        };
+        let points: usize = shape.iter().product();
+        let kept: usize = (0..space.len())
+            .filter(|d| !axes.contains(d))
+            .map(|d| space[d])
+            .product();
+        let reduced = space.iter().product::<usize>() / kept.max(1);
+        if ed.device != rd.device || points == 0 || points != kept || reduced < MIN_REDUCED {
+            return None;
+        }
+        let results = &rd.outputs[..ops.len()];
+        let mut slots = Vec::with_capacity(ed.inputs.len());
+        let mut extras: Vec<Operand> = Vec::new();
+        for op in &ed.inputs {
+            if let Some(j) = results.iter().position(|&v| v == op.base) {
+                // A result read other than point for point (broadcast, transposed) is not the
+                // value the finish holds at its point.
+                let pointwise = op.view.is_identity()
+                    && op.view.shape == *shape
+                    && self.shape(op.base) == *shape;
+                if !pointwise {
+                    return None;
+                }
+                slots.push(j as u16);
+                continue;
+            }
+            let dependent = results.iter().any(|v| self.depends(op.base.node, v.node))
+                || self.producer.get(&op.base).is_some_and(|&p| {
+                    self.drafts[p].device != rd.device || self.draft_reaches(p, r)
+                });
+            if dependent {
+                return None;
+            }
+            let at = match extras.iter().position(|x| x == op) {
+                Some(i) => i,
+                None => {
+                    extras.push(op.clone());
+                    extras.len() - 1
+                }
+            };
+            slots.push((ops.len() + at) as u16);
+        }
+        Some((slots, extras))
+    }
+}
