@@ -39,7 +39,9 @@ extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_reduce(const tp_params
     tp_acc acc;
     tp_init(acc);
     if (o < TP_OUT) {
-#pragma unroll 4
+        // Eight points' loads in flight a lane: a split block's time is this chain and the
+        // last block's combine below (render/launch.rs reduce_split balances the two).
+#pragma unroll 8
         for (tp_idx r = r0 + lane_r; r < r1; r += LANES) tp_fold(p, acc, o, r);
     }
     part[threadIdx.x] = acc;
@@ -56,7 +58,8 @@ extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_reduce(const tp_params
     __threadfence();
     tp_init(acc);
     if (o < TP_OUT) {
-#pragma unroll 4
+        // Eight partials in flight a lane (the performance model's COMBINE_IN_FLIGHT).
+#pragma unroll 8
         for (unsigned int s = lane_r; s < TP_SPLIT; s += LANES) {
             tp_acc other;
             tp_ws_load(&p.ws[(tp_idx)s * TP_OUT + o], other);

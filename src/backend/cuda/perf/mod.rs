@@ -18,6 +18,9 @@ pub mod spec;
 pub mod work;
 
 pub use model::{BlockCounts, Bound, Launch, Prediction, l1_cycles, predict};
-pub use report::{LaunchRow, idle_launches, json_lines, launch_report, step_us, summary};
+pub use report::{
+    COMBINE_IN_FLIGHT, LaunchRow, idle_launches, json_lines, launch_report, split_reduce_tail,
+    step_us, summary,
+};
 pub use spec::{GpuSpec, H100_SXM};
 pub use work::{Work, kernel_work};

@@ -28,7 +28,11 @@
 //! Compute's busy cycles of the TF32 convolutions of a later step (0.54-1.25× per launch):
 //! those launches are 3-4× slower on the H100 than the model says, and their L1 work explains
 //! under half of it. Instructions are PTX's, which ptxas may turn into fewer (address
-//! arithmetic, shuffles of 64-bit values).
+//! arithmetic, shuffles of 64-bit values). The block measured is block 0, which in a split
+//! launch never combines: the report adds a split reduction's combining tail
+//! (`report::split_reduce_tail`), which puts the batch norms' variances of that step at
+//! 0.77-1.30× of their measured times (without it, 0.37-0.53×); the combines of split GEMMs
+//! (`kernels/split.cuh`) are still left out.
 
 use super::spec::GpuSpec;
 
@@ -63,6 +67,20 @@ pub struct BlockCounts {
     pub shared_wavefronts: f64,
     /// Distinct 32-byte sectors of the global accesses (scattered lanes move more).
     pub global_sectors: f64,
+}
+
+impl std::ops::Add for BlockCounts {
+    type Output = BlockCounts;
+
+    /// The counts of both (a block that does both's work).
+    fn add(self, other: BlockCounts) -> BlockCounts {
+        BlockCounts {
+            warp_instructions: self.warp_instructions + other.warp_instructions,
+            load_epochs: self.load_epochs + other.load_epochs,
+            shared_wavefronts: self.shared_wavefronts + other.shared_wavefronts,
+            global_sectors: self.global_sectors + other.global_sectors,
+        }
+    }
 }
 
 /// Which term of the model sets a launch's time.

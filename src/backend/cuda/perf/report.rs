@@ -9,8 +9,9 @@ use super::spec::GpuSpec;
 use super::work::{Work, kernel_work};
 use crate::backend::BackendError;
 use crate::backend::cuda::nvrtc::{Arch, Compiler};
+use crate::backend::cuda::render::launch::{ReduceLaunch, Target, reduce_launch};
 use crate::backend::cuda::render::{self, KernelPlan};
-use crate::lower::Program;
+use crate::lower::{KernelKind, Program};
 use std::collections::HashMap;
 
 /// One launch of a program, with its prediction.
@@ -136,6 +137,18 @@ fn row(
     // rendered with TP_TF32): BF16/FP16 ones (TP_ROUND) with the native 16-bit mma.
     let tensor = r.generated.contains("#define TP_TF32 1");
     let half = tensor && r.generated.contains("#define TP_ROUND ");
+    // The block the model times: block 0 as measured, plus the combining tail it would have
+    // as the last block of a split reduction.
+    let counts = match &k.kind {
+        KernelKind::Reduce {
+            shape, axes, ops, ..
+        } => {
+            let shape = reduce_launch(shape, axes, &Target::default());
+            let warps = f64::from(m.dims.block.iter().product::<u32>().div_ceil(32));
+            m.counts + split_reduce_tail(&shape, ops.len(), warps, COMBINE_IN_FLIGHT)
+        }
+        _ => m.counts,
+    };
     let launch = Launch {
         grid: m.dims.grid,
         block: m.dims.block,
@@ -145,7 +158,7 @@ fn row(
         tensor_flops: if tensor && !half { work.flops } else { 0.0 },
         half_tensor_flops: if half { work.flops } else { 0.0 },
         dram_bytes: work.dram_bytes,
-        block_counts: Some(m.counts),
+        block_counts: Some(counts),
     };
     Ok(LaunchRow {
         index,
@@ -159,9 +172,41 @@ fn row(
         shared_bytes,
         registers: launch.registers,
         work,
-        counts: m.counts,
+        counts,
         prediction: predict(gpu, &launch),
     })
+}
+
+/// The partials one lane of a split reduction's combining block has in flight at once: the
+/// `#pragma unroll` of its combine loop in `kernels/reduce.cu`.
+pub const COMBINE_IN_FLIGHT: usize = 8;
+
+/// What the last block of a split reduction (`kernels/reduce.cu`, `TP_SPLIT > 1`) does after
+/// its own chunk, summed over its `warps`: the emulator measures block 0, which never combines.
+/// After a fence and the arrival atomic (two memory round trips), each of its `lanes` lanes per
+/// output reads `split / lanes` partials of `accumulators` values through L2, `in_flight` at a
+/// time ([`COMBINE_IN_FLIGHT`] in the body as it is), then the block merges its lanes
+/// (`tp_reduce_lanes`, one barrier per halving) and stores. Counted as the emulator counts: one
+/// load epoch per run of loads in flight, instructions per loop iteration from the body (index,
+/// bound, branch, one load and one merge per accumulator). Zero for a launch that is not split.
+pub fn split_reduce_tail(
+    r: &ReduceLaunch,
+    accumulators: usize,
+    warps: f64,
+    in_flight: usize,
+) -> BlockCounts {
+    if r.split.parts <= 1 {
+        return BlockCounts::default();
+    }
+    let per_lane = r.split.parts.div_ceil(r.lanes);
+    let halvings = r.lanes.max(1).ilog2() as usize;
+    let epochs = 2 + per_lane.div_ceil(in_flight.max(1));
+    let instructions = 12 + per_lane * (3 + 2 * accumulators) + halvings * (4 + 2 * accumulators);
+    BlockCounts {
+        warp_instructions: warps * instructions as f64,
+        load_epochs: warps * epochs as f64,
+        ..BlockCounts::default()
+    }
 }
 
 /// The rows as JSON lines.

@@ -402,22 +402,14 @@ pub fn reduce(
 ) -> Result<RenderedKernel, RenderError> {
     let kept: Vec<usize> = (0..shape.len()).filter(|d| !axes.contains(d)).collect();
     let reduced: Vec<usize> = (0..shape.len()).filter(|d| axes.contains(d)).collect();
-    let out_len: usize = kept.iter().map(|&d| shape[d]).product();
-    let red_len: usize = reduced.iter().map(|&d| shape[d]).product();
-    // Outputs side by side in a block when the innermost moving axis is kept (coalesced reads),
-    // else one output per block with every lane on its reduced points.
-    let innermost_kept = (0..shape.len())
-        .rev()
-        .find(|&d| shape[d] > 1)
-        .is_some_and(|d| !axes.contains(&d));
-    let tile = if innermost_kept {
-        out_len.next_power_of_two().min(32)
-    } else {
-        1
-    };
-    let lanes = BLOCK as usize / tile;
-    let out_tiles = out_len.div_ceil(tile);
-    let split = launch::reduce_split(out_tiles, red_len, lanes, target);
+    let launch::ReduceLaunch {
+        out_len,
+        red_len,
+        tile,
+        out_tiles,
+        split,
+        ..
+    } = launch::reduce_launch(shape, axes, target);
     let mut params = ParamStruct::default();
     let operands = operand_fields(program, &mut params, &k.inputs, "in", &k.outputs);
     let points = out_len * red_len;

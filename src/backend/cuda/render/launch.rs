@@ -131,15 +131,65 @@ pub fn split(blocks: usize, len: usize, granule: usize, min_len: usize, want: us
 }
 
 /// The split of a reduction whose `out_tiles` blocks each fold `red_len` points with `lanes`
-/// lanes per output.
+/// lanes per output: enough blocks to fill the device, but no more than about `√red_len` per
+/// output tile. A lane of a split block folds `red_len / (parts · lanes)` points, and the last
+/// block's lane then adds `parts / lanes` partials — both chains of loads in flight a few at a
+/// time, so their sum is least when the two are equal.
 pub fn reduce_split(out_tiles: usize, red_len: usize, lanes: usize, target: &Target) -> Split {
+    let balanced = out_tiles.saturating_mul(red_len.isqrt().max(1));
     split(
         out_tiles,
         red_len,
         1,
         lanes * target.min_lane_iterations,
-        target.resident(REDUCE_BLOCKS_PER_SM),
+        target.resident(REDUCE_BLOCKS_PER_SM).min(balanced),
     )
+}
+
+/// How a reduction of `shape` over `axes` runs (`kernels/reduce.cu`): `tile` consecutive outputs
+/// per block, each folded by `lanes` lanes; `out_tiles` such tiles, each split along the reduced
+/// axis into `split.parts` blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReduceLaunch {
+    pub out_len: usize,
+    pub red_len: usize,
+    pub tile: usize,
+    pub lanes: usize,
+    pub out_tiles: usize,
+    pub split: Split,
+}
+
+/// The launch shape of a reduction of `shape` over `axes` on `target`. Outputs lie side by side
+/// in a block when the innermost moving axis is kept (coalesced reads), else one output per
+/// block with every lane on its reduced points.
+pub fn reduce_launch(shape: &[usize], axes: &[usize], target: &Target) -> ReduceLaunch {
+    let out_len: usize = (0..shape.len())
+        .filter(|d| !axes.contains(d))
+        .map(|d| shape[d])
+        .product();
+    let red_len: usize = (0..shape.len())
+        .filter(|d| axes.contains(d))
+        .map(|d| shape[d])
+        .product();
+    let innermost_kept = (0..shape.len())
+        .rev()
+        .find(|&d| shape[d] > 1)
+        .is_some_and(|d| !axes.contains(&d));
+    let tile = if innermost_kept {
+        out_len.next_power_of_two().min(32)
+    } else {
+        1
+    };
+    let lanes = super::BLOCK as usize / tile;
+    let out_tiles = out_len.div_ceil(tile);
+    ReduceLaunch {
+        out_len,
+        red_len,
+        tile,
+        lanes,
+        out_tiles,
+        split: reduce_split(out_tiles, red_len, lanes, target),
+    }
 }
 
 /// A GEMM tile: `bm × bn` outputs per block of 256 threads, `tm × tn` per thread (threads laid
@@ -633,12 +683,18 @@ mod tests {
     }
 
     #[test]
-    fn long_reductions_into_few_outputs_fill_the_device() {
+    fn long_reductions_into_few_outputs_split_into_balanced_chains_up_to_the_device() {
         let h100 = Target::default();
-        // Batch-norm statistics of 16 channels at batch 128 (32×32): one tile of 16 outputs.
+        // Batch-norm statistics of 16 channels at batch 128 (32×32): one tile of 16 outputs,
+        // √131,072 = 362 blocks (a lane folds 23 points, then the last block's lane adds 23
+        // partials).
         let s = reduce_split(1, 131_072, 16, &h100);
-        assert!(s.parts * s.chunk >= 131_072 && s.parts > 500, "{s:?}");
-        assert!(s.parts <= h100.resident(REDUCE_BLOCKS_PER_SM));
+        assert!(s.parts * s.chunk >= 131_072 && s.parts == 362, "{s:?}");
+        // Longer ones fill the device and no more; two tiles of 64 channels at stage 3 take
+        // √8,192 = 90 blocks each.
+        let long = reduce_split(1, 1 << 22, 16, &h100);
+        assert_eq!(long.parts, h100.resident(REDUCE_BLOCKS_PER_SM), "{long:?}");
+        assert_eq!(reduce_split(2, 8_192, 8, &h100).parts, 90);
         // A short reduction is not split; many outputs need no split.
         assert_eq!(reduce_split(1, 100, 16, &h100).parts, 1);
         assert_eq!(reduce_split(10_000, 131_072, 16, &h100).parts, 1);
