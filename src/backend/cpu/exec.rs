@@ -278,13 +278,16 @@ impl Prepared {
                     finish,
                 } => {
                     let views = views_of(k, 0);
-                    let first_input = finish.as_ref().map_or(views.len(), |f| f.first_input);
+                    let first_input = finish
+                        .as_ref()
+                        .map_or(views.len(), |f| f.first_input.min(views.len()));
+                    let (prologue_views, finish_views) = views.split_at(first_input);
                     let finish = finish.as_ref().map(|f| {
                         // The results, contiguous over the finish's space, then its inputs.
                         let own = crate::lower::program::contiguous_strides(&f.shape);
                         let mut operands: Vec<(usize, &[usize])> =
                             vec![(0, own.as_slice()); ops.len()];
-                        operands.extend(views[first_input.min(views.len())..].iter().copied());
+                        operands.extend(finish_views.iter().copied());
                         Box::new(FinishStep {
                             program: FusedProgram::new(&f.expr, &f.shape, &operands),
                             results: ops.len(),
@@ -293,13 +296,7 @@ impl Prepared {
                         })
                     });
                     Step::Reduce(
-                        ReduceProgram::new(
-                            prologue,
-                            shape,
-                            axes,
-                            ops,
-                            &views[..first_input.min(views.len())],
-                        ),
+                        ReduceProgram::new(prologue, shape, axes, ops, prologue_views),
                         finish,
                     )
                 }
