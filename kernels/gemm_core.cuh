@@ -609,15 +609,18 @@ TP_DEV void tp_mma_tf32(float c[4], const unsigned int a[4], const unsigned int 
 #endif
 #if TP_WINDOW
 // The window variant (TP_WINDOW = 1; render/fixed.rs chooses it for convolutions of stride 1
-// whose row tiles are whole rows of one image, whose K tiles are 16 channels of one tap, and
-// whose K is not split). Every tap of such a tile reads pixels of one window of the input:
+// whose row tiles are whole rows of one image and whose K tiles are 16 channels of one tap).
+// Every tap of such a tile reads pixels of one window of the input:
 // LA::WIN_H rows of LA::WIN_W pixels (the tile's rows and the filter's reach around them). The
 // pipelined core loaded the tile's 256 pixels once per tap (nine times over for 3x3) with a wait
 // and a barrier per K tile; here the block loads the window once (LA::win_source: a pixel's
 // channels, or zeros past the image's edge), and B — all of K by TP_BN, as K / TP_BK consecutive
 // stages of tp_operand's layout — with it, then waits once, and the K loop only reads shared
 // memory and multiplies: K tile k's A fragment rows are the window pixels
-// LA::win_row(m) + LA::win_tap(k), channel LA::win_channel(k) on. The window is pixel-major with
+// LA::win_row(m) + LA::win_tap(k), channel LA::win_channel(k) on. Where K is split, a block
+// still loads the whole window (every tap's pixels, every channel) but only its chunk's K tiles
+// of B, and multiplies those: the window is what its taps share, the chunk's taps a part of
+// them. The window is pixel-major with
 // a pixel's channels contiguous, padded by 4 floats (TF32) or 8 halves (bf16/f16) so that the 8
 // rows of a fragment read hit distinct banks; the 16-bit window holds the operands rounded as
 // the stages do (cvt.rn, once), TF32's the f32 values (rounded on the fragment reads). The
@@ -635,40 +638,47 @@ struct tp_window {
         ROW = C + (TP_ROUND ? 8 : 4),  // elements per window pixel
         PIXELS = LA::WIN_H * LA::WIN_W,
         VECS = PIXELS * (C / 4),  // 16-byte source vectors of the window
-        TILES = LA::WIN_K / TP_BK,
+        // K tiles of the block's chunk at most (all of K when it is not split).
+        TILES = (TP_SPLIT_K > 1 ? TP_K_CHUNK : LA::WIN_K) / TP_BK,
         // Floats of the window, then of B's stages (each a whole number of 16-byte pieces).
         WIN_FLOATS = (PIXELS * ROW * (int)sizeof(Elem) / 4 + 3) / 4 * 4,
         B_FLOATS = TILES * OB::STAGE * (int)sizeof(Elem) / 4,
         FLOATS = WIN_FLOATS + B_FLOATS
     };
     static_assert(C % TP_BK == 0 && LA::WIN_K % TP_BK == 0, "a K tile is 16 channels of one tap");
-    static_assert(TP_SPLIT_K == 1, "the window serves all of K");
     static_assert(OB::STAGE * (int)sizeof(Elem) % 16 == 0, "B's stages stay 16-byte aligned");
 
-    // Loads the window and B into shared memory (`smem`: FLOATS floats) and waits for them.
-    static TP_DEV void fill(const LA& la, const LB& lb, int N, int m0, int n0, float* smem) {
+    // Loads the window and B's K tiles k0 .. k1 into shared memory (`smem`: FLOATS floats) and
+    // waits for them.
+    static TP_DEV void fill(const LA& la, const LB& lb, int N, int m0, int n0, int k0, int k1,
+                            float* smem) {
         Elem* win = reinterpret_cast<Elem*>(smem);
         Elem* bs = reinterpret_cast<Elem*>(smem + WIN_FLOATS);
         OB b;
         b.init(lb, n0, N);
+        const int tiles = (k1 - k0) / TP_BK;
 #if TP_ROUND
-        // Through registers (cp.async cannot convert): every vector of the window in flight at
-        // once, then rounded into it; B in groups of 3 K tiles.
-        constexpr int PER = (VECS + TP_BLOCK - 1) / TP_BLOCK;
-        float4 v[PER];
+        // Through registers (cp.async cannot convert): the window's vectors in passes of up to
+        // PASS per thread in flight at once (more would not fit 64 registers: 32 channels over
+        // 18 x 18 pixels are 11 a thread), each rounded into it; B in groups of 3 K tiles.
+        constexpr int PER = (VECS + TP_BLOCK - 1) / TP_BLOCK, PASS = 6;
 #pragma unroll
-        for (int j = 0; j < PER; ++j) {
-            const int e = threadIdx.x + j * TP_BLOCK, px = e / (C / 4), q = e % (C / 4);
-            const float* src = e < VECS ? la.win_source(m0, px) : nullptr;
-            v[j] = tp_vec<4>::load_if(src != nullptr,
-                                      reinterpret_cast<unsigned long long>(src) + 16ull * q);
-        }
+        for (int j0 = 0; j0 < PER; j0 += PASS) {
+            float4 v[PASS];
 #pragma unroll
-        for (int j = 0; j < PER; ++j) {
-            const int e = threadIdx.x + j * TP_BLOCK, px = e / (C / 4), q = e % (C / 4);
-            if (e < VECS)
-                *reinterpret_cast<uint2*>(win + px * ROW + 4 * q) =
-                    make_uint2(tp_pack16(v[j].x, v[j].y), tp_pack16(v[j].z, v[j].w));
+            for (int j = 0; j < PASS; ++j) {
+                const int e = threadIdx.x + (j0 + j) * TP_BLOCK, px = e / (C / 4), q = e % (C / 4);
+                const float* src = j0 + j < PER && e < VECS ? la.win_source(m0, px) : nullptr;
+                v[j] = tp_vec<4>::load_if(src != nullptr,
+                                          reinterpret_cast<unsigned long long>(src) + 16ull * q);
+            }
+#pragma unroll
+            for (int j = 0; j < PASS; ++j) {
+                const int e = threadIdx.x + (j0 + j) * TP_BLOCK, px = e / (C / 4), q = e % (C / 4);
+                if (j0 + j < PER && e < VECS)
+                    *reinterpret_cast<uint2*>(win + px * ROW + 4 * q) =
+                        make_uint2(tp_pack16(v[j].x, v[j].y), tp_pack16(v[j].z, v[j].w));
+            }
         }
         constexpr int GROUP = 3;
 #pragma unroll
@@ -676,14 +686,14 @@ struct tp_window {
             OB part[GROUP];
 #pragma unroll
             for (int d = 0; d < GROUP; ++d) {
-                if (t0 + d < TILES) {
+                if (t0 + d < tiles) {
                     part[d] = b;
-                    part[d].load(lb, (t0 + d) * TP_BK, LA::WIN_K);
+                    part[d].load(lb, k0 + (t0 + d) * TP_BK, k1);
                 }
             }
 #pragma unroll
             for (int d = 0; d < GROUP; ++d)
-                if (t0 + d < TILES) part[d].store16(bs + (t0 + d) * OB::STAGE);
+                if (t0 + d < tiles) part[d].store16(bs + (t0 + d) * OB::STAGE);
         }
 #else
         for (int e = threadIdx.x; e < VECS; e += TP_BLOCK) {
@@ -692,15 +702,18 @@ struct tp_window {
             tp_copy_async<16>(win + px * ROW + 4 * q, src ? src + 4 * q : nullptr);
         }
 #pragma unroll 1
-        for (int kt = 0; kt < TILES; ++kt) b.copy_async(lb, kt * TP_BK, LA::WIN_K, bs + kt * OB::STAGE);
+        for (int kt = 0; kt < tiles; ++kt) b.copy_async(lb, k0 + kt * TP_BK, k1, bs + kt * OB::STAGE);
         tp_copy_commit();
         tp_copy_wait_all();
 #endif
         __syncthreads();
     }
 
-    // c += the tile's products over all of K, from the window and B's stages (after fill).
-    static TP_DEV void multiply(const float* smem, float c[TP_MI][TP_NI][4], int wm0, int wn0) {
+    // c += the tile's products over K tiles k0 .. k1, from the window and B's stages (after
+    // fill).
+    static TP_DEV void multiply(const float* smem, float c[TP_MI][TP_NI][4], int wm0, int wn0,
+                                int k0, int k1) {
+        const int tiles = (k1 - k0) / TP_BK;
         const Elem* win = reinterpret_cast<const Elem*>(smem);
         const Elem* bs = reinterpret_cast<const Elem*>(smem + WIN_FLOATS);
         const int lane = threadIdx.x % 32;
@@ -714,8 +727,8 @@ struct tp_window {
         const int b_at = OB::LINE_MAJOR ? OB::at(((lane >> 3) & 1) * 8, wn0 + (lane & 7))
                                         : OB::at((lane & 7) + ((lane >> 3) & 1) * 8, wn0);
 #pragma unroll 1
-        for (int kt = 0; kt < TILES; ++kt) {
-            const int off = LA::win_tap(kt * TP_BK) * ROW + LA::win_channel(kt * TP_BK);
+        for (int kt = 0; kt < tiles; ++kt) {
+            const int k = k0 + kt * TP_BK, off = LA::win_tap(k) * ROW + LA::win_channel(k);
             unsigned int af[TP_MI][4], bf[TP_NI][2];
 #pragma unroll
             for (int i = 0; i < TP_MI; ++i) tp_ldmatrix_x4(af[i], win + a_row[i] + off);
@@ -741,8 +754,8 @@ struct tp_window {
         }
         const int b_frag = OB::at(t, wn0 + g);
 #pragma unroll 1
-        for (int kt = 0; kt < TILES; ++kt) {
-            const int off = LA::win_tap(kt * TP_BK) * ROW + LA::win_channel(kt * TP_BK);
+        for (int kt = 0; kt < tiles; ++kt) {
+            const int k = k0 + kt * TP_BK, off = LA::win_tap(k) * ROW + LA::win_channel(k);
             const float* sb = bs + kt * OB::STAGE + b_frag;
 #pragma unroll
             for (int ks = 0; ks < TP_BK; ks += 8) {
@@ -818,8 +831,8 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
 #pragma unroll
             for (int r = 0; r < 4; ++r) c[i][j][r] = 0.0f;
 #if TP_WINDOW
-    tp_window<LA, LB>::fill(la, lb, N, m0, n0, smem);
-    tp_window<LA, LB>::multiply(smem, c, wm0, wn0);
+    tp_window<LA, LB>::fill(la, lb, N, m0, n0, k0, k1, smem);
+    tp_window<LA, LB>::multiply(smem, c, wm0, wn0, k0, k1);
 #elif TP_ROUND
     static_assert(TP_BK == 16, "one m16n8k16 per K tile");
     // The SIMT core's pipeline (cp.async cannot convert): the next tile's global loads are in

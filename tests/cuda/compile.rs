@@ -160,7 +160,10 @@ fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
 /// The GEMM-family kernels (convolutions and matrix products) of ResNet-20's b128 training
 /// step in TF32, BF16 and FP16, as rendered for an H100 — tensor-core bodies, split K with
 /// epilogue reductions — assemble for sm_80 and sm_90 without spills: the launch bounds that
-/// give them 3 or 4 blocks per SM hold in every precision, not only in fp32.
+/// give them 3 or 4 blocks per SM hold in every precision, not only in fp32. Among them the
+/// stride-1 convolutions that read their input through windows: the 12 stage-1 forward and
+/// input-gradient launches in every precision, and in bf16/fp16 the 10 of stage 2 too, whose
+/// launches split K (TF32's 32-channel f32 window is over 48 KB).
 #[test]
 fn every_tensor_core_gemm_of_resnet20_b128_assembles_without_spills() {
     let mut spills = Vec::new();
@@ -172,8 +175,30 @@ fn every_tensor_core_gemm_of_resnet20_b128_assembles_without_spills() {
             ..towerpack::backend::cuda::CudaOptions::default().lowering()
         };
         let p = towerpack::lower::lower(&tg.graph, &tg.step, 128, &options).expect("lower");
+        let kernels = distinct(&p);
+        let launches_where = |what: &dyn Fn(&str) -> bool| -> usize {
+            kernels
+                .values()
+                .filter(|(r, _)| what(&r.generated))
+                .map(|(_, ids)| ids.len())
+                .sum()
+        };
+        let windows = launches_where(&|g| g.contains("#define TP_WINDOW 1"));
+        let split_windows = launches_where(&|g| {
+            g.contains("#define TP_WINDOW 1") && !g.lines().any(|l| l == "#define TP_SPLIT_K 1")
+        });
+        let (want_windows, want_split) = if precision == Precision::Tf32 {
+            (12, 0)
+        } else {
+            (22, 10)
+        };
+        assert_eq!(
+            (windows, split_windows),
+            (want_windows, want_split),
+            "{precision}: window launches (all, with K split)"
+        );
         let mut gemms = 0;
-        for (source, (r, ids)) in distinct(&p) {
+        for (source, (r, ids)) in kernels {
             let file = r.body.file();
             if !(file.starts_with("conv2d") || file == "matmul.cu") {
                 continue;

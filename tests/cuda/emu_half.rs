@@ -75,7 +75,8 @@ const HALVES: [(Precision, HalfFormat, &str); 2] = [
 use crate::gemm_case::{
     Case, assert_bitwise, convolution_cases, cpu_session, device_session, device_session_with,
     filter_window_cases, filter_window_launches, lowering, matmul, matrix_product_cases,
-    quad_launches, wide_convolution_cases, window_launches,
+    quad_launches, split_window_convolution_cases, split_window_launches, wide_convolution_cases,
+    window_launches,
 };
 use crate::trainer_runs::{assert_like_the_cpu, trained_mlp, variables};
 use towerpack::train::BackendChoice;
@@ -102,7 +103,19 @@ fn gemm_launches(
     program: &Program,
     multiprocessors: u32,
 ) -> Vec<(String, Option<HalfFormat>, String)> {
-    let target = Target::with_multiprocessors(multiprocessors);
+    gemm_launches_with(program, multiprocessors, true)
+}
+
+/// [`gemm_launches`] with convolution windows on or off (`Target::windows`).
+fn gemm_launches_with(
+    program: &Program,
+    multiprocessors: u32,
+    windows: bool,
+) -> Vec<(String, Option<HalfFormat>, String)> {
+    let target = Target {
+        windows,
+        ..Target::with_multiprocessors(multiprocessors)
+    };
     (0..program.kernels.len())
         .filter_map(|i| match render::render_kernel_for(program, i, &target) {
             Ok(KernelPlan::Launch(r)) => Some((&program.kernels[i].kind, r)),
@@ -118,17 +131,28 @@ fn gemm_launches(
 /// CPU; checks every GEMM element against `β(K)·S` and prints the worst `|err| / S` per GEMM.
 /// Also checks that every GEMM launch rounds its operands. Returns the worst `|err| / (β·S)`.
 fn check(c: &Case, multiprocessors: u32, precision: Precision, round_define: &str) -> f64 {
+    check_with(c, multiprocessors, precision, round_define, true)
+}
+
+/// [`check`] with convolution windows on or off (`CudaOptions::conv_windows`).
+fn check_with(
+    c: &Case,
+    multiprocessors: u32,
+    precision: Precision,
+    round_define: &str,
+    windows: bool,
+) -> f64 {
     let step = c.step();
     let want = cpu_session(&c.g, precision)
         .run(&step, &c.feeds)
         .expect("cpu step");
-    let mut dev = device_session(&c.g, multiprocessors, precision);
+    let mut dev = device_session_with(&c.g, multiprocessors, precision, windows);
     let got = dev.run(&step, &c.feeds).expect("device step");
     let program = dev.program(&step, c.batch).expect("program").clone();
     assert_eq!(program.precision, precision);
     // Every GEMM kernel whose operands are round trips rounds them itself (an operand the
     // autocast pass could not absorb — a folded constant — was rounded by other kernels).
-    let launches = gemm_launches(&program, multiprocessors);
+    let launches = gemm_launches_with(&program, multiprocessors, windows);
     let rounding = launches.iter().filter(|(_, f, _)| f.is_some()).count();
     assert!(rounding > 0, "no GEMM kernel rounds its operands");
     for (kind, format, generated) in &launches {
@@ -138,7 +162,7 @@ fn check(c: &Case, multiprocessors: u32, precision: Precision, round_define: &st
             "{kind} rounding to {format:?} renders:\n{generated}"
         );
     }
-    let again = device_session(&c.g, multiprocessors, precision)
+    let again = device_session_with(&c.g, multiprocessors, precision, windows)
         .run(&step, &c.feeds)
         .expect("device step");
     assert_bitwise(&got, &again, got.len(), "two runs");
@@ -189,14 +213,14 @@ fn matrix_products_in_bf16_and_fp16_match_the_cpu_within_the_derived_bound() {
 /// The 256-row tiles whose A stage the lanes of a warp fill with traded addresses (4 lanes per
 /// line, `kernels/gemm_core.cuh` QUAD; on 4 and 8 SMs, where the 2,048-pixel convolutions
 /// split K: on 132 they take smaller tiles) round and multiply what the CPU does, within the
-/// bound.
+/// bound. Windows off: with them, these tiles of whole image rows read a window instead.
 #[test]
 fn convolutions_on_256_row_tiles_load_a_through_traded_addresses_within_the_bound() {
     let c = wide_convolution_cases();
     for (precision, _, define) in HALVES {
         for sms in [4, 8] {
-            check(&c, sms, precision, define);
-            let launches = gemm_launches(&half_program(&c, sms, precision), sms);
+            check_with(&c, sms, precision, define, false);
+            let launches = gemm_launches_with(&half_program(&c, sms, precision), sms, false);
             assert!(
                 quad_launches(launches.iter().map(|(_, _, g)| g.as_str())) >= 2,
                 "{precision:?} on {sms} SMs: the forward and input-gradient convolutions should \
@@ -209,16 +233,18 @@ fn convolutions_on_256_row_tiles_load_a_through_traded_addresses_within_the_boun
 
 /// Convolutions whose row tiles are whole rows of one image read A through a window loaded once
 /// per block and rounded as it is stored (`kernels/gemm_core.cuh` tp_window; on 1-3 SMs, where
-/// K is not split): within the bound of the CPU in the same precision, and bitwise what the
-/// pipelined core computes (`conv_windows` off). (The case's filter gradient takes windows too,
-/// whose partial sums are not the pipelined core's: compared with the CPU only, here and in the
-/// next test.)
+/// K is not split, and on 4 and 8, where each split multiplies its chunk of K from the whole
+/// window): within the bound of the CPU in the same precision, and bitwise what the pipelined
+/// core computes (`conv_windows` off). (The case's filter gradient takes windows too, whose
+/// partial sums are not the pipelined core's: compared with the CPU only, here and in the next
+/// test.)
 #[test]
 fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() {
     let c = wide_convolution_cases();
     let step = c.step();
+    let mut split = 0;
     for (precision, _, define) in HALVES {
-        for sms in [1, 3] {
+        for sms in [1, 3, 4, 8] {
             check(&c, sms, precision, define);
             let launches = gemm_launches(&half_program(&c, sms, precision), sms);
             let generated = || launches.iter().map(|(_, _, g)| g.as_str());
@@ -227,6 +253,7 @@ fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() 
                 "{precision:?} on {sms} SMs: the forward and input-gradient convolutions should \
                  read a window"
             );
+            split += split_window_launches(generated());
             // The filter gradient and its S.
             assert_eq!(
                 filter_window_launches(generated()),
@@ -243,6 +270,41 @@ fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() 
             let what = format!("{precision:?} on {sms} SMs: the window and the pipelined core");
             assert_bitwise(&got, &pipelined, 4, &what);
         }
+    }
+    assert!(
+        split >= 4,
+        "on 4 and 8 SMs some windows should split K: {split}"
+    );
+}
+
+/// 32-channel convolutions (ResNet-20's second stage in small) read A through windows with K
+/// split in chunks that start in the middle of a tap, rounded as they are stored: bitwise the
+/// pipelined core's partial sums and combine, and within the bound of the CPU in the same
+/// precision, on every device size that splits them.
+#[test]
+fn windows_with_k_split_mid_tap_match_the_pipelined_core_bitwise() {
+    let c = split_window_convolution_cases();
+    let step = c.step();
+    for (precision, _, define) in HALVES {
+        let mut split = 0;
+        for sms in [2, 4, 8, 132] {
+            check(&c, sms, precision, define);
+            let launches = gemm_launches(&half_program(&c, sms, precision), sms);
+            split += split_window_launches(launches.iter().map(|(_, _, g)| g.as_str()));
+            let got = device_session_with(&c.g, sms, precision, true)
+                .run(&step, &c.feeds)
+                .expect("device step");
+            let pipelined = device_session_with(&c.g, sms, precision, false)
+                .run(&step, &c.feeds)
+                .expect("device step");
+            let what =
+                format!("{precision:?} on {sms} SMs: the split window and the pipelined core");
+            assert_bitwise(&got, &pipelined, got.len(), &what);
+        }
+        assert!(
+            split >= 2,
+            "{precision:?}: some 32-channel windows should split K: {split}"
+        );
     }
 }
 

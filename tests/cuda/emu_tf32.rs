@@ -62,7 +62,8 @@ use towerpack::lower::{Precision, Program};
 use crate::gemm_case::{
     Case, assert_bitwise, conv_attrs, convolution_cases, cpu_session, device_session,
     device_session_with, filter_window_cases, filter_window_launches, lowering, matmul,
-    matrix_product_cases, quad_launches, wide_convolution_cases, window_launches,
+    matrix_product_cases, quad_launches, split_window_convolution_cases, split_window_launches,
+    wide_convolution_cases, window_launches,
 };
 
 /// 1.0005·2⁻¹⁰ + (4K + 8)·2⁻²⁴: see the module docs.
@@ -72,7 +73,19 @@ fn beta(k: usize) -> f64 {
 
 /// The GEMM launches of `program` as rendered for `multiprocessors` SMs: (kind, generated).
 fn gemm_launches(program: &Program, multiprocessors: u32) -> Vec<(String, String)> {
-    let target = Target::with_multiprocessors(multiprocessors);
+    gemm_launches_with(program, multiprocessors, true)
+}
+
+/// [`gemm_launches`] with convolution windows on or off (`Target::windows`).
+fn gemm_launches_with(
+    program: &Program,
+    multiprocessors: u32,
+    windows: bool,
+) -> Vec<(String, String)> {
+    let target = Target {
+        windows,
+        ..Target::with_multiprocessors(multiprocessors)
+    };
     (0..program.kernels.len())
         .filter_map(|i| match render::render_kernel_for(program, i, &target) {
             Ok(KernelPlan::Launch(r)) => Some((program.kernels[i].kind.name().to_string(), r)),
@@ -88,15 +101,20 @@ fn gemm_launches(program: &Program, multiprocessors: u32) -> Vec<(String, String
 /// CPU; checks every GEMM element against `β(K)·S` and returns the worst `|err| / S` over
 /// `β(K)` per GEMM. Also checks that every GEMM launch took the tensor-core core.
 fn check(c: &Case, multiprocessors: u32) -> Vec<(String, usize, f64, f64)> {
+    check_with(c, multiprocessors, true)
+}
+
+/// [`check`] with convolution windows on or off (`CudaOptions::conv_windows`).
+fn check_with(c: &Case, multiprocessors: u32, windows: bool) -> Vec<(String, usize, f64, f64)> {
     let step = c.step();
     let want = cpu_session(&c.g, Precision::Fp32)
         .run(&step, &c.feeds)
         .expect("cpu step");
-    let mut dev = device_session(&c.g, multiprocessors, Precision::Tf32);
+    let mut dev = device_session_with(&c.g, multiprocessors, Precision::Tf32, windows);
     let got = dev.run(&step, &c.feeds).expect("device step");
     let program = dev.program(&step, c.batch).expect("program").clone();
     assert_eq!(program.precision, Precision::Tf32);
-    let launches = gemm_launches(&program, multiprocessors);
+    let launches = gemm_launches_with(&program, multiprocessors, windows);
     assert!(!launches.is_empty());
     for (kind, generated) in &launches {
         assert!(
@@ -104,7 +122,7 @@ fn check(c: &Case, multiprocessors: u32) -> Vec<(String, usize, f64, f64)> {
             "{kind} without the tensor-core core:\n{generated}"
         );
     }
-    let again = device_session(&c.g, multiprocessors, Precision::Tf32)
+    let again = device_session_with(&c.g, multiprocessors, Precision::Tf32, windows)
         .run(&step, &c.feeds)
         .expect("device step");
     assert_bitwise(&got, &again, got.len(), "two runs");
@@ -159,12 +177,13 @@ fn the_three_convolutions_in_tf32_match_the_cpu_within_the_derived_bound() {
 /// The 256-row tiles whose A stage the lanes of a warp fill with traded addresses (4 lanes per
 /// line, `kernels/gemm_core.cuh` QUAD; on 4 and 8 SMs, where the 2,048-pixel convolutions
 /// split K: on 132 they take smaller tiles) multiply what the CPU multiplies, within the bound.
+/// Windows off: with them, these tiles of whole image rows read a window instead.
 #[test]
 fn convolutions_on_256_row_tiles_load_a_through_traded_addresses_within_the_bound() {
     let c = wide_convolution_cases();
     for sms in [4, 8] {
-        assert_eq!(check(&c, sms).len(), 3);
-        let launches = gemm_launches(&tf32_program(&c, sms, true), sms);
+        assert_eq!(check_with(&c, sms, false).len(), 3);
+        let launches = gemm_launches_with(&tf32_program(&c, sms, false), sms, false);
         let generated = || launches.iter().map(|(_, g)| g.as_str());
         assert!(
             quad_launches(generated()) >= 2,
@@ -176,15 +195,17 @@ fn convolutions_on_256_row_tiles_load_a_through_traded_addresses_within_the_boun
 }
 
 /// Convolutions whose row tiles are whole rows of one image read A through a window loaded once
-/// per block (`kernels/gemm_core.cuh` tp_window; on 1-3 SMs, where K is not split): within the
-/// bound of the CPU, and bitwise what the pipelined core computes (`conv_windows` off). (The
-/// case's filter gradient takes windows too, whose partial sums are not the pipelined core's:
+/// per block (`kernels/gemm_core.cuh` tp_window; on 1-3 SMs, where K is not split, and on 4
+/// and 8, where each split multiplies its chunk of K from the whole window): within the bound
+/// of the CPU, and bitwise what the pipelined core computes (`conv_windows` off). (The case's
+/// filter gradient takes windows too, whose partial sums are not the pipelined core's:
 /// compared with the CPU only, here and in the next test.)
 #[test]
 fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() {
     let c = wide_convolution_cases();
     let step = c.step();
-    for sms in [1, 3] {
+    let mut split = 0;
+    for sms in [1, 3, 4, 8] {
         assert_eq!(check(&c, sms).len(), 3);
         let with = gemm_launches(&tf32_program(&c, sms, true), sms);
         let generated = || with.iter().map(|(_, g)| g.as_str());
@@ -192,6 +213,7 @@ fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() 
             window_launches(generated()) >= 2,
             "on {sms} SMs the forward and input-gradient convolutions should read a window"
         );
+        split += split_window_launches(generated());
         // The filter gradient and its S.
         assert_eq!(filter_window_launches(generated()), 2, "on {sms} SMs");
         let got = device_session_with(&c.g, sms, Precision::Tf32, true)
@@ -204,6 +226,34 @@ fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() 
         let what = format!("on {sms} SMs: the window and the pipelined core");
         assert_bitwise(&got, &pipelined, 4, &what);
     }
+    assert!(split >= 2, "on 4 and 8 SMs some windows should split K");
+}
+
+/// 32-channel convolutions (ResNet-20's second stage in small) read A through windows with K
+/// split in chunks that start in the middle of a tap: bitwise the pipelined core's partial sums
+/// and combine, and within the bound of the CPU, on every device size that splits them.
+#[test]
+fn windows_with_k_split_mid_tap_match_the_pipelined_core_bitwise() {
+    let c = split_window_convolution_cases();
+    let step = c.step();
+    let mut split = 0;
+    for sms in [2, 4, 8, 132] {
+        assert_eq!(check(&c, sms).len(), 2);
+        let with = gemm_launches(&tf32_program(&c, sms, true), sms);
+        split += split_window_launches(with.iter().map(|(_, g)| g.as_str()));
+        let got = device_session_with(&c.g, sms, Precision::Tf32, true)
+            .run(&step, &c.feeds)
+            .expect("device step");
+        let pipelined = device_session_with(&c.g, sms, Precision::Tf32, false)
+            .run(&step, &c.feeds)
+            .expect("device step");
+        let what = format!("on {sms} SMs: the split window and the pipelined core");
+        assert_bitwise(&got, &pipelined, got.len(), &what);
+    }
+    assert!(
+        split >= 2,
+        "some 32-channel windows should split K: {split}"
+    );
 }
 
 /// Filter gradients with output channels in multiples of 16 read x and dy through windows of

@@ -290,6 +290,32 @@ pub(crate) fn wide_convolution_cases() -> Case {
     c
 }
 
+/// The convolutions of ResNet-20's second stage in small: 3×3 stride 1 (same padding), 32 to 32
+/// channels over 16×16 images, batch 4 (M = 1,024 pixels; K = 288, 18 K tiles of 16 channels
+/// of one tap): forward and input gradient. Their launches split K on small devices, in chunks
+/// that may start in the middle of a tap (K = 288 in two: taps 0–4.5 and 4.5–9), and read A
+/// through a window where the tile is whole rows of one image (`tp_window`, each split
+/// multiplying its chunk's K tiles). Filters are inputs. 2 GEMMs.
+pub(crate) fn split_window_convolution_cases() -> Case {
+    let (batch, h, w, ch) = (4, 16, 16, 32);
+    let mut c = Case::new(11, batch);
+    let attrs = conv_attrs(1, Padding::Same);
+    let x = c.input(&[h, w, ch]);
+    let filter = c.unbatched_input(&[3, 3, ch, ch]);
+    c.gemm("conv_32", Op::Conv2d(attrs), &[x, filter], 9 * ch);
+    let dy = c.input(&[h, w, ch]);
+    c.gemm(
+        "backprop_input_32",
+        Op::Conv2dBackpropInput {
+            attrs,
+            input_hw: [h, w],
+        },
+        &[dy, filter],
+        9 * ch,
+    );
+    c
+}
+
 /// Filter gradients that run through windows (`kernels/conv2d_backprop_filter.cu` `TP_FWIN`,
 /// tensor cores), batch 3: 3×3 same padding with several 16-channel tiles each way (32 → 48
 /// over 8×8, whose 16-pixel K tiles span two output rows); an asymmetric explicit padding over
@@ -360,6 +386,18 @@ pub(crate) fn window_launches<'a>(generated: impl IntoIterator<Item = &'a str>) 
     generated
         .into_iter()
         .filter(|g| g.contains("#define TP_WINDOW 1"))
+        .count()
+}
+
+/// How many of `generated` (rendered GEMM launches) read A through a window with K split
+/// across blocks (`TP_WINDOW` and `TP_SPLIT_K` above 1: each block multiplies its chunk).
+pub(crate) fn split_window_launches<'a>(generated: impl IntoIterator<Item = &'a str>) -> usize {
+    generated
+        .into_iter()
+        .filter(|g| {
+            let mut lines = g.lines();
+            g.contains("#define TP_WINDOW 1") && !lines.any(|l| l == "#define TP_SPLIT_K 1")
+        })
         .count()
 }
 

@@ -88,20 +88,31 @@ impl ConvWindow {
     }
 
     /// Whether launch `l` (tile columns `bn`, `red_outputs` epilogue reductions) can take the
-    /// window: tensor cores, K not split, row tiles of whole rows of one image, and the window
-    /// with all of B in the static shared memory (counted as f32 with the larger pads, an upper
-    /// bound of every precision's layout).
-    fn fits(&self, l: &launch::GemmLaunch, tensor: bool, k: usize, red_outputs: usize) -> bool {
+    /// window: tensor cores, row tiles of whole rows of one image, and the window with the
+    /// K tiles of B a block multiplies (all of K, or its split's chunk) in the static shared
+    /// memory — counted in the precision's element (`half`: 16-bit operands) with the larger
+    /// pads, an upper bound of `tp_window`'s layout.
+    fn fits(
+        &self,
+        l: &launch::GemmLaunch,
+        tensor: bool,
+        half: bool,
+        k: usize,
+        red_outputs: usize,
+    ) -> bool {
         let t = l.tile;
         let whole_rows =
             t.bm.is_multiple_of(self.width) && (self.rows * self.width).is_multiple_of(t.bm);
         let bk = launch::GEMM_BK;
+        let chunk = if l.split.parts > 1 { l.split.chunk } else { k };
+        let element = if half { 2 } else { 4 };
         let window = (t.bm / self.width.max(1) + self.kh - 1)
             * (self.width + self.kw - 1)
             * (self.channels + 8);
-        let b = k / bk * (bk * (t.bn + 8)).max(t.bn * (bk + 8));
-        let bytes = (window + b).max(t.bm * (t.bn + 8)) * 4 + 16 + 8 * red_outputs * t.bn * 4;
-        tensor && l.split.parts == 1 && whole_rows && bytes <= launch::MAX_SHARED
+        let b = chunk.div_ceil(bk) * (bk * (t.bn + 8)).max(t.bn * (bk + 8));
+        let bytes =
+            ((window + b) * element).max(t.bm * (t.bn + 8) * 4) + 16 + 8 * red_outputs * t.bn * 4;
+        tensor && chunk.is_multiple_of(bk) && whole_rows && bytes <= launch::MAX_SHARED
     }
 }
 
@@ -246,10 +257,9 @@ fn tiled(
     }
     // A convolution's window, where the launch allows (its tile and split are chosen as for
     // the pipelined core: the grid is the same).
-    if gm
-        .window
-        .is_some_and(|w| target.windows && gm.vec_a && w.fits(&l, tensor, gm.k, red_outputs))
-    {
+    if gm.window.is_some_and(|w| {
+        target.windows && gm.vec_a && w.fits(&l, tensor, gm.round.is_some(), gm.k, red_outputs)
+    }) {
         g.push_str(&define("TP_WINDOW", 1));
     }
     // Operand rounding, on every tile (SIMT or tensor-core, split or not).
