@@ -143,3 +143,121 @@ fn generated_kernels_follow_the_scalar_semantics_of_every_op() {
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// Pooling and its gradients where windows abut (ResNet's 2×2/2 shortcut), overlap, are padded
+/// (SAME, and explicitly on one side more than the other), leave cells no window covers, or
+/// cover a cell many times: the device's gradients gather, per input cell, the windows covering
+/// it (the first and last found by division by the compile-time geometry, `kernels/pool_grad.cu`)
+/// and agree bit for bit with the CPU backend's scatter, which visits the windows in the same
+/// order; and with the reference executor: the forward passes within 4 ulp (it averages in
+/// f64), the gradients within 4·16 ε of the largest gradient (it adds a cell's terms in
+/// another order: up to 16 of them here).
+#[test]
+fn pooling_and_its_gradients_agree_with_the_reference_on_every_window_geometry() {
+    use towerpack::ir::{Graph, Op, Padding, PoolAttrs, PoolKind, Shape, TensorType, Value};
+    cuda_common::require_nvrtc();
+    let (batch, h, w, c) = (2, 7, 9, 3);
+    let mut g = Graph::new();
+    let mut input = |g: &mut Graph, name: &str, dims: &[usize]| {
+        let ty = TensorType::new(DType::F32, Shape::batched(dims));
+        let op = Op::Input {
+            name: name.into(),
+            ty,
+        };
+        Value::first(g.add_node(name, op, &[]).expect("input"))
+    };
+    let x = input(&mut g, "x", &[h, w, c]);
+    let geometries = [
+        ([2, 2], [2, 2], Padding::Valid),
+        ([3, 3], [2, 2], Padding::Same),
+        ([3, 2], [1, 2], Padding::Valid),
+        ([1, 1], [2, 3], Padding::Valid),
+        ([2, 3], [3, 2], Padding::Explicit([(1, 2), (0, 1)])),
+        ([4, 4], [1, 1], Padding::Same),
+    ];
+    let mut fetches: Vec<(String, Value, u32)> = Vec::new();
+    let mut dys = Vec::new();
+    for (i, (window, strides, padding)) in geometries.into_iter().enumerate() {
+        for kind in [PoolKind::Max, PoolKind::Avg] {
+            let attrs = PoolAttrs {
+                kind,
+                window,
+                strides,
+                padding,
+            };
+            let ulps = if kind == PoolKind::Max { 0 } else { 4 };
+            let name = format!("{kind:?}_{i}");
+            let y = Value::first(g.add_node(&name, Op::Pool(attrs), &[x]).expect("pool"));
+            let dims = g.value_type(y).shape.resolve(batch);
+            let dy = input(&mut g, &format!("dy_{name}"), &dims[1..]);
+            dys.push((dy, dims));
+            let grad = match kind {
+                PoolKind::Max => {
+                    g.add_node(&format!("{name}_grad"), Op::MaxPoolGrad(attrs), &[x, dy])
+                }
+                PoolKind::Avg => g.add_node(
+                    &format!("{name}_grad"),
+                    Op::AvgPoolGrad {
+                        attrs,
+                        input_hw: [h, w],
+                    },
+                    &[dy],
+                ),
+            };
+            fetches.push((name.clone(), y, ulps));
+            fetches.push((
+                format!("{name}_grad"),
+                Value::first(grad.expect("grad")),
+                ulps,
+            ));
+        }
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
+    let mut random = |dims: &[usize]| {
+        let n = dims.iter().product();
+        let v = (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect();
+        HostTensor::from_f32(dims, v).expect("tensor")
+    };
+    let mut feeds = vec![(x.node, random(&[batch, h, w, c]))];
+    for (dy, dims) in &dys {
+        feeds.push((dy.node, random(dims)));
+    }
+    let step = Step::new(fetches.iter().map(|f| f.1).collect(), Vec::new());
+    let options = CudaOptions {
+        cache_dir: None,
+        ..CudaOptions::default()
+    };
+    let got = cuda_common::session(g.clone(), 1, options)
+        .run(&step, &feeds)
+        .expect("emulated step");
+    let cpu = towerpack::backend::cpu::CpuSession::new(g.clone(), Default::default())
+        .expect("cpu session")
+        .run(&step, &feeds)
+        .expect("cpu step");
+    let want = ReferenceSession::new(g)
+        .expect("reference")
+        .run(&step, &feeds)
+        .expect("reference step");
+    let mut failures: Vec<String> = Vec::new();
+    for ((name, _, ulps), ((got, cpu), want)) in fetches.iter().zip(got.iter().zip(&cpu).zip(&want))
+    {
+        if let Err(e) = agree(got, cpu, 0) {
+            failures.push(format!("{name} against the CPU backend: {e}"));
+        }
+        let scale = want.to_f64_vec().iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        for (k, (a, b)) in got.to_f64_vec().iter().zip(want.to_f64_vec()).enumerate() {
+            let bound = if name.ends_with("_grad") {
+                4.0 * 16.0 * scale * f64::from(f32::EPSILON)
+            } else {
+                f64::from(*ulps) * b.abs() * f64::from(f32::EPSILON)
+            };
+            if (a - b).abs() > bound {
+                failures.push(format!(
+                    "{name}[{k}]: {a:e} vs reference {b:e} (bound {bound:e})"
+                ));
+                break;
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

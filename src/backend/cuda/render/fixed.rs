@@ -1,8 +1,8 @@
 //! Generated parts of the fixed-function kernels: the parameter struct, compile-time switches
 //! and geometry, launch geometry, and for matrix products and convolutions the GEMM tile and
-//! split chosen per launch ([`launch::gemm`]) and the epilogue hook. Convolution and matrix
-//! geometry are compile-time constants (divisions by them compile to multiplications); pooling
-//! and the other kernels take theirs as fields, so one module serves every shape.
+//! split chosen per launch ([`launch::gemm`]) and the epilogue hook. Convolution, matrix and
+//! pooling geometry are compile-time constants (divisions by them compile to multiplications);
+//! the other kernels take theirs as fields, so one module serves every shape.
 
 use super::fused::epilogue;
 use super::index::linear;
@@ -470,20 +470,26 @@ fn conv_consts(g: &mut String, cg: &ConvGeom) -> Result<(), RenderError> {
     Ok(())
 }
 
-fn pool_fields(p: &mut ParamStruct, g: &PoolGeom) -> Result<(), RenderError> {
-    p.int("batch", g.n)?
-        .int("in_h", g.h)?
-        .int("in_w", g.w)?
-        .int("channels", g.c)?
-        .int("out_h", g.oh)?
-        .int("out_w", g.ow)?
-        .int("win_h", g.window[0])?
-        .int("win_w", g.window[1])?
-        .int("stride_h", g.stride[0])?
-        .int("stride_w", g.stride[1])?
-        .int("pad_top", g.pad[0])?
-        .int("pad_left", g.pad[2])?;
-    Ok(())
+/// Pooling's geometry as the compile-time constants of `kernels/pool.cu` and `pool_grad.cu`:
+/// their index arithmetic divides by the extents, which then compiles to multiplications.
+fn pool_constants(g: &PoolGeom) -> String {
+    [
+        ("TP_BATCH", g.n),
+        ("TP_IN_H", g.h),
+        ("TP_IN_W", g.w),
+        ("TP_C", g.c),
+        ("TP_OUT_H", g.oh),
+        ("TP_OUT_W", g.ow),
+        ("TP_WIN_H", g.window[0]),
+        ("TP_WIN_W", g.window[1]),
+        ("TP_STRIDE_H", g.stride[0]),
+        ("TP_STRIDE_W", g.stride[1]),
+        ("TP_PAD_TOP", g.pad[0]),
+        ("TP_PAD_LEFT", g.pad[2]),
+    ]
+    .iter()
+    .map(|&(name, v)| constant(name, "int", v))
+    .collect()
 }
 
 /// Renders a fixed-function kernel; `None` when it has nothing to do. `index` is the kernel's
@@ -644,7 +650,7 @@ pub fn render(
             g.push_str(&constant("TP_MAX_POOL", "bool", pg.kind == PoolKind::Max));
             f32_input(program, &mut p, "x", &k.inputs[0])?;
             p.buffer("y", out0, 0, program.buffer(out0).dtype, true);
-            pool_fields(&mut p, pg)?;
+            g.push_str(&pool_constants(pg));
             g.push_str(&p.declaration());
             (Body::Pool, LaunchDims::over(out_len))
         }
@@ -660,7 +666,7 @@ pub fn render(
             f32_input(program, &mut p, "x", x)?;
             f32_input(program, &mut p, "dy", dy)?;
             p.buffer("dx", out0, 0, program.buffer(out0).dtype, true);
-            pool_fields(&mut p, pg)?;
+            g.push_str(&pool_constants(pg));
             g.push_str(&p.declaration());
             (Body::PoolGrad, LaunchDims::over(out_len))
         }
