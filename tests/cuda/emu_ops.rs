@@ -158,7 +158,7 @@ fn pooling_and_its_gradients_agree_with_the_reference_on_every_window_geometry()
     cuda_common::require_nvrtc();
     let (batch, h, w, c) = (2, 7, 9, 3);
     let mut g = Graph::new();
-    let mut input = |g: &mut Graph, name: &str, dims: &[usize]| {
+    let input = |g: &mut Graph, name: &str, dims: &[usize]| {
         let ty = TensorType::new(DType::F32, Shape::batched(dims));
         let op = Op::Input {
             name: name.into(),
