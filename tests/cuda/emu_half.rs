@@ -75,8 +75,8 @@ const HALVES: [(Precision, HalfFormat, &str); 2] = [
 use crate::gemm_case::{
     Case, assert_bitwise, convolution_cases, cpu_session, device_session, device_session_with,
     filter_window_cases, filter_window_launches, lowering, matmul, matrix_product_cases,
-    quad_launches, split_window_convolution_cases, split_window_launches, wide_convolution_cases,
-    window_launches,
+    quad_launches, split_window_convolution_cases, split_window_launches, tile_of,
+    whole_image_window_cases, wide_convolution_cases, window_launches,
 };
 use crate::trainer_runs::{assert_like_the_cpu, trained_mlp, variables};
 use towerpack::train::BackendChoice;
@@ -304,6 +304,35 @@ fn windows_with_k_split_mid_tap_match_the_pipelined_core_bitwise() {
         assert!(
             split >= 2,
             "{precision:?}: some 32-channel windows should split K: {split}"
+        );
+    }
+}
+
+/// 64-channel convolutions over 8×8 images (ResNet-20's third stage in small), whose
+/// cost-chosen launches cannot read a window, take launches of one whole image by all the
+/// channels that can (`render/fixed.rs window_launch`) where those fill the device: within the
+/// bound of the CPU in the same precision, on device sizes where they do and where they do not.
+#[test]
+fn whole_image_tiles_read_a_window_within_the_bound() {
+    let c = whole_image_window_cases();
+    for (precision, _, define) in HALVES {
+        let mut retiled = 0;
+        for sms in [2, 4, 8, 32, 132] {
+            check(&c, sms, precision, define);
+            let program = half_program(&c, sms, precision);
+            let with = gemm_launches(&program, sms);
+            let without = gemm_launches_with(&program, sms, false);
+            for ((kind, _, w), (_, _, wo)) in with.iter().zip(&without) {
+                if w.contains("#define TP_WINDOW 1") && tile_of(w) != tile_of(wo) {
+                    assert_eq!(tile_of(w), (64, 64), "{precision:?} {kind} on {sms} SMs");
+                    retiled += 1;
+                }
+            }
+        }
+        eprintln!("{precision:?}: {retiled} launches retiled for a window");
+        assert!(
+            retiled >= 2,
+            "{precision:?}: no launch retiled for a window"
         );
     }
 }

@@ -316,6 +316,31 @@ pub(crate) fn split_window_convolution_cases() -> Case {
     c
 }
 
+/// The convolutions of ResNet-20's third stage in small: 3×3 stride 1 (same padding), 64 to 64
+/// channels over 8×8 images, batch 8 (M = 512 pixels, K = 576): forward and input gradient.
+/// Where the tile chooser's launch spans several images (256 rows) or a part of the channels,
+/// the renderer takes a launch whose tiles are one whole image by all 64 channels, to read A
+/// through a window (`render/fixed.rs window_launch`). Filters are inputs. 2 GEMMs.
+pub(crate) fn whole_image_window_cases() -> Case {
+    let (batch, h, w, ch) = (8, 8, 8, 64);
+    let mut c = Case::new(13, batch);
+    let attrs = conv_attrs(1, Padding::Same);
+    let x = c.input(&[h, w, ch]);
+    let filter = c.unbatched_input(&[3, 3, ch, ch]);
+    c.gemm("conv_64", Op::Conv2d(attrs), &[x, filter], 9 * ch);
+    let dy = c.input(&[h, w, ch]);
+    c.gemm(
+        "backprop_input_64",
+        Op::Conv2dBackpropInput {
+            attrs,
+            input_hw: [h, w],
+        },
+        &[dy, filter],
+        9 * ch,
+    );
+    c
+}
+
 /// Filter gradients that run through windows (`kernels/conv2d_backprop_filter.cu` `TP_FWIN`,
 /// tensor cores), batch 3: 3×3 same padding with several 16-channel tiles each way (32 → 48
 /// over 8×8, whose 16-pixel K tiles span two output rows); an asymmetric explicit padding over
@@ -399,6 +424,22 @@ pub(crate) fn split_window_launches<'a>(generated: impl IntoIterator<Item = &'a 
             g.contains("#define TP_WINDOW 1") && !lines.any(|l| l == "#define TP_SPLIT_K 1")
         })
         .count()
+}
+
+/// The tile `(TP_BM, TP_BN)` of a rendered GEMM launch.
+pub(crate) fn tile_of(generated: &str) -> (usize, usize) {
+    let value = |name: &str| -> usize {
+        let line = generated
+            .lines()
+            .find(|l| l.starts_with(&format!("#define {name} ")))
+            .unwrap_or_else(|| panic!("no {name} in the launch"));
+        line.trim_end_matches(')')
+            .rsplit(')')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"))
+    };
+    (value("TP_BM"), value("TP_BN"))
 }
 
 /// A matrix product with the given transposes.

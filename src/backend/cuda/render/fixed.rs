@@ -178,6 +178,66 @@ fn gcd(a: usize, b: usize) -> usize {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 
+/// Whether launch `l` of `gm` reads A through window `w` on `target`: windows allowed, A read in
+/// vectors, tensor cores, and the window and the K tiles of B a block multiplies fit
+/// ([`ConvWindow::fits`]).
+fn takes_window(
+    gm: &Gemm,
+    w: ConvWindow,
+    l: &launch::GemmLaunch,
+    red_outputs: usize,
+    target: &Target,
+) -> bool {
+    let tensor =
+        gm.precision.tensor_cores() && target.tensor_cores && l.tile.tensor_warps().is_some();
+    target.windows && gm.vec_a && w.fits(l, tensor, gm.round.is_some(), gm.k, red_outputs)
+}
+
+/// A launch of `gm` that reads A through window `w`, for a convolution whose cost-chosen launch
+/// cannot (its row tiles are not whole image rows, or the window does not fit beside B): among
+/// the tiles with a tensor-core variant that span all of N — so that no two blocks load the
+/// same window — and whose launches take the window and still fill the device, the one
+/// wasting the fewest tile cells past M and N, then the fewest splits. The tile chooser's cost
+/// ([`launch::gemm_in`]) counts every tap's reload of A, which a window reads once: ResNet's
+/// 8×8 stage, whose 256 × 16 tiles span four images and a quarter of the channels, takes
+/// 64 × 64 tiles of one image each (H100 model: 17.5 → 11.8 µs a forward convolution; its input
+/// gradients, whose four epilogue reductions leave no such tile room, keep theirs). The grid
+/// differs from the pipelined core's, so the partial sums do too (tested against the CPU within
+/// the precision's bound).
+fn window_launch(
+    gm: &Gemm,
+    w: ConvWindow,
+    red_outputs: usize,
+    target: &Target,
+) -> Option<launch::GemmLaunch> {
+    launch::TILES
+        .into_iter()
+        .filter(|t| t.tensor_warps().is_some() && t.bn >= gm.n)
+        .filter_map(|t| {
+            let forced = Target {
+                tile: Some(t),
+                ..*target
+            };
+            let l = launch::gemm_in(
+                gm.precision,
+                gm.m,
+                gm.n,
+                gm.k,
+                gm.z,
+                true,
+                red_outputs,
+                &forced,
+            );
+            let [gx, gy, gz] = l.grid(gm.m, gm.n, gm.z);
+            let fills = gx * gy * gz >= target.multiprocessors as usize;
+            (l.tile == t && fills && takes_window(gm, w, &l, red_outputs, target)).then_some(l)
+        })
+        .min_by_key(|l| {
+            let cells = gm.m.next_multiple_of(l.tile.bm) * gm.n.next_multiple_of(l.tile.bn);
+            (cells, l.split.parts)
+        })
+}
+
 /// Chooses the launch of `gm` for `target` (`red_outputs` per-channel epilogue reductions),
 /// writes the GEMM constants into `g` and the workspace fields into `p`;
 /// returns the launch dimensions and the workspace bytes.
@@ -198,7 +258,7 @@ fn tiled(
         }
     }
     let phases = gm.phases.map_or(1, |ph| ph.count());
-    let l = launch::gemm_in(
+    let chosen = launch::gemm_in(
         gm.precision,
         gm.m,
         gm.n,
@@ -210,6 +270,12 @@ fn tiled(
         red_outputs,
         target,
     );
+    let l = match gm.window {
+        Some(w) if !takes_window(gm, w, &chosen, red_outputs, target) => {
+            window_launch(gm, w, red_outputs, target).unwrap_or(chosen)
+        }
+        _ => chosen,
+    };
     let t = l.tile;
     let [tiles_per_phase, gy, gz] = l.grid(gm.m, gm.n, gm.z);
     let gx = tiles_per_phase * phases;
@@ -255,11 +321,11 @@ fn tiled(
         g.push_str(&define("TP_WARPS_M", wm));
         g.push_str(&define("TP_WARPS_N", wn));
     }
-    // A convolution's window, where the launch allows (its tile and split are chosen as for
-    // the pipelined core: the grid is the same).
-    if gm.window.is_some_and(|w| {
-        target.windows && gm.vec_a && w.fits(&l, tensor, gm.round.is_some(), gm.k, red_outputs)
-    }) {
+    // A convolution's window, where the launch takes it.
+    if gm
+        .window
+        .is_some_and(|w| takes_window(gm, w, &l, red_outputs, target))
+    {
         g.push_str(&define("TP_WINDOW", 1));
     }
     // Operand rounding, on every tile (SIMT or tensor-core, split or not).
