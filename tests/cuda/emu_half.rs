@@ -73,10 +73,10 @@ const HALVES: [(Precision, HalfFormat, &str); 2] = [
 ];
 
 use crate::gemm_case::{
-    Case, assert_bitwise, convolution_cases, cpu_session, device_session, device_session_with,
-    filter_window_cases, filter_window_launches, lowering, matmul, matrix_product_cases,
-    quad_launches, split_window_convolution_cases, split_window_launches, tile_of,
-    whole_image_window_cases, wide_convolution_cases, window_launches,
+    Case, assert_bitwise, assert_windows_bitwise, convolution_cases, cpu_session, device_session,
+    device_session_with, filter_window_cases, filter_window_launches, lowering, matmul,
+    matrix_product_cases, quad_launches, split_window_convolution_cases, split_window_launches,
+    tile_of, whole_image_window_cases, wide_convolution_cases, window_launches,
 };
 use crate::trainer_runs::{assert_like_the_cpu, trained_mlp, variables};
 use towerpack::train::BackendChoice;
@@ -241,7 +241,6 @@ fn convolutions_on_256_row_tiles_load_a_through_traded_addresses_within_the_boun
 #[test]
 fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() {
     let c = wide_convolution_cases();
-    let step = c.step();
     let mut split = 0;
     for (precision, _, define) in HALVES {
         for sms in [1, 3, 4, 8] {
@@ -260,15 +259,9 @@ fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() 
                 2,
                 "{precision:?} on {sms} SMs"
             );
-            let got = device_session_with(&c.g, sms, precision, true)
-                .run(&step, &c.feeds)
-                .expect("device step");
-            let pipelined = device_session_with(&c.g, sms, precision, false)
-                .run(&step, &c.feeds)
-                .expect("device step");
             // The forward and input-gradient GEMMs and their S: the first four fetches.
             let what = format!("{precision:?} on {sms} SMs: the window and the pipelined core");
-            assert_bitwise(&got, &pipelined, 4, &what);
+            assert_windows_bitwise(&c, sms, precision, Some(4), &what);
         }
     }
     assert!(
@@ -284,22 +277,15 @@ fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() 
 #[test]
 fn windows_with_k_split_mid_tap_match_the_pipelined_core_bitwise() {
     let c = split_window_convolution_cases();
-    let step = c.step();
     for (precision, _, define) in HALVES {
         let mut split = 0;
         for sms in [2, 4, 8, 132] {
             check(&c, sms, precision, define);
             let launches = gemm_launches(&half_program(&c, sms, precision), sms);
             split += split_window_launches(launches.iter().map(|(_, _, g)| g.as_str()));
-            let got = device_session_with(&c.g, sms, precision, true)
-                .run(&step, &c.feeds)
-                .expect("device step");
-            let pipelined = device_session_with(&c.g, sms, precision, false)
-                .run(&step, &c.feeds)
-                .expect("device step");
             let what =
                 format!("{precision:?} on {sms} SMs: the split window and the pipelined core");
-            assert_bitwise(&got, &pipelined, got.len(), &what);
+            assert_windows_bitwise(&c, sms, precision, None, &what);
         }
         assert!(
             split >= 2,

@@ -60,10 +60,10 @@ use towerpack::ir::*;
 use towerpack::lower::{Precision, Program};
 
 use crate::gemm_case::{
-    Case, assert_bitwise, conv_attrs, convolution_cases, cpu_session, device_session,
-    device_session_with, filter_window_cases, filter_window_launches, lowering, matmul,
-    matrix_product_cases, quad_launches, split_window_convolution_cases, split_window_launches,
-    wide_convolution_cases, window_launches,
+    Case, assert_bitwise, assert_windows_bitwise, conv_attrs, convolution_cases, cpu_session,
+    device_session, device_session_with, filter_window_cases, filter_window_launches, lowering,
+    matmul, matrix_product_cases, quad_launches, split_window_convolution_cases,
+    split_window_launches, wide_convolution_cases, window_launches,
 };
 
 /// 1.0005·2⁻¹⁰ + (4K + 8)·2⁻²⁴: see the module docs.
@@ -203,7 +203,6 @@ fn convolutions_on_256_row_tiles_load_a_through_traded_addresses_within_the_boun
 #[test]
 fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() {
     let c = wide_convolution_cases();
-    let step = c.step();
     let mut split = 0;
     for sms in [1, 3, 4, 8] {
         assert_eq!(check(&c, sms).len(), 3);
@@ -216,15 +215,9 @@ fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() 
         split += split_window_launches(generated());
         // The filter gradient and its S.
         assert_eq!(filter_window_launches(generated()), 2, "on {sms} SMs");
-        let got = device_session_with(&c.g, sms, Precision::Tf32, true)
-            .run(&step, &c.feeds)
-            .expect("device step");
-        let pipelined = device_session_with(&c.g, sms, Precision::Tf32, false)
-            .run(&step, &c.feeds)
-            .expect("device step");
         // The forward and input-gradient GEMMs and their S: the first four fetches.
         let what = format!("on {sms} SMs: the window and the pipelined core");
-        assert_bitwise(&got, &pipelined, 4, &what);
+        assert_windows_bitwise(&c, sms, Precision::Tf32, Some(4), &what);
     }
     assert!(split >= 2, "on 4 and 8 SMs some windows should split K");
 }
@@ -235,20 +228,13 @@ fn convolutions_through_a_window_match_the_cpu_and_the_pipelined_core_bitwise() 
 #[test]
 fn windows_with_k_split_mid_tap_match_the_pipelined_core_bitwise() {
     let c = split_window_convolution_cases();
-    let step = c.step();
     let mut split = 0;
     for sms in [2, 4, 8, 132] {
         assert_eq!(check(&c, sms).len(), 2);
         let with = gemm_launches(&tf32_program(&c, sms, true), sms);
         split += split_window_launches(with.iter().map(|(_, g)| g.as_str()));
-        let got = device_session_with(&c.g, sms, Precision::Tf32, true)
-            .run(&step, &c.feeds)
-            .expect("device step");
-        let pipelined = device_session_with(&c.g, sms, Precision::Tf32, false)
-            .run(&step, &c.feeds)
-            .expect("device step");
         let what = format!("on {sms} SMs: the split window and the pipelined core");
-        assert_bitwise(&got, &pipelined, got.len(), &what);
+        assert_windows_bitwise(&c, sms, Precision::Tf32, None, &what);
     }
     assert!(
         split >= 2,

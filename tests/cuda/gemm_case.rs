@@ -7,10 +7,10 @@ use crate::cuda_common;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::sync::Arc;
-use towerpack::backend::Feed;
 use towerpack::backend::cpu::{CpuOptions, CpuSession};
 use towerpack::backend::cuda::driver::emulated::EmulatedDriver;
 use towerpack::backend::cuda::{CudaOptions, CudaSession};
+use towerpack::backend::{Feed, Session};
 use towerpack::ir::*;
 use towerpack::lower::{LowerOptions, Precision};
 use towerpack::tensor::{DType, HostTensor};
@@ -103,6 +103,27 @@ impl Case {
         let fetches = self.gemms.iter().flat_map(|&(y, s, ..)| [y, s]).collect();
         Step::new(fetches, Vec::new())
     }
+}
+
+/// Runs `c` on a device of `sms` SMs in `precision` with convolution windows and without
+/// (`CudaOptions::conv_windows`) and asserts the first `count` fetches (all with `None`) are
+/// bitwise equal: a window changes where A is read from, never the products or their order.
+pub(crate) fn assert_windows_bitwise(
+    c: &Case,
+    sms: u32,
+    precision: Precision,
+    count: Option<usize>,
+    what: &str,
+) {
+    let step = c.step();
+    let run = |windows: bool| {
+        device_session_with(&c.g, sms, precision, windows)
+            .run(&step, &c.feeds)
+            .expect("device step")
+    };
+    let (windowed, pipelined) = (run(true), run(false));
+    let count = count.unwrap_or(windowed.len());
+    assert_bitwise(&windowed, &pipelined, count, what);
 }
 
 /// Asserts that fetches `0..count` of two runs (`a`, `b`) are bitwise equal; `what` says which
