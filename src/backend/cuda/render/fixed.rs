@@ -536,10 +536,11 @@ fn conv_consts(g: &mut String, cg: &ConvGeom) -> Result<(), RenderError> {
     Ok(())
 }
 
-/// Pooling's geometry as the compile-time constants of `kernels/pool.cu` and `pool_grad.cu`:
-/// their index arithmetic divides by the extents, which then compiles to multiplications.
-fn pool_constants(g: &PoolGeom) -> String {
-    [
+/// Writes pooling's geometry as the compile-time constants of `kernels/pool.cu` and
+/// `pool_grad.cu` into `out`: their index arithmetic divides by the extents, which then
+/// compiles to multiplications. An extent past `int` is a render error naming it.
+fn pool_constants(out: &mut String, g: &PoolGeom) -> Result<(), RenderError> {
+    for (name, v) in [
         ("TP_BATCH", g.n),
         ("TP_IN_H", g.h),
         ("TP_IN_W", g.w),
@@ -552,10 +553,10 @@ fn pool_constants(g: &PoolGeom) -> String {
         ("TP_STRIDE_W", g.stride[1]),
         ("TP_PAD_TOP", g.pad[0]),
         ("TP_PAD_LEFT", g.pad[2]),
-    ]
-    .iter()
-    .map(|&(name, v)| constant(name, "int", v))
-    .collect()
+    ] {
+        int_const(out, name, v)?;
+    }
+    Ok(())
 }
 
 /// Renders a fixed-function kernel; `None` when it has nothing to do. `index` is the kernel's
@@ -716,7 +717,7 @@ pub fn render(
             g.push_str(&constant("TP_MAX_POOL", "bool", pg.kind == PoolKind::Max));
             f32_input(program, &mut p, "x", &k.inputs[0])?;
             p.buffer("y", out0, 0, program.buffer(out0).dtype, true);
-            g.push_str(&pool_constants(pg));
+            pool_constants(&mut g, pg)?;
             g.push_str(&p.declaration());
             (Body::Pool, LaunchDims::over(out_len))
         }
@@ -732,7 +733,7 @@ pub fn render(
             f32_input(program, &mut p, "x", x)?;
             f32_input(program, &mut p, "dy", dy)?;
             p.buffer("dx", out0, 0, program.buffer(out0).dtype, true);
-            g.push_str(&pool_constants(pg));
+            pool_constants(&mut g, pg)?;
             g.push_str(&p.declaration());
             (Body::PoolGrad, LaunchDims::over(out_len))
         }
