@@ -17,8 +17,9 @@
 #      default); all in DIR/bench.jsonl;
 #   2. per precision of --ncu-precisions (default: --precisions), the first folder's training
 #      step under ncu, one row per launch: duration, grid, block, registers, shared memory,
-#      achieved occupancy, SM / DRAM / L1 / tensor-pipe utilisation, shared-memory bank
-#      conflicts, global sectors per request and the main warp stalls (ncu_<precision>.csv),
+#      achieved occupancy, SM / DRAM / L1 / L2 / tensor-pipe utilisation, L2 bytes,
+#      shared-memory bank conflicts, global sectors per request and the main warp stalls
+#      (ncu_<precision>.csv),
 #      beside the step's launch report (launches_<precision>.jsonl: the names, in order);
 #   3. per precision of --detail-precisions (default: --ncu-precisions), the full detail
 #      sections (warp states, memory tables, scheduler, instructions) of three convolutions of
@@ -100,6 +101,9 @@ metrics+=,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem
 metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active
 metrics+=,sm__throughput.avg.pct_of_peak_sustained_elapsed
 metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed
+# L2: the bytes it served and its busy share (are the convolutions bound by what all SMs
+# request from it? docs/performance.md, windows for launches that split K).
+metrics+=,lts__t_bytes.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed
 metrics+=,l1tex__throughput.avg.pct_of_peak_sustained_active
 metrics+=,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
 metrics+=,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active
