@@ -46,7 +46,7 @@ while [ $# -gt 0 ]; do
     --ncu-precisions) ncu_precisions=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --detail-precisions) detail_precisions=$2; shift 2 ;;
-    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "gpu_profile.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
