@@ -110,8 +110,11 @@ fn row(
         op: k.kind.name().into(),
         message,
     };
-    let KernelPlan::Launch(r) =
-        render::render_kernel(program, m.kernel).map_err(|e| unavailable(e.to_string()))?
+    // The launch shapes the measurement rendered (`measure`: the H100's); a split reduction's
+    // tail below is counted for the same shape.
+    let target = Target::default();
+    let KernelPlan::Launch(r) = render::render_kernel_for(program, m.kernel, &target)
+        .map_err(|e| unavailable(e.to_string()))?
     else {
         return Err(unavailable("the kernel launches nothing".into()));
     };
@@ -143,7 +146,7 @@ fn row(
         KernelKind::Reduce {
             shape, axes, ops, ..
         } => {
-            let shape = reduce_launch(shape, axes, &Target::default());
+            let shape = reduce_launch(shape, axes, &target);
             let warps = f64::from(m.dims.block.iter().product::<u32>().div_ceil(32));
             m.counts + split_reduce_tail(&shape, ops.len(), warps, COMBINE_IN_FLIGHT)
         }

@@ -188,9 +188,14 @@ fn takes_window(
     red_outputs: usize,
     target: &Target,
 ) -> bool {
-    let tensor =
-        gm.precision.tensor_cores() && target.tensor_cores && l.tile.tensor_warps().is_some();
+    let tensor = on_tensor_cores(gm, &l.tile, target);
     target.windows && gm.vec_a && w.fits(l, tensor, gm.round.is_some(), gm.k, red_outputs)
+}
+
+/// Whether `gm` on `tile` runs the tensor-core variant of the core: its precision takes the
+/// tensor cores, `target` has them, and the tile has a tensor-core warp layout.
+fn on_tensor_cores(gm: &Gemm, tile: &launch::Tile, target: &Target) -> bool {
+    gm.precision.tensor_cores() && target.tensor_cores && tile.tensor_warps().is_some()
 }
 
 /// A launch of `gm` that reads A through window `w`, for a convolution whose cost-chosen launch
@@ -302,7 +307,7 @@ fn tiled(
     ));
     g.push_str(&constant("TP_VEC_A", "int", if gm.vec_a { 4 } else { 1 }));
     g.push_str(&constant("TP_VEC_B", "int", if gm.vec_b { 4 } else { 1 }));
-    let tensor = gm.precision.tensor_cores() && target.tensor_cores && t.tensor_warps().is_some();
+    let tensor = on_tensor_cores(gm, &t, target);
     g.push_str(&define(
         "TP_MIN_BLOCKS",
         if tensor {
