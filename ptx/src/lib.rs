@@ -1,6 +1,6 @@
 //! towerpack-ptx: an emulated CUDA device that executes the PTX NVRTC emits, on the CPU.
 //!
-//! The pipeline: [`lexer`] (logos) → [`parser`] (syntax tree) → `decode` (typed instructions with
+//! The pipeline: `lexer` (logos) → `parser` (syntax tree) → `decode` (typed instructions with
 //! resolved registers, labels and symbols, once per module) → `exec` (grids of CTAs, warps of 32
 //! lanes with per-lane PCs, barriers, shuffles, bounds-checked memory, exact rounding). The
 //! [`Device`] API mirrors the CUDA driver API the CUDA backend calls: [`Device::load_module`],

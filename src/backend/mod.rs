@@ -4,7 +4,7 @@
 //! - [`cpu`]: the fast CPU backend (its compute kernels live in [`cpu::kernels`]).
 //! - `cuda`: the CUDA backend (NVRTC-compiled kernels on GPUs or on emulated devices; feature
 //!   `cuda`, on by default).
-//! - [`reference`]: the oracle. An op-by-op interpreter of the IR, written for clarity. Every
+//! - [`mod@reference`]: the oracle. An op-by-op interpreter of the IR, written for clarity. Every
 //!   compiled backend is tested against it.
 //! - [`device`]: the [`Device`]s logical devices run on, and their [`Placement`].
 //! - [`choice`]: the factory — a [`BackendChoice`] creates the session of the backend it names.

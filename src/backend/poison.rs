@@ -1,7 +1,7 @@
 //! Poisoned scratch: compiled backends fill their scratch arenas with a signalling-NaN
 //! pattern, so a kernel reading memory no kernel of the step wrote computes NaN (and fails
 //! loudly: a non-finite loss, a test mismatch) instead of silently reusing whatever an earlier
-//! kernel or step left there. [`crate::lower::verify`] proves the same statically; this catches
+//! kernel or step left there. [`mod@crate::lower::verify`] proves the same statically; this catches
 //! what a backend does beyond the program (a kernel reading past its view, say).
 
 /// The 32-bit word scratch is filled with: an f32 signalling NaN (exponent all ones, quiet bit

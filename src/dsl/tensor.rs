@@ -231,14 +231,14 @@ impl Tensor {
         self.builder.add_op("MatMul", op, &[self, rhs])
     }
 
-    /// Raw 2-D convolution of NHWC `self` with an HWIO `filter` (layers: [`super::Conv2D`]).
+    /// Raw 2-D convolution of NHWC `self` with an HWIO `filter` (layers: [`struct@super::Conv2D`]).
     pub fn conv2d(&self, filter: &Tensor, attrs: Conv2dAttrs) -> Tensor {
         self.builder
             .add_op("Conv2D", Op::Conv2d(attrs), &[self, filter])
     }
 
     /// Raw transposed convolution: the gradient of a convolution with respect to its input,
-    /// producing `[N, out_hw, C]` (layers: [`super::Conv2DTranspose`]).
+    /// producing `[N, out_hw, C]` (layers: [`struct@super::Conv2DTranspose`]).
     pub fn conv2d_transpose(
         &self,
         filter: &Tensor,
@@ -253,7 +253,7 @@ impl Tensor {
             .add_op("Conv2DBackpropInput", op, &[self, filter])
     }
 
-    /// Raw pooling (layers: [`super::MaxPooling`], [`super::AvgPooling`]).
+    /// Raw pooling (layers: [`struct@super::MaxPooling`], [`struct@super::AvgPooling`]).
     pub fn pool(&self, attrs: PoolAttrs) -> Tensor {
         let base = match attrs.kind {
             crate::ir::PoolKind::Max => "MaxPool",

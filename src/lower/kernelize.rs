@@ -1,7 +1,7 @@
 //! Kernel formation: turns a simplified step graph into kernel drafts over operands.
 //!
 //! Layout ops become strided views of materialised values; elementwise nodes are fused per
-//! [`groups`](super::groups); reductions absorb the elementwise nodes that only feed them (and
+//! [`groups`]; reductions absorb the elementwise nodes that only feed them (and
 //! reductions of one group over the same axes share a kernel); an elementwise group that
 //! consumes a convolution or matrix product becomes that kernel's epilogue, one that consumes a
 //! reduction's results point for point its finish.

@@ -15,9 +15,9 @@
 //!    per-gradient all-reduces of a distributed step become one in-place all-reduce per
 //!    bucket, planned on the whole graph (each gradient arena is a bucket's range or part of
 //!    it);
-//! 4. [`emit`] with [`memplan`]: scheduling, in-place assigns, buffers and the arena plan;
+//! 4. `emit` with [`memplan`]: scheduling, in-place assigns, buffers and the arena plan;
 //!    then the cross-device waits of programs spread over several devices;
-//! 5. [`verify`]: a simulation of the step over the planned memory proves every read sees the
+//! 5. [`mod@verify`]: a simulation of the step over the planned memory proves every read sees the
 //!    value it means (see [`LowerOptions::verify`]).
 //!
 //! The result is data ([`program`], [`expr`]): the CPU backend runs it, the CUDA backend renders

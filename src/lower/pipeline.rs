@@ -21,7 +21,7 @@
 //! | `fuse-all-reduces` | kernels | a distributed step's all-reduces into one per bucket (with `arena_fusion`) |
 //! | `half-storage` | kernels | activations stored in bf16 where their writers and readers can (with `precision` bf16 and `half_activations`, [`super::half_storage`]) |
 //! | `emit` | kernels → program | scheduling, in-place assigns, buffers, memory plan, waits |
-//! | `verify` | program | [`super::verify`] (with `verify`) |
+//! | `verify` | program | [`mod@super::verify`] (with `verify`) |
 //!
 //! Environment: `TOWERPACK_DUMP=after-all` (or a comma-separated list of pass names) prints
 //! the IR after those passes on standard error; `TOWERPACK_TIME_PASSES=1` prints each pass's
@@ -105,7 +105,7 @@ impl Lowered {
     }
 
     /// Checks the IR's invariants: the graph verifies; every kernel operand is computed by a
-    /// kernel or is a graph leaf; the program passes [`super::verify`].
+    /// kernel or is a graph leaf; the program passes [`mod@super::verify`].
     pub fn check(&self) -> Result<(), LowerError> {
         match self {
             Lowered::Start => Ok(()),
@@ -538,7 +538,7 @@ impl Pass for Emit {
     }
 }
 
-/// `verify`: the program verifier ([`super::verify`]).
+/// `verify`: the program verifier ([`mod@super::verify`]).
 pub struct Verify;
 impl Pass for Verify {
     fn name(&self) -> &'static str {

@@ -40,7 +40,7 @@ pub enum Storage {
 /// A buffer in [`Storage::State`] is either read-only — variables' values as at the start of
 /// the step — or written by one kernel: the new value of a variable assigned in place, or of
 /// a contiguous range of variables updated by one fused kernel. Kernels never read a start
-/// value after a new value was written over it ([`super::verify`] checks it).
+/// value after a new value was written over it ([`mod@super::verify`] checks it).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Buffer {
     /// The graph value it holds (for errors and printing).

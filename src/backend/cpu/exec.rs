@@ -1,7 +1,7 @@
 //! The executor of lowered programs on the CPU.
 //!
 //! [`Prepared`] is a `Program` made ready to run: fused expressions compiled to
-//! [`FusedProgram`]s, geometries mapped onto the [`kernels`](super::kernels) library, and every
+//! [`FusedProgram`]s, geometries mapped onto the [`kernels`] library, and every
 //! operand's reach checked against its buffer once, so running a step does no bounds work and
 //! no allocation beyond the kernels' own scratch.
 

@@ -119,7 +119,7 @@ macro_rules! layer {
             }
         }
 
-        #[doc = concat!("Starts a [`", stringify!($Layer), "`] layer named `name` on `input`; ",
+        #[doc = concat!("Starts a [`", stringify!($Layer), "`](struct@", stringify!($Layer), ") layer named `name` on `input`; ",
                         "set arguments with its methods and add it with `.build()`.")]
         #[allow(non_snake_case)]
         pub fn $Layer(name: impl AsRef<str>, input: impl Into<$crate::dsl::Tensor>) -> $Layer {

@@ -110,7 +110,7 @@ impl BatchNorm {
 
 layer! {
     /// `BatchNorm("bn")` then ReLU inside scope `name` (variables `<name>/bn/gamma`, ...).
-    /// BatchNorm arguments come from an argscope on [`BatchNorm`].
+    /// BatchNorm arguments come from an argscope on [`struct@BatchNorm`].
     BNReLU {}
 }
 

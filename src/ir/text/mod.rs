@@ -8,7 +8,7 @@
 //! %fc/MatMul = matmul(%x, %fc/W/read) {transpose_a=false, transpose_b=false} : f32[N,3]
 //! ```
 //!
-//! [`print`] and [`parse`] round-trip exactly: `print(&parse(&print(g), f)?) == print(g)`.
+//! [`fn@print`] and [`parse`] round-trip exactly: `print(&parse(&print(g), f)?) == print(g)`.
 
 mod attrs;
 mod build;

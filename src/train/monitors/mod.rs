@@ -1,7 +1,7 @@
 //! Monitors (tensorpack's `trainer.monitors`): the dispatcher every callback puts scalars,
 //! histograms, images and events into, its `(global_step, value)` scalar history, and the
 //! [`TrainingMonitor`] back ends — [`JSONWriter`] (`stats.json`), [`TFEventWriter`]
-//! (TensorBoard) and [`ScalarPrinter`] — driven over the file formats of [`super::monitor`].
+//! (TensorBoard) and [`ScalarPrinter`] — driven over the file formats of [`super::summary`].
 //!
 //! Tags lose a leading `tower<k>/` and a trailing `-summary`, as tensorpack's `put_summary` does,
 //! so every tower's statistics land under one name.

@@ -15,7 +15,7 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
     crc32c::crc32c(bytes)
 }
 
-/// TensorFlow's masked CRC: rotate right by 15 bits, then add [`MASK_DELTA`] (wrapping).
+/// TensorFlow's masked CRC: rotate right by 15 bits, then add `MASK_DELTA` (wrapping).
 ///
 /// Masking keeps a CRC stored next to the data it covers from being a valid CRC of data that
 /// itself contains CRCs.

@@ -9,7 +9,7 @@
 //!
 //! **Where the level lives.** In a thread-local (one load per dispatch). [`SimdLevel::run`] sets
 //! it for a closure on the calling thread; the kernels that spread work over a rayon pool carry
-//! the caller's level into every task ([`carry`]), so a call runs at one level whatever pool its
+//! the caller's level into every task (`carry`), so a call runs at one level whatever pool its
 //! parallel parts land on. A thread that never set one runs at [`SimdLevel::max`].
 //!
 //! **Dispatch.** `vectorized!({ ... })` runs its block inside a function compiled for the level

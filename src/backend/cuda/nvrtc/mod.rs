@@ -2,7 +2,7 @@
 //! disk under a SHA-256 of (NVRTC version, options, source), so a program's kernels compile once
 //! per machine.
 //!
-//! [`library`] finds NVRTC 12 or 13 (the order it looks in is there) and binds its C API.
+//! Its `library` module finds NVRTC 12 or 13 (the order it looks in is there) and binds its C API.
 //! Options are fixed: C++17 and `--fmad=false` (every `a * b + c` rounds twice, as the reference
 //! executor computes; kernels that want FMA call `fmaf`).
 

@@ -21,7 +21,7 @@ pub struct Target {
     /// The shortest range of K one block of a split GEMM covers: two K tiles by default, so
     /// the two shared stages still overlap one tile's loads with the other's products. (It was
     /// eight tiles: a small GEMM over a K of 128 — a linear layer's weight gradient at batch
-    /// 128 — then ran in one block; whether splitting pays is [`gemm`]'s cost's decision.)
+    /// 128 — then ran in one block; whether splitting pays is [`fn@gemm`]'s cost's decision.)
     pub min_split_k: usize,
     /// Forces the GEMM tile (when it fits the shared memory): tests run every tile this way.
     pub tile: Option<Tile>,
@@ -500,7 +500,7 @@ impl FilterGradient {
 }
 
 /// The windows of filter gradient `f` on `target`, or `None` where they do not apply: output
-/// channels multiples of 16, at most [`FILTER_WINDOW_TAPS`] taps, and a window of whole output rows
+/// channels multiples of 16, at most `FILTER_WINDOW_TAPS` (9) taps, and a window of whole output rows
 /// whose K tiles (16 pixels) the block's four quarters share evenly, within the shared memory
 /// (the largest such window: the fewer rows a window has, the more of its x pixels are the
 /// rows the taps reach above and below). Each block then multiplies enough windows in turn that
@@ -539,7 +539,7 @@ pub fn filter_windows(f: &FilterGradient, target: &Target) -> Option<FilterWindo
 /// times, whose epilogue takes `red_outputs` per-channel reductions: among the [`TILES`]
 /// fitting the shared memory, and splits reaching the resident blocks, the launches with at
 /// least one block per SM when there are any (a launch never leaves SMs idle to run bigger
-/// tiles), and of those the cheapest by [`gemm_cost`].
+/// tiles), and of those the cheapest by `gemm_cost`.
 pub fn gemm(
     m: usize,
     n: usize,
@@ -552,7 +552,7 @@ pub fn gemm(
     gemm_in(Precision::Fp32, m, n, k, z, may_split, red_outputs, target)
 }
 
-/// [`gemm`] for a program of `precision`: with tensor cores (TF32, BF16, FP16 on a target that
+/// [`fn@gemm`] for a program of `precision`: with tensor cores (TF32, BF16, FP16 on a target that
 /// has them), among the tiles that have a tensor-core variant ([`Tile::tensor_warps`]) and by
 /// its cost ([`Tile::tensor_efficiency`]); a forced tile without one falls back to the choice
 /// among those.

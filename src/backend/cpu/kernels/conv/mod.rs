@@ -185,7 +185,7 @@ pub enum ConvAlgorithm {
     /// operands (what a bf16 or fp16 program's convolutions promise, and what
     /// `CpuOptions::winograd` off or `TOWERPACK_WINOGRAD=0` asks for).
     AutoDirect,
-    /// Winograd F(4×4, 3×3) on the direct kernels' GEMM tiles ([`winograd`]-module docs): the
+    /// Winograd F(4×4, 3×3) on the direct kernels' GEMM tiles (the `winograd` module's docs): the
     /// three passes of 3×3, stride-1, undilated, one-group convolutions with channel counts in
     /// whole vectors of 8, of unrounded f32 operands (the input gradient: padding of at most 2
     /// on each side). An error anywhere else.

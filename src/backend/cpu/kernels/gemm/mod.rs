@@ -1,5 +1,5 @@
 //! Single-precision matrix product `C = alpha·A·B + beta·C` over strided views: towerpack's own
-//! blocked GEMM at `avx2` ([`blocked`]), the `gemm` crate (rayon) at `avx512` and `scalar`, a
+//! blocked GEMM at `avx2` (module `blocked`), the `gemm` crate (rayon) at `avx512` and `scalar`, a
 //! direct loop for tiny products that cannot pay either's setup, and a variant that runs an
 //! [`Epilogue`] on the finished rows.
 //!
@@ -30,7 +30,7 @@
 //! SIMD level ([`SimdLevel`]): the crate chooses its microkernels by itself, once per process,
 //! from CPU detection (`gemm_f32::gemm::f32::get_gemm_fn`), and its per-ISA drivers are private
 //! modules: its API cannot cap them. At the detected level towerpack calls the crate as is; at a
-//! level capped below it, [`gemm_at_level`] runs the crate's own AVX2 (`fma`) or scalar driver,
+//! level capped below it, `gemm_at_level` runs the crate's own AVX2 (`fma`) or scalar driver,
 //! assembled exactly as the crate assembles it from public parts (`gemm_common`'s generic driver
 //! and `gemm_f32`'s microkernel tables, both pinned to 0.19.0), so a forced `avx2` runs the
 //! microkernels an AVX2-only CPU would run.
