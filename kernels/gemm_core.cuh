@@ -952,14 +952,28 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
 #endif
 
 #if TP_EPI_RED > 0
+// The warps' per-column sums of every reduction slot (TP_EPI_RED × TP_BN each). With variances,
+// their first TP_EPI_VAR × TP_BN floats hold the block's shifts until the sums are written.
+__shared__ float tp_warp_sums[TP_BLOCK / 32][TP_EPI_RED * TP_BN];
+
 // The block's sums of the reduced epilogue outputs per column (`red[j][r]`: this thread's rows
 // of column j), combined over the blocks of the column tile; the combining block finishes them.
+// Slots 0 .. TP_EPI_PLAIN - 1 are sums and means, combined by sum (tp_split_combine); then two
+// a variance: the block's `x − K` and `(x − K)²` about its shift K (`shift`, the tile's first
+// row), which with the tile's `rows` make the block's (n, K, S, Q), merged over the blocks by
+// tp_var_combine into the variance (kernels/split.cuh).
 template <class O>
 TP_DEV void tp_gemm_reduce_columns(const tp_params& p, const O& out, int N, int n0,
-                                   float red[TP_TN][TP_EPI_RED], unsigned int slot) {
-    constexpr int P = TP_EPI_RED * TP_BN, E = (P + TP_BLOCK - 1) / TP_BLOCK;
-    __shared__ float warp_sums[TP_BLOCK / 32][P];
+                                   float red[TP_TN][TP_EPI_RED], unsigned int slot, float rows) {
+    constexpr int P = TP_EPI_PLAIN * TP_BN, E = (P + TP_BLOCK - 1) / TP_BLOCK;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, tx = threadIdx.x % TP_TX;
+#if TP_EPI_VAR > 0
+    constexpr int Q = TP_EPI_VAR * TP_BN;
+    static_assert(Q <= TP_BLOCK, "a thread a variance and column");
+    // The shifts out of the warps' sums before the sums overwrite them.
+    const float shift = (int)threadIdx.x < Q ? tp_warp_sums[0][threadIdx.x] : 0.0f;
+    __syncthreads();
+#endif
 #pragma unroll
     for (int j = 0; j < TP_TN; ++j)
 #pragma unroll
@@ -968,9 +982,30 @@ TP_DEV void tp_gemm_reduce_columns(const tp_params& p, const O& out, int N, int 
             // Lanes of one column: a butterfly gives every one of them the same sum.
 #pragma unroll
             for (int off = TP_TX; off < 32; off <<= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-            if (lane < TP_TX) warp_sums[warp][r * TP_BN + tx * TP_TN + j] = v;
+            if (lane < TP_TX) tp_warp_sums[warp][r * TP_BN + tx * TP_TN + j] = v;
         }
     __syncthreads();
+#if TP_EPI_VAR > 0
+    {
+        // Thread t: variance t / TP_BN of column t % TP_BN.
+        const int t = threadIdx.x, c = t % TP_BN, s = TP_EPI_PLAIN + 2 * (t / TP_BN);
+        float4 q = make_float4(rows, shift, 0.0f, 0.0f);
+        if (t < Q) {
+#pragma unroll
+            for (int w = 0; w < TP_BLOCK / 32; ++w) {
+                q.z += tp_warp_sums[w][s * TP_BN + c];
+                q.w += tp_warp_sums[w][(s + 1) * TP_BN + c];
+            }
+        }
+        if (tp_var_combine(q, p.var_ws, p.var_ws_count, slot / gridDim.x, slot % gridDim.x, gridDim.x,
+                           TP_RED_GROUP, Q) &&
+            t < Q && n0 + c < N) {
+            const float off = q.z / q.x;
+            tp_epi_var_finish(p, t / TP_BN, out.channel(n0 + c), fmaxf(q.w / q.x - off * off, 0.0f));
+        }
+    }
+#endif
+#if TP_EPI_PLAIN > 0
     float part[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
@@ -978,7 +1013,7 @@ TP_DEV void tp_gemm_reduce_columns(const tp_params& p, const O& out, int N, int 
         part[e] = 0.0f;
         if (idx < P) {
 #pragma unroll
-            for (int w = 0; w < TP_BLOCK / 32; ++w) part[e] += warp_sums[w][idx];
+            for (int w = 0; w < TP_BLOCK / 32; ++w) part[e] += tp_warp_sums[w][idx];
         }
     }
     // One block per row tile arrives here: the one that combined its splits of K, whichever
@@ -993,6 +1028,7 @@ TP_DEV void tp_gemm_reduce_columns(const tp_params& p, const O& out, int N, int 
         const int idx = threadIdx.x * E + e;
         if (idx < P && n0 + idx % TP_BN < N) tp_epi_finish(p, idx / TP_BN, out.channel(n0 + idx % TP_BN), part[e]);
     }
+#endif
 }
 #endif
 
@@ -1035,6 +1071,19 @@ TP_DEV void tp_gemm_output(const tp_params& p, const O& out, int M, int N, int m
         const int n = n0 + tx * TP_TN + j;
         cols[j] = tp_epi_column(p, out.channel(TP_N_WHOLE || n < N ? n : n0));
     }
+#if TP_EPI_VAR > 0
+    // The block's shift per variance and column: its value at the tile's first row m0 (every
+    // tile has it; a forward convolution's rows are all valid), held in the warps' sums.
+    float* const shift = &tp_warp_sums[0][0];
+    if (ty == 0) {
+#pragma unroll
+        for (int j = 0; j < TP_TN; ++j) {
+            const int n = n0 + tx * TP_TN + j;
+            if (TP_N_WHOLE || n < N) tp_epi_shift(p, out.flat(m0, n), cols[j], acc[0][j], shift + tx * TP_TN + j);
+        }
+    }
+    __syncthreads();
+#endif
 #pragma unroll
     for (int i = 0; i < TP_TM; ++i) {
         const int m = m0 + ty * TP_TM + i;
@@ -1043,7 +1092,9 @@ TP_DEV void tp_gemm_output(const tp_params& p, const O& out, int M, int N, int m
         for (int j = 0; j < TP_TN; ++j) {
             const int n = n0 + tx * TP_TN + j;
             if (TP_N_WHOLE || n < N) {
-#if TP_EPI_RED > 0
+#if TP_EPI_VAR > 0
+                tp_epilogue(p, out.flat(m, n), cols[j], acc[i][j], red[j], shift + tx * TP_TN + j);
+#elif TP_EPI_RED > 0
                 tp_epilogue(p, out.flat(m, n), cols[j], acc[i][j], red[j]);
 #else
                 tp_epilogue(p, out.flat(m, n), cols[j], acc[i][j]);
@@ -1052,6 +1103,6 @@ TP_DEV void tp_gemm_output(const tp_params& p, const O& out, int M, int N, int m
         }
     }
 #if TP_EPI_RED > 0
-    tp_gemm_reduce_columns(p, out, N, n0, red, slot);
+    tp_gemm_reduce_columns(p, out, N, n0, red, slot, (float)(M - m0 < TP_BM ? M - m0 : TP_BM));
 #endif
 }

@@ -103,3 +103,66 @@ TP_DEV bool tp_split_combine(float* v, float* ws, unsigned int* counters, unsign
     if (threadIdx.x == 0) count[groups] = 0;
     return true;
 }
+
+// The variances of epilogue reductions merge in one pass without their mean: a block's partial
+// is (n, K, S, Q) for n values, K a value of theirs (the block's shift), S = Σ(x − K) and
+// Q = Σ(x − K)². `a` absorbs `b` re-centred on a's K (d = K_b − K_a): Σ_b(x − K_a) = S_b + n_b d,
+// Σ_b(x − K_a)² = Q_b + d (2 S_b + n_b d). The shifts are values of the data, so every term is
+// of the order of the variance whatever the data's offset; the variance is Q/n − (S/n)².
+TP_DEV void tp_var_merge(float4& a, const float4 b) {
+    const float d = b.y - a.y;
+    a.w += b.w + d * (2.0f * b.z + b.x * d);
+    a.z += b.z + b.x * d;
+    a.x += b.x;
+}
+
+// v = member 0 of `count` partials at `parts` (stride Q) absorbing the others in order (four
+// partials' loads in flight, as tp_sum_parts).
+TP_DEV void tp_var_parts(const float4* parts, unsigned int count, unsigned int Q, float4& v) {
+    v = __ldcg(parts + threadIdx.x);
+#pragma unroll 4
+    for (unsigned int s = 1; s < count; ++s) tp_var_merge(v, __ldcg(parts + (size_t)s * Q + threadIdx.x));
+}
+
+// tp_split_combine for variance partials: thread t < Q holds partial t of this block (one
+// (n, K, S, Q) a variance and column) in `v`; returns true in exactly one block of the slot,
+// with `v` replaced by the merge of every member's, in member order (then group order), so the
+// result is bitwise the same on every run. Same workspace layout with float4 elements.
+TP_DEV bool tp_var_combine(float4& v, float* ws, unsigned int* counters, unsigned int slot,
+                           unsigned int member, unsigned int members, unsigned int group,
+                           unsigned int Q) {
+    __shared__ unsigned int tp_var_last;
+    const unsigned int groups = (members + group - 1) / group;
+    const unsigned int sums = groups > 1 ? groups : 0;
+    float4* parts = reinterpret_cast<float4*>(ws) + (size_t)slot * (members + sums) * Q;
+    unsigned int* count = counters + slot * (groups + 1);
+    const bool mine = threadIdx.x < Q;
+    if (mine) __stcg(parts + (size_t)member * Q + threadIdx.x, v);
+    __threadfence();
+    __syncthreads();
+    const unsigned int g = member / group, first = g * group;
+    const unsigned int size = members - first < group ? members - first : group;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        tp_var_last = atomicAdd(&count[g], 1u) == size - 1;
+    }
+    __syncthreads();
+    if (!tp_var_last) return false;
+    __threadfence();
+    if (mine) tp_var_parts(parts + (size_t)first * Q, size, Q, v);
+    if (threadIdx.x == 0) count[g] = 0;
+    if (groups == 1) return true;
+    if (mine) __stcg(parts + (size_t)(members + g) * Q + threadIdx.x, v);
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        tp_var_last = atomicAdd(&count[groups], 1u) == groups - 1;
+    }
+    __syncthreads();
+    if (!tp_var_last) return false;
+    __threadfence();
+    if (mine) tp_var_parts(parts + (size_t)members * Q, groups, Q, v);
+    if (threadIdx.x == 0) count[groups] = 0;
+    return true;
+}

@@ -375,6 +375,9 @@ pub struct Fusions {
     /// Per-channel reductions of convolution outputs join the convolutions' epilogues (see
     /// [`Epilogue::reductions`](super::Epilogue::reductions)).
     pub epilogue_reductions: bool,
+    /// Batch norm's variances join them too (see
+    /// [`ChannelReduction::Variance`](super::ChannelReduction::Variance)).
+    pub epilogue_variances: bool,
     /// Convolutions compute their input in a prologue (see [`Prologue`](super::Prologue)).
     pub conv_prologues: bool,
 }
@@ -384,6 +387,7 @@ pub fn kernelize(sg: &StepGraph, batch: usize, fusions: Fusions) -> Result<Kerne
     let Fusions {
         fuse,
         epilogue_reductions,
+        epilogue_variances,
         conv_prologues,
     } = fusions;
     let graph = &sg.graph;
@@ -463,7 +467,7 @@ pub fn kernelize(sg: &StepGraph, batch: usize, fusions: Fusions) -> Result<Kerne
             .collect();
         f.fuse_epilogues(&external);
         if epilogue_reductions {
-            f.fuse_epilogue_reductions();
+            f.fuse_epilogue_reductions(epilogue_variances);
         }
         let assigned: HashSet<Value> = assigns.iter().map(|(o, _)| o.base).collect();
         f.fuse_reduce_finishes(&assigned);

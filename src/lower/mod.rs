@@ -51,8 +51,8 @@ pub use layout::{StateLayout, StateSlot};
 pub use pipeline::{Dump, Lowered, Pass, PassContext, PassReport, Pipeline};
 pub use precision::{HalfFormat, Precision, PrecisionParseError};
 pub use program::{
-    Bucket, Buffer, BufferId, ConvGeom, Epilogue, Kernel, KernelKind, MatMulGeom, PoolGeom,
-    Program, Prologue, ReduceFinish, Region, Storage, View,
+    Bucket, Buffer, BufferId, ChannelReduction, ConvGeom, Epilogue, Kernel, KernelKind, MatMulGeom,
+    PoolGeom, Program, Prologue, ReduceFinish, Region, Storage, View,
 };
 pub use verify::{VerifyError, verify};
 
@@ -76,6 +76,13 @@ pub struct LowerOptions {
     /// run them (the CUDA kernels combine the blocks' sums in a fixed order); the CUDA trainer
     /// lowers with them, `CudaOptions::default` still without.
     pub epilogue_reductions: bool,
+    /// Let batch norm's variance of a convolution's output join the convolution's epilogue too
+    /// ([`ChannelReduction::Variance`], one pass; needs `epilogue_reductions`), where the mean
+    /// already does: no kernel reads the output back for its variance. The CUDA backend lowers
+    /// with them (`CudaOptions::lowering`). The CPU backend computes them, from the stored rows
+    /// in f64, but is not faster for them (ResNet-20 b128, 2-core Xeon: within the noise), so it
+    /// is off by default.
+    pub epilogue_variances: bool,
     /// Let convolutions compute their input as they read it (a [`Prologue`]: batch norm's apply
     /// and ReLU) instead of an elementwise kernel writing it out and every reader loading it
     /// back; readers that are fused expressions recompute it inline (needs `fuse`). The CPU
@@ -112,6 +119,7 @@ impl Default for LowerOptions {
             arena_fusion: true,
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             epilogue_reductions: true,
+            epilogue_variances: false,
             conv_prologues: true,
             in_place_assigns: true,
             verify: true,

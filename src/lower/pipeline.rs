@@ -419,6 +419,7 @@ impl Pass for Kernelize {
         let fusions = kernelize::Fusions {
             fuse: o.fuse,
             epilogue_reductions: o.epilogue_reductions,
+            epilogue_variances: o.epilogue_variances,
             conv_prologues: o.conv_prologues,
         };
         let kernels = kernelize::kernelize(&sg, cx.batch, fusions)?;

@@ -176,13 +176,39 @@ pub struct PoolGeom {
 /// `reductions.len()` outputs of `expr` are not stored per point: output `j` of them is
 /// reduced with `reductions[j]` over every axis but the last (the channels), into a `[channels]`
 /// buffer — batch-norm statistics and gradient sums gathered while the output is in cache.
-/// Only `Sum` and `Mean` are used. The other outputs come first and are stored as usual.
+/// The other outputs come first and are stored as usual.
 ///
 /// [`LowerOptions::epilogue_reductions`]: super::LowerOptions::epilogue_reductions
 #[derive(Clone, Debug, PartialEq)]
 pub struct Epilogue {
     pub expr: FusedExpr,
-    pub reductions: Vec<ReduceOp>,
+    pub reductions: Vec<ChannelReduction>,
+}
+
+/// How an [`Epilogue`] reduces one of its outputs over every axis but the channels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ChannelReduction {
+    Sum,
+    Mean,
+    /// The biased variance, `mean((x - mean(x))²)`, in one pass (only with
+    /// [`LowerOptions::epilogue_variances`]): each block of rows sums `x - K` and `(x - K)²`
+    /// about a value `K` of its own data, and the blocks' sums merge re-centred on one another's
+    /// `K` — no second pass over `x` once its mean is known, and as accurate as the two-pass form
+    /// whatever the data's offset.
+    ///
+    /// [`LowerOptions::epilogue_variances`]: super::LowerOptions::epilogue_variances
+    Variance,
+}
+
+impl ChannelReduction {
+    /// Its name as the program prints it (the reductions' names of [`ReduceOp::name`]).
+    pub fn name(self) -> &'static str {
+        match self {
+            ChannelReduction::Sum => ReduceOp::Sum.name(),
+            ChannelReduction::Mean => ReduceOp::Mean.name(),
+            ChannelReduction::Variance => "reduce_variance",
+        }
+    }
 }
 
 impl Epilogue {

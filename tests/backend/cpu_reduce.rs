@@ -9,8 +9,8 @@ use crate::cpu_kernels_common;
 use cpu_kernels_common::*;
 use rand::Rng;
 use towerpack::backend::cpu::kernels::reduce::{
-    ColumnMoments, ReduceKind, column_moments, column_sums, column_sums_dy_xhat, reduce_all,
-    reduce_axis,
+    ColumnMoments, ReduceKind, ShiftedColumnMoments, column_moments, column_sums,
+    column_sums_dy_xhat, reduce_all, reduce_axis,
 };
 
 fn naive_reduce(values: impl Iterator<Item = f32>, kind: ReduceKind) -> f32 {
@@ -87,6 +87,45 @@ fn full_reductions_match_on_one_and_two_threads() {
             }
         }
     });
+}
+
+/// An epilogue variance's per-block sums (`ShiftedColumnMoments`: about each block's first row,
+/// merged re-centred in block order) give the two-pass variance, in f64, of data whose mean is
+/// ~10⁵ of its standard deviations from zero, in blocks of uneven sizes (empty ones too) — where
+/// sums about zero, even in f64, would be off by ~10⁻⁵.
+#[test]
+fn shifted_column_moments_merge_blocks_to_the_two_pass_variance() {
+    let mut r = rng(34);
+    for _ in 0..20 {
+        let cols = r.random_range(1..20);
+        let rows = r.random_range(1..400);
+        let offset = r.random_range(-1e5..1e5);
+        let x: Vec<f32> = random_vec(&mut r, rows * cols)
+            .iter()
+            .map(|v| (f64::from(*v) * 0.5 + offset) as f32)
+            .collect();
+        let mut total = ShiftedColumnMoments::of_rows(&[], cols);
+        let mut at = 0;
+        while at < rows {
+            let n = r.random_range(0..=(rows - at).min(37));
+            total.merge(&ShiftedColumnMoments::of_rows(
+                &x[at * cols..(at + n) * cols],
+                cols,
+            ));
+            at += n;
+        }
+        let got = total.variances();
+        for (c, got) in got.iter().enumerate() {
+            let column: Vec<f64> = (0..rows).map(|i| f64::from(x[i * cols + c])).collect();
+            let mean = column.iter().sum::<f64>() / rows as f64;
+            let want = column.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / rows as f64;
+            let err = (got - want).abs() / want.max(1e-30);
+            assert!(
+                err < 1e-9,
+                "column {c} of {rows} rows about {offset:.0}: {got} vs {want}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -424,8 +424,8 @@ fn input_gradient(
     c.add("backprop_input", backward, &[dy, filter])
 }
 
-/// A convolution with batch-norm statistics of its output (mean, then the variance around it)
-/// and a backward-input convolution whose ReLU-masked output feeds four per-channel sums (batch
+/// A convolution with batch-norm statistics of its output (mean, then the variance around it:
+/// both join the convolution's epilogue) and a backward-input convolution whose ReLU-masked output feeds four per-channel sums (batch
 /// norm's backward pass), as `tests/lower/channel_reductions.rs` builds them.
 fn epilogue_case(seed: u64) -> Case {
     let mut c = Case::new(seed, 3);
@@ -487,6 +487,99 @@ fn epilogue_case(seed: u64) -> Case {
     c
 }
 
+/// The variance of a convolution's output computed in one pass in its epilogue
+/// (`ChannelReduction::Variance`) stays accurate when the output's mean lies thousands of its
+/// standard deviations from zero (an input offset by 1000): against the two-pass variance, in
+/// f64, of the output as the kernel stored it — on the device with many blocks a channel tile
+/// (two-level merge) and with few, and on the CPU running the same program. Blocks sum about a
+/// value of their own data and merge re-centred: a one-pass sum of squares about zero in f32
+/// would be off by ~ε·(mean/std)², 0.1–1 here. (Seen: within 3–8e-7 on the device, 5e-8 on
+/// the CPU; the device's shift set to 0 instead, off by 0.49.)
+#[test]
+fn epilogue_variances_stay_accurate_far_from_zero() {
+    let lower = lowering(true);
+    for seed in 0..3 {
+        let mut c = Case::new(seed, 4);
+        let x = c.input(DType::F32, &[12, 10, 8]);
+        let offset = c.add(
+            "offset",
+            Op::Constant {
+                value: HostTensor::scalar_f32(1000.0),
+            },
+            &[],
+        );
+        let shifted = c.binary(BinaryOp::Add, x, offset);
+        let filter = c.constant(&[3, 3, 8, 16]);
+        let attrs = Conv2dAttrs {
+            strides: [1, 1],
+            padding: Padding::Valid,
+            dilations: [1, 1],
+            groups: 1,
+        };
+        let y = c.add("conv", Op::Conv2d(attrs), &[shifted, filter]);
+        let op = Op::Moments {
+            axes: vec![0, 1, 2],
+            keep_dims: false,
+        };
+        let m = c.g.add_node("bn/moments", op, &[y]).expect("moments");
+        c.fetches.extend([y, Value::new(m, 0), Value::new(m, 1)]);
+        let step = c.step();
+        let mut runs = Vec::new();
+        for sms in [132, 2] {
+            let mut device = emulated(&c, sms, &lower);
+            runs.push((
+                format!("device, {sms} SMs"),
+                device.run(&step, &c.feeds).expect("step"),
+            ));
+            let program = device.program(&step, c.batch).expect("program");
+            let variances = program
+                .kernels
+                .iter()
+                .filter_map(|k| k.kind.epilogue())
+                .flat_map(|e| &e.reductions)
+                .filter(|&&r| r == towerpack::lower::ChannelReduction::Variance)
+                .count();
+            assert_eq!(
+                variances, 1,
+                "seed {seed}: the variance in the epilogue\n{program}"
+            );
+        }
+        let mut cpu = CpuSession::new(
+            c.g.clone(),
+            CpuOptions {
+                threads: 2,
+                lower,
+                ..CpuOptions::default()
+            },
+        )
+        .expect("cpu session");
+        runs.push(("cpu".into(), cpu.run(&step, &c.feeds).expect("cpu step")));
+        for (what, out) in &runs {
+            let y = out[0].to_f64_vec();
+            let channels = 16;
+            let rows = (y.len() / channels) as f64;
+            let (mut far, mut worst) = (0.0f64, 0.0f64);
+            for ch in 0..channels {
+                let column = y.iter().skip(ch).step_by(channels);
+                let mean = column.clone().sum::<f64>() / rows;
+                let var = column.map(|v| (v - mean) * (v - mean)).sum::<f64>() / rows;
+                far = far.max(mean.abs() / var.sqrt());
+                let got = out[2].to_f64_vec()[ch];
+                worst = worst.max((got - var).abs() / var);
+            }
+            assert!(
+                far > 100.0,
+                "seed {seed}: the mean is {far:.0} deviations from 0"
+            );
+            assert!(
+                worst < 1e-5,
+                "seed {seed}, {what}: variance off by {worst:.2e} (relative), mean {far:.0} \
+                 deviations from 0"
+            );
+        }
+    }
+}
+
 #[test]
 fn epilogue_reductions_of_convolutions_match_the_cpu_and_repeat_bitwise() {
     // Blocks per channel tile of every convolution with epilogue reductions, and its splits
@@ -504,7 +597,8 @@ fn epilogue_reductions_of_convolutions_match_the_cpu_and_repeat_bitwise() {
                 .filter_map(|k| k.kind.epilogue())
                 .map(|e| e.reductions.len())
                 .sum();
-            assert_eq!(reductions, 5, "seed {seed}: in epilogues\n{program}");
+            // The mean, the variance (one pass, `ChannelReduction::Variance`) and the four sums.
+            assert_eq!(reductions, 6, "seed {seed}: in epilogues\n{program}");
             let reducing: Vec<(u32, usize)> = launches(&program, sms)
                 .iter()
                 .filter(|(_, _, g)| define(g, "TP_EPI_RED").is_some_and(|r| r > 0))

@@ -10,13 +10,15 @@ use super::fused::{CHUNK, FusedProgram};
 use super::fused_reduce::ReduceProgram;
 use super::half_io::{self, Widened};
 use super::kernels::pool::Pool2dGeometry;
+use super::kernels::reduce::ShiftedColumnMoments;
 use super::kernels::simd::carry;
 use super::kernels::{self, Conv2dGeometry, ConvPass, Epilogue, KernelError, MatRef, Padding2d};
 use super::memory::{Arena, RawBuf};
 use crate::backend::{BackendError, Collective};
-use crate::ir::{PoolKind, ReduceOp};
+use crate::ir::PoolKind;
 use crate::lower::{
-    ConvGeom, HalfFormat, Kernel, KernelKind, PoolGeom, Precision, Program, Storage, View,
+    ChannelReduction, ConvGeom, HalfFormat, Kernel, KernelKind, PoolGeom, Precision, Program,
+    Storage, View,
 };
 use crate::tensor::DType;
 use rayon::prelude::*;
@@ -301,6 +303,9 @@ impl Prepared {
                     )
                 }
                 kind => {
+                    if let Some(e) = kind.epilogue() {
+                        check_variances(&program, k, e)?;
+                    }
                     let epilogue = kind.epilogue().map(|e| {
                         let out_shape = &program.buffers[k.outputs[0].0 as usize].shape;
                         // Operand 0 is the kernel's own result, contiguous over the output.
@@ -731,6 +736,10 @@ fn pool_geometry(g: &PoolGeom) -> Pool2dGeometry {
     }
 }
 
+/// A block's share of an epilogue's reductions: its first row, its column sums (one `cols` run
+/// per reduction), and its sums of each variance.
+type BlockPartial = (usize, Vec<f64>, Vec<ShiftedColumnMoments>);
+
 /// A fused epilogue as a kernel-library [`Epilogue`].
 struct FusedEpilogue<'a> {
     program: &'a FusedProgram,
@@ -740,9 +749,9 @@ struct FusedEpilogue<'a> {
     base: usize,
     /// Outputs stored per point; the rest are per-channel reductions (`ops`).
     stored: usize,
-    ops: &'a [ReduceOp],
+    ops: &'a [ChannelReduction],
     /// Per-block column sums of the reductions, keyed by the block's first row.
-    partials: Mutex<Vec<(usize, Vec<f64>)>>,
+    partials: Mutex<Vec<BlockPartial>>,
 }
 
 impl Epilogue for FusedEpilogue<'_> {
@@ -787,9 +796,18 @@ impl FusedEpilogue<'_> {
             }
         };
         if !self.ops.is_empty() {
+            // Variances of output 0, now in the rows (`check_variances`): the block's sums
+            // about its first row.
+            let variances = self
+                .ops
+                .iter()
+                .filter(|&&o| o == ChannelReduction::Variance);
+            let moments = variances
+                .map(|_| ShiftedColumnMoments::of_rows(rows, cols))
+                .collect();
             // A poisoned lock means another block panicked; its partial is simply missing.
             let mut partials = self.partials.lock().unwrap_or_else(|e| e.into_inner());
-            partials.push((first_row, sums));
+            partials.push((first_row, sums, moments));
         }
     }
 
@@ -804,17 +822,34 @@ impl FusedEpilogue<'_> {
             .partials
             .into_inner()
             .unwrap_or_else(|e| e.into_inner());
-        partials.sort_by_key(|(first_row, _)| *first_row);
+        partials.sort_by_key(|(first_row, ..)| *first_row);
+        let mut variance = 0;
         for (j, op) in self.ops.iter().enumerate() {
+            if *op == ChannelReduction::Variance {
+                // The blocks' sums merged in row order.
+                let mut total = ShiftedColumnMoments::of_rows(&[], cols);
+                for (_, _, moments) in &partials {
+                    if let Some(m) = moments.get(variance) {
+                        total.merge(m);
+                    }
+                }
+                variance += 1;
+                for (c, v) in total.variances().into_iter().enumerate() {
+                    // SAFETY: as below.
+                    unsafe { self.outputs[self.stored + j].set_f64(c, v) };
+                }
+                continue;
+            }
             let mut total = vec![0.0f64; cols];
-            for (_, sums) in &partials {
+            for (_, sums, _) in &partials {
                 for (t, x) in total.iter_mut().zip(&sums[j * cols..(j + 1) * cols]) {
                     *t += x;
                 }
             }
             let scale = match op {
-                ReduceOp::Mean => 1.0 / rows.max(1) as f64,
-                _ => 1.0,
+                ChannelReduction::Mean => 1.0 / rows.max(1) as f64,
+                // Preparation refuses variances (`prepare`): sums only reach here.
+                ChannelReduction::Sum | ChannelReduction::Variance => 1.0,
             };
             for (c, t) in total.iter().enumerate() {
                 // SAFETY: a reduction output holds `cols` elements (checked at preparation)
@@ -823,6 +858,31 @@ impl FusedEpilogue<'_> {
             }
         }
     }
+}
+
+/// Epilogue variances are computed from the kernel's first output as stored in f32 (the rows the
+/// kernel hands over): each must be the variance of that value (as lowering makes them).
+fn check_variances(
+    program: &Program,
+    k: &Kernel,
+    e: &crate::lower::Epilogue,
+) -> Result<(), BackendError> {
+    let stored = e.stored_outputs();
+    for (j, r) in e.reductions.iter().enumerate() {
+        let first = e.expr.outputs.first();
+        let of_first = stored > 0 && e.expr.outputs.get(stored + j) == first;
+        let f32_rows = k
+            .outputs
+            .first()
+            .is_some_and(|&b| program.buffer(b).dtype == DType::F32);
+        if *r == ChannelReduction::Variance && !(of_first && f32_rows) {
+            return Err(kernel_error(
+                k,
+                "an epilogue variance the CPU kernels compute only of the first output, in f32",
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn epilogue<'a>(

@@ -69,12 +69,15 @@ impl Default for CudaOptions {
 
 impl CudaOptions {
     /// The lowering options the CUDA session lowers with: [`CudaOptions::lower`] less what its
-    /// kernels lack (convolution prologues, [`LowerOptions::conv_prologues`]). A program lowered
-    /// with them renders; tests and reports that lower by themselves use this.
+    /// kernels lack (convolution prologues, [`LowerOptions::conv_prologues`]; bf16 activation
+    /// storage), with batch norm's variances in the convolutions' epilogues
+    /// ([`LowerOptions::epilogue_variances`]). A program lowered with them renders; tests and
+    /// reports that lower by themselves use this.
     pub fn lowering(&self) -> LowerOptions {
         LowerOptions {
             conv_prologues: false,
             half_activations: false,
+            epilogue_variances: true,
             ..self.lower
         }
     }

@@ -3,17 +3,22 @@
 //! its gradient sums in the backward pass — is computed in the convolution's epilogue while each
 //! block of output rows is still in cache, instead of by a later kernel that reads the whole
 //! output (and the other operands of the sums) back from memory.
+//!
+//! Batch norm's variance, `mean((x - mean)²)` over the same axes, reads the mean the epilogue
+//! computes: it cannot be one of these sums. With variances on, it joins as a
+//! [`ChannelReduction::Variance`] of the value the mean reduces, computed in one pass.
 
 use super::{Former, Operand, dedupe};
-use crate::ir::{ReduceOp, Value};
+use crate::ir::{BinaryOp, ReduceOp, UnaryOp, Value};
 use crate::lower::expr::{ExprId, ExprOp, FusedExpr};
-use crate::lower::program::{Epilogue, KernelKind};
+use crate::lower::program::{ChannelReduction, Epilogue, KernelKind};
 use std::collections::HashMap;
 
 impl Former<'_> {
     /// Moves every eligible reduction draft into the epilogue of the convolution producing its
-    /// input (see [`Epilogue::reductions`]).
-    pub(super) fn fuse_epilogue_reductions(&mut self) {
+    /// input (see [`Epilogue::reductions`]); with `variances`, also the variances of values an
+    /// epilogue already averages (see [`ChannelReduction::Variance`]).
+    pub(super) fn fuse_epilogue_reductions(&mut self, variances: bool) {
         for r in 0..self.drafts.len() {
             if !self.drafts[r].alive {
                 continue;
@@ -21,6 +26,97 @@ impl Former<'_> {
             if let Some(k) = self.epilogue_host(r) {
                 self.join_epilogue(r, k);
             }
+        }
+        if !variances {
+            return;
+        }
+        // After every mean has joined (a mean's draft may come after its variance's).
+        for r in 0..self.drafts.len() {
+            if !self.drafts[r].alive {
+                continue;
+            }
+            if let Some((k, value)) = self.variance_host(r) {
+                self.join_variance(r, k, value);
+            }
+        }
+    }
+
+    /// The convolution draft whose epilogue can compute reduction draft `r` as a variance, and
+    /// the epilogue value it is the variance of: `r` is the per-channel mean of `(x - m)²`
+    /// where `x` is a stored output of a forward convolution `k` (read through an identity
+    /// view of its whole shape) and `m` is `k`'s epilogue mean of that same value, broadcast
+    /// over the channels — batch norm's two-pass variance (`lower::passes::expand`).
+    fn variance_host(&self, r: usize) -> Option<(usize, ExprId)> {
+        let rd = &self.drafts[r];
+        let KernelKind::Reduce {
+            shape,
+            axes,
+            prologue,
+            ops,
+            finish: None,
+        } = &rd.kind
+        else {
+            return None;
+        };
+        let rank = shape.len();
+        if rank < 2 || !axes.iter().copied().eq(0..rank - 1) || ops[..] != [ReduceOp::Mean] {
+            return None;
+        }
+        // The prologue is exactly Square(Sub(Load x, Load m)).
+        let [out] = prologue.outputs[..] else {
+            return None;
+        };
+        let op = |id: ExprId| prologue.ops.get(id as usize).map(|(o, _)| o);
+        let Some(&ExprOp::Unary(UnaryOp::Square, centred)) = op(out) else {
+            return None;
+        };
+        let Some(&ExprOp::Binary(BinaryOp::Sub, xi, mi)) = op(centred) else {
+            return None;
+        };
+        let (Some(&ExprOp::Load(xl)), Some(&ExprOp::Load(ml))) = (op(xi), op(mi)) else {
+            return None;
+        };
+        if prologue.ops.len() != 4 || rd.inputs.len() != 2 || xl == ml {
+            return None;
+        }
+        let (x, m) = (&rd.inputs[usize::from(xl)], &rd.inputs[usize::from(ml)]);
+        let &k = self.producer.get(&x.base)?;
+        let kd = &self.drafts[k];
+        let (KernelKind::Conv2d(_, Some(e), _), true) = (&kd.kind, kd.alive) else {
+            return None;
+        };
+        let stored = e.stored_outputs();
+        let own = kd.outputs[..stored].iter().position(|&o| o == x.base)?;
+        let value = e.expr.outputs[own];
+        let whole = x.view.is_identity() && x.view.shape == *shape && self.shape(x.base) == *shape;
+        // m: k's mean of the same value, read per channel.
+        let j = kd.outputs[stored..].iter().position(|&o| o == m.base)?;
+        let strides = &m.view.strides;
+        let per_channel = strides.len() == rank
+            && strides[..rank - 1].iter().all(|&s| s == 0)
+            && strides[rank - 1] == 1
+            && m.view.offset == 0;
+        let its_mean =
+            e.reductions[j] == ChannelReduction::Mean && e.expr.outputs[stored + j] == value;
+        (whole && per_channel && its_mean && kd.device == rd.device).then_some((k, value))
+    }
+
+    /// Appends the variance of epilogue value `value` to convolution draft `k`'s epilogue as
+    /// reduction draft `r`'s result.
+    fn join_variance(&mut self, r: usize, k: usize, value: ExprId) {
+        let (r_outputs, r_anchor) = (self.drafts[r].outputs.clone(), self.drafts[r].anchor);
+        let kd = &mut self.drafts[k];
+        let KernelKind::Conv2d(g, Some(mut e), p) = kd.kind.clone() else {
+            return;
+        };
+        e.expr.outputs.push(value);
+        e.reductions.push(ChannelReduction::Variance);
+        kd.kind = KernelKind::Conv2d(g, Some(e), p);
+        kd.outputs.extend(r_outputs.iter().copied());
+        kd.anchor = kd.anchor.max(r_anchor);
+        self.drafts[r].alive = false;
+        for o in r_outputs {
+            self.producer.insert(o, k);
         }
     }
 
@@ -152,7 +248,11 @@ impl Former<'_> {
         }
         expr.outputs
             .extend(prologue.outputs.iter().map(|o| remap[*o as usize]));
-        reductions.extend(ops);
+        reductions.extend(ops.iter().map(|o| match o {
+            ReduceOp::Mean => ChannelReduction::Mean,
+            // `epilogue_host` admits sums and means only.
+            _ => ChannelReduction::Sum,
+        }));
         let epilogue = Some(Epilogue {
             expr: dedupe(&expr),
             reductions,

@@ -101,6 +101,77 @@ impl ColumnMoments {
     }
 }
 
+/// Per-column sums about a shift: over `n` rows, `K` (a row of the data itself, the first),
+/// `S = Σ(x − K)` and `Q = Σ(x − K)²` — a convolution epilogue's share of batch norm's variance
+/// (`ChannelReduction::Variance`), the same quantities the CUDA kernels merge
+/// (`kernels/split.cuh`). Merged in block order with [`ShiftedColumnMoments::merge`], re-centred
+/// on the first block's shift, so every term stays of the order of the variance whatever the
+/// data's offset.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShiftedColumnMoments {
+    rows: f64,
+    shift: Vec<f64>,
+    sum: Vec<f64>,
+    sum_sq: Vec<f64>,
+}
+
+impl ShiftedColumnMoments {
+    /// The sums of whole rows of `cols` values (a trailing partial row is ignored), about the
+    /// first row.
+    pub fn of_rows(rows: &[f32], cols: usize) -> Self {
+        let shift: Vec<f64> = rows
+            .get(..cols)
+            .unwrap_or_default()
+            .iter()
+            .map(|&k| f64::from(k))
+            .collect();
+        let (mut sum, mut sum_sq) = (vec![0.0; shift.len()], vec![0.0; shift.len()]);
+        let mut n = 0usize;
+        if !shift.is_empty() {
+            for row in rows.chunks_exact(cols) {
+                for (((s, q), &x), &k) in sum.iter_mut().zip(&mut sum_sq).zip(row).zip(&shift) {
+                    let d = f64::from(x) - k;
+                    *s += d;
+                    *q += d * d;
+                }
+                n += 1;
+            }
+        }
+        ShiftedColumnMoments {
+            rows: n as f64,
+            shift,
+            sum,
+            sum_sq,
+        }
+    }
+
+    /// Adds the sums of other rows of the same width, re-centred on this one's shift: with
+    /// `d = K_other − K`, `S += S_other + n_other·d` and `Q += Q_other + d·(2·S_other + n_other·d)`.
+    pub fn merge(&mut self, other: &ShiftedColumnMoments) {
+        if self.rows == 0.0 {
+            *self = other.clone();
+            return;
+        }
+        let n = other.rows;
+        for c in 0..self.shift.len().min(other.shift.len()) {
+            let d = other.shift[c] - self.shift[c];
+            self.sum_sq[c] += other.sum_sq[c] + d * (2.0 * other.sum[c] + n * d);
+            self.sum[c] += other.sum[c] + n * d;
+        }
+        self.rows += n;
+    }
+
+    /// The biased variance of each column, `Q/n − (S/n)²` (never below 0).
+    pub fn variances(&self) -> Vec<f64> {
+        let n = self.rows.max(1.0);
+        self.sum
+            .iter()
+            .zip(&self.sum_sq)
+            .map(|(s, q)| (q / n - (s / n) * (s / n)).max(0.0))
+            .collect()
+    }
+}
+
 /// Per-column means and biased variances of `x` (`[M, cols]`), one pass over `x`.
 pub fn column_moments(
     x: &[f32],

@@ -4,7 +4,7 @@
 //! pooling geometry are compile-time constants (divisions by them compile to multiplications);
 //! the other kernels take theirs as fields, so one module serves every shape.
 
-use super::fused::epilogue;
+use super::fused::{ReductionSlots, epilogue};
 use super::index::linear;
 use super::launch::{self, Target};
 use super::params::FieldKind;
@@ -243,7 +243,7 @@ fn window_launch(
         })
 }
 
-/// Chooses the launch of `gm` for `target` (`red_outputs` per-channel epilogue reductions),
+/// Chooses the launch of `gm` for `target` (`red`: the epilogue's per-channel reductions),
 /// writes the GEMM constants into `g` and the workspace fields into `p`;
 /// returns the launch dimensions and the workspace bytes.
 fn tiled(
@@ -251,9 +251,11 @@ fn tiled(
     p: &mut ParamStruct,
     what: &str,
     gm: &Gemm,
-    red_outputs: usize,
+    red: &ReductionSlots,
     target: &Target,
 ) -> Result<(LaunchDims, usize), RenderError> {
+    // The warps' sums take a slot a sum or mean and two a variance (whose shifts share them).
+    let red_outputs = red.total();
     for (name, v) in [("m", gm.m), ("n", gm.n), ("k", gm.k)] {
         if v > i32::MAX as usize {
             return Err(RenderError::TooLarge {
@@ -320,6 +322,8 @@ fn tiled(
     g.push_str(&constant("TP_K_CHUNK", "int", l.split.chunk.max(1)));
     g.push_str(&define("TP_GROUP", l.group));
     g.push_str(&define("TP_EPI_RED", red_outputs));
+    g.push_str(&define("TP_EPI_PLAIN", red.plain));
+    g.push_str(&define("TP_EPI_VAR", red.variances));
     // The tensor-core variant of the core (FP32 programs' generated parts stay as they were).
     if let (true, Some((wm, wn))) = (tensor, t.tensor_warps()) {
         g.push_str(&define("TP_TF32", 1));
@@ -343,10 +347,21 @@ fn tiled(
     if red_outputs > 0 {
         let group = launch::combine_group(gx);
         g.push_str(&define("TP_RED_GROUP", group));
-        let (bytes, counters) = launch::combine_workspace(gy * gm.z, gx, group, red_outputs * t.bn);
-        let at = workspace.next_multiple_of(256);
-        workspace_fields(p, "red_ws", at, at + counters);
-        workspace = at + bytes;
+        if red.plain > 0 {
+            let (bytes, counters) =
+                launch::combine_workspace(gy * gm.z, gx, group, red.plain * t.bn);
+            let at = workspace.next_multiple_of(256);
+            workspace_fields(p, "red_ws", at, at + counters);
+            workspace = at + bytes;
+        }
+        if red.variances > 0 {
+            // One (n, K, S, Q) a variance and column (`kernels/split.cuh` tp_var_combine).
+            let len = 4 * red.variances * t.bn;
+            let (bytes, counters) = launch::combine_workspace(gy * gm.z, gx, group, len);
+            let at = workspace.next_multiple_of(256);
+            workspace_fields(p, "var_ws", at, at + counters);
+            workspace = at + bytes;
+        }
     }
     Ok((LaunchDims::blocks(grid), workspace))
 }
@@ -618,7 +633,7 @@ pub fn render(
                 window: None,
             };
             let red = epilogue_reductions(k);
-            let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, red, target)?;
+            let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, &red, target)?;
             workspace_bytes = ws;
             epilogue(program, k, &mut p, &mut g)?;
             (Body::MatMul, launch)
@@ -649,7 +664,7 @@ pub fn render(
                 window: ConvWindow::of(cg, false),
             };
             let red = epilogue_reductions(k);
-            let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, red, target)?;
+            let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, &red, target)?;
             workspace_bytes = ws;
             epilogue(program, k, &mut p, &mut g)?;
             (Body::Conv2d, launch)
@@ -678,7 +693,7 @@ pub fn render(
                 window: ConvWindow::of(cg, true),
             };
             let red = epilogue_reductions(k);
-            let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, red, target)?;
+            let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, &red, target)?;
             workspace_bytes = ws;
             epilogue(program, k, &mut p, &mut g)?;
             (Body::Conv2dBackpropInput, launch)
@@ -712,7 +727,14 @@ pub fn render(
                 Some((f, fw)) => {
                     filter_windowed(&mut g, &mut p, &k.name, &f, &fw, gm.vec_a, gm.round)?
                 }
-                None => tiled(&mut g, &mut p, &k.name, &gm, 0, target)?,
+                None => tiled(
+                    &mut g,
+                    &mut p,
+                    &k.name,
+                    &gm,
+                    &ReductionSlots::of(&[]),
+                    target,
+                )?,
             };
             workspace_bytes = ws;
             epilogue(program, k, &mut p, &mut g)?;
@@ -875,8 +897,8 @@ fn int_const(g: &mut String, name: &str, value: usize) -> Result<(), RenderError
 }
 
 /// Per-channel reductions in the kernel's epilogue.
-fn epilogue_reductions(k: &Kernel) -> usize {
-    k.kind.epilogue().map_or(0, |e| e.reductions.len())
+fn epilogue_reductions(k: &Kernel) -> ReductionSlots {
+    ReductionSlots::of(k.kind.epilogue().map_or(&[][..], |e| &e.reductions[..]))
 }
 
 /// One warp per row, `BLOCK / 32` rows per block.

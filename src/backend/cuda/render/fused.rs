@@ -12,7 +12,9 @@ use super::{
 };
 use crate::backend::cuda::bodies::Body;
 use crate::ir::ReduceOp;
-use crate::lower::{BufferId, FusedExpr, Kernel, Program, ReduceFinish, View};
+use crate::lower::{
+    BufferId, ChannelReduction, FusedExpr, Kernel, KernelKind, Program, ReduceFinish, View,
+};
 use crate::tensor::DType;
 use std::fmt::Write as _;
 
@@ -164,7 +166,13 @@ pub fn elementwise(
 /// With per-channel reductions (convolutions only), the hook also takes `float* red` (the
 /// calling thread's sums for the element's channel) and adds the reduced outputs of the
 /// expression into it instead of storing them; `tp_epi_finish(p, r, channel, sum)` stores
-/// reduction `r` of a channel once the blocks' sums are combined (a mean divided by the rows).
+/// sum or mean `r` of a channel once the blocks' sums are combined (a mean divided by the rows).
+/// A sum or mean takes one slot of `red`, in the epilogue's order; after them each variance
+/// ([`ChannelReduction::Variance`]) takes two: `x - K` and `(x - K)²` about the block's shift
+/// `K`, which the hook reads from `shift[v * TP_BN]` (its channel's) and
+/// `tp_epi_shift(p, flat, col, acc, shift)` computes at the tile's first row;
+/// `tp_epi_var_finish(p, v, channel, var)` stores variance `v`. `TP_EPI_RED` counts the slots,
+/// `TP_EPI_PLAIN` the sums and means, `TP_EPI_VAR` the variances (`gemm_core.cuh`).
 pub fn epilogue(
     program: &Program,
     k: &Kernel,
@@ -178,33 +186,52 @@ pub fn epilogue(
     let columns = column_operands(&operands);
     column_hook(&operands, &columns, g);
     let reductions = k.kind.epilogue().map_or(&[][..], |e| &e.reductions[..]);
+    let slots = ReductionSlots::of(reductions);
     if reductions.is_empty() {
         g.push_str(
             "TP_DEV void tp_epilogue(const tp_params& p, tp_idx flat, const tp_epi_col& col, \
              float acc) {\n",
         );
     } else {
-        if matches!(k.kind, crate::lower::KernelKind::MatMul(..)) {
+        if !matches!(
+            k.kind,
+            KernelKind::Conv2d(..) | KernelKind::Conv2dBackpropInput(..)
+        ) {
             return Err(RenderError::Unsupported(format!(
-                "`{}`: per-channel reductions in a matrix product's epilogue",
-                k.name
+                "`{}`: per-channel reductions in a {} epilogue",
+                k.name,
+                k.kind.name()
             )));
         }
-        g.push_str(
+        if slots.variances > 0 && !matches!(k.kind, KernelKind::Conv2d(..)) {
+            // The shift is read at the tile's first row, which strided input gradients may skip.
+            return Err(RenderError::Unsupported(format!(
+                "`{}`: a variance in a {} epilogue",
+                k.name,
+                k.kind.name()
+            )));
+        }
+        let shift = if slots.variances > 0 {
+            ", const float* shift"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            g,
             "TP_DEV void tp_epilogue(const tp_params& p, tp_idx flat, const tp_epi_col& col, \
-             float acc, float* red) {\n",
+             float acc, float* red{shift}) {{"
         );
     }
+    let src = FlatPoint {
+        var: "flat",
+        shape,
+        operands: &operands,
+        own: Some("acc"),
+        columns: &columns,
+    };
     match k.kind.epilogue() {
         None => g.push_str(&stores(program, &k.outputs[..1], &["acc".into()], "flat")),
         Some(e) => {
-            let src = FlatPoint {
-                var: "flat",
-                shape,
-                operands: &operands,
-                own: Some("acc"),
-                columns: &columns,
-            };
             let outs = cexpr::render(&e.expr, &src, "v", "    ", g)?;
             let stored = e.stored_outputs();
             g.push_str(&stores(
@@ -225,32 +252,129 @@ pub fn epilogue(
                         e.expr.dtype(id)
                     )));
                 }
-                let _ = writeln!(g, "    red[{j}] += {v};");
+                match slots.of[j] {
+                    Slot::Plain(s) => {
+                        let _ = writeln!(g, "    red[{s}] += {v};");
+                    }
+                    Slot::Variance(i, s) => {
+                        let _ = writeln!(
+                            g,
+                            "    {{ const float d = {v} - shift[{i} * TP_BN]; red[{s}] += d; \
+                             red[{}] += d * d; }}",
+                            s + 1
+                        );
+                    }
+                }
             }
         }
     }
     g.push_str("}\n");
-    if !reductions.is_empty() {
-        let stored = k.outputs.len() - reductions.len();
-        let rows: usize = shape[..shape.len().saturating_sub(1)].iter().product();
-        g.push_str("TP_DEV void tp_epi_finish(const tp_params& p, int r, int c, float sum) {\n");
-        for (j, op) in reductions.iter().enumerate() {
-            let out = k.outputs[stored + j];
-            let value = match op {
-                ReduceOp::Mean => format!("sum / {}", cexpr::literal(rows as f64, DType::F32)),
-                _ => "sum".to_string(),
-            };
-            let dtype = program.buffer(out).dtype;
-            let stored_value = cexpr::to_storage(&cexpr::cast(&value, DType::F32, dtype), dtype);
-            let _ = writeln!(
-                g,
-                "    if (r == {j}) p.out{}[c] = {stored_value};",
-                stored + j
-            );
+    if reductions.is_empty() {
+        return Ok(());
+    }
+    let Some(e) = k.kind.epilogue() else {
+        return Ok(());
+    };
+    let stored = e.stored_outputs();
+    let rows: usize = shape[..shape.len().saturating_sub(1)].iter().product();
+    let store = |j: usize, value: &str| -> String {
+        let out = k.outputs[stored + j];
+        let dtype = program.buffer(out).dtype;
+        let v = cexpr::to_storage(&cexpr::cast(value, DType::F32, dtype), dtype);
+        format!("p.out{}[c] = {v};", stored + j)
+    };
+    g.push_str("TP_DEV void tp_epi_finish(const tp_params& p, int r, int c, float sum) {\n");
+    for (j, op) in reductions.iter().enumerate() {
+        let Slot::Plain(s) = slots.of[j] else {
+            continue;
+        };
+        let value = match op {
+            ChannelReduction::Mean => {
+                format!("sum / {}", cexpr::literal(rows as f64, DType::F32))
+            }
+            _ => "sum".to_string(),
+        };
+        let _ = writeln!(g, "    if (r == {s}) {}", store(j, &value));
+    }
+    g.push_str("}\n");
+    if slots.variances > 0 {
+        // The shift: each variance's value at the point, computed as the hook computes it.
+        g.push_str(
+            "TP_DEV void tp_epi_shift(const tp_params& p, tp_idx flat, const tp_epi_col& col, \
+             float acc, float* shift) {\n",
+        );
+        let outs = cexpr::render(&e.expr, &src, "v", "    ", g)?;
+        for (j, v) in outs[stored..].iter().enumerate() {
+            if let Slot::Variance(i, _) = slots.of[j] {
+                let _ = writeln!(g, "    shift[{i} * TP_BN] = {v};");
+            }
+        }
+        g.push_str("}\n");
+        g.push_str(
+            "TP_DEV void tp_epi_var_finish(const tp_params& p, int v, int c, float var) {\n",
+        );
+        for j in 0..reductions.len() {
+            if let Slot::Variance(i, _) = slots.of[j] {
+                let _ = writeln!(g, "    if (v == {i}) {}", store(j, "var"));
+            }
         }
         g.push_str("}\n");
     }
     Ok(())
+}
+
+/// Where each of an epilogue's per-channel reductions accumulates in the GEMM core's `red`
+/// array: sums and means first, one slot each, then the variances, two each.
+#[derive(Debug)]
+pub struct ReductionSlots {
+    /// Per reduction, in the epilogue's order.
+    of: Vec<Slot>,
+    /// Sums and means.
+    pub plain: usize,
+    /// Variances.
+    pub variances: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Slot {
+    /// A sum or mean's slot.
+    Plain(usize),
+    /// Variance `i`'s first slot (`x - K`; `(x - K)²` is the next).
+    Variance(usize, usize),
+}
+
+impl ReductionSlots {
+    /// The slots of `reductions`.
+    pub fn of(reductions: &[ChannelReduction]) -> ReductionSlots {
+        let plain = reductions
+            .iter()
+            .filter(|&&r| r != ChannelReduction::Variance)
+            .count();
+        let (mut p, mut v) = (0, 0);
+        let of = reductions
+            .iter()
+            .map(|r| match r {
+                ChannelReduction::Variance => {
+                    v += 1;
+                    Slot::Variance(v - 1, plain + 2 * (v - 1))
+                }
+                _ => {
+                    p += 1;
+                    Slot::Plain(p - 1)
+                }
+            })
+            .collect();
+        ReductionSlots {
+            of,
+            plain,
+            variances: v,
+        }
+    }
+
+    /// Every slot: `TP_EPI_RED`.
+    pub fn total(&self) -> usize {
+        self.plain + 2 * self.variances
+    }
 }
 
 /// Which of an epilogue's operands are column operands (see [`epilogue`]): read-only, with
