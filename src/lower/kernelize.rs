@@ -470,6 +470,9 @@ pub fn kernelize(sg: &StepGraph, batch: usize, fusions: Fusions) -> Result<Kerne
             f.fuse_epilogue_reductions(epilogue_variances);
         }
         let assigned: HashSet<Value> = assigns.iter().map(|(o, _)| o.base).collect();
+        if epilogue_reductions && epilogue_variances {
+            f.fuse_epilogue_finishes(&assigned);
+        }
         f.fuse_reduce_finishes(&assigned);
         if conv_prologues {
             f.fuse_prologues(&external);

@@ -183,6 +183,14 @@ pub struct PoolGeom {
 pub struct Epilogue {
     pub expr: FusedExpr,
     pub reductions: Vec<ChannelReduction>,
+    /// Elementwise operations on the reductions' results, per channel, computed as they are
+    /// stored instead of by a launch of its own: batch norm's `rsqrt(variance + ε)` after its
+    /// variance. As a reduction's [`ReduceFinish`] over `[channels]`: `Load(j)` for
+    /// `j < reductions.len()` reads reduction `j`'s result, `Load(reductions.len() + i)` the
+    /// kernel's input `first_input + i`; its outputs are the kernel's last. Lowering makes one
+    /// only of a single [`ChannelReduction::Variance`]'s result (which the CUDA kernels hold in
+    /// the block that merges it).
+    pub finish: Option<ReduceFinish>,
 }
 
 /// How an [`Epilogue`] reduces one of its outputs over every axis but the channels.
@@ -217,6 +225,7 @@ impl Epilogue {
         Epilogue {
             expr,
             reductions: Vec::new(),
+            finish: None,
         }
     }
 
@@ -383,11 +392,14 @@ impl KernelKind {
     }
 
     /// The positions among a kernel's `inputs` inputs that its epilogue's `Load(1..)` read: after
-    /// the main inputs, before a prologue's.
+    /// the main inputs, before a prologue's and an epilogue finish's.
     pub fn epilogue_inputs(&self, inputs: usize) -> std::ops::Range<usize> {
-        let end = self
-            .prologue()
-            .map_or(inputs, |p| p.first_input.min(inputs));
+        let prologue = self.prologue().map_or(inputs, |p| p.first_input);
+        let finish = self
+            .epilogue()
+            .and_then(|e| e.finish.as_ref())
+            .map_or(inputs, |f| f.first_input);
+        let end = prologue.min(finish).min(inputs);
         self.main_inputs().min(end)..end
     }
 
@@ -673,6 +685,17 @@ fn write_epilogue(f: &mut fmt::Formatter<'_>, e: Option<&Epilogue>) -> fmt::Resu
             "\n      per channel: {} of the last {} outputs",
             names.join(","),
             names.len()
+        )?;
+    }
+    if let Some(r) = &e.finish {
+        write!(
+            f,
+            "\n      finish over {:?} (in0..in{}: the per-channel results; in{}..: inputs {}..): {}",
+            r.shape,
+            e.reductions.len().saturating_sub(1),
+            e.reductions.len(),
+            r.first_input,
+            r.expr
         )?;
     }
     Ok(())

@@ -425,7 +425,8 @@ fn input_gradient(
 }
 
 /// A convolution with batch-norm statistics of its output (mean, then the variance around it:
-/// both join the convolution's epilogue) and a backward-input convolution whose ReLU-masked output feeds four per-channel sums (batch
+/// both join the convolution's epilogue, and `rsqrt(variance + ε)` its finish) and a
+/// backward-input convolution whose ReLU-masked output feeds four per-channel sums (batch
 /// norm's backward pass), as `tests/lower/channel_reductions.rs` builds them.
 fn epilogue_case(seed: u64) -> Case {
     let mut c = Case::new(seed, 3);
@@ -451,7 +452,17 @@ fn epilogue_case(seed: u64) -> Case {
     let centred = c.binary(BinaryOp::Sub, y, mean);
     let square = c.add("square", Op::Unary(UnaryOp::Square), &[centred]);
     let variance = c.reduce(ReduceOp::Mean, vec![0, 1, 2], square);
-    c.fetches.extend([y, mean, variance]);
+    // Batch norm's scale of the variance: the epilogue's finish.
+    let eps = c.add(
+        "eps",
+        Op::Constant {
+            value: HostTensor::scalar_f32(1e-3),
+        },
+        &[],
+    );
+    let shifted = c.binary(BinaryOp::Add, variance, eps);
+    let scale = c.add("rsqrt", Op::Unary(UnaryOp::Rsqrt), &[shifted]);
+    c.fetches.extend([y, mean, variance, scale]);
 
     let dx = input_gradient(&mut c, attrs, y, filter, [h, w]);
     let zero = c.add(
@@ -599,6 +610,14 @@ fn epilogue_reductions_of_convolutions_match_the_cpu_and_repeat_bitwise() {
                 .sum();
             // The mean, the variance (one pass, `ChannelReduction::Variance`) and the four sums.
             assert_eq!(reductions, 6, "seed {seed}: in epilogues\n{program}");
+            // rsqrt(variance + ε) stored with the variance (`Epilogue::finish`).
+            let finishes = program
+                .kernels
+                .iter()
+                .filter_map(|k| k.kind.epilogue())
+                .filter(|e| e.finish.is_some())
+                .count();
+            assert_eq!(finishes, 1, "seed {seed}: the variance's finish\n{program}");
             let reducing: Vec<(u32, usize)> = launches(&program, sms)
                 .iter()
                 .filter(|(_, _, g)| define(g, "TP_EPI_RED").is_some_and(|r| r > 0))

@@ -69,12 +69,16 @@ enum Step {
     Fixed {
         epilogue: Option<Box<FusedProgram>>,
         prologue: Option<Box<FusedProgram>>,
+        /// The epilogue's finish ([`Epilogue::finish`](crate::lower::Epilogue::finish)), run
+        /// once its reductions are stored.
+        finish: Option<Box<FinishStep>>,
     },
 }
 
 /// A reduction's [`ReduceFinish`](crate::lower::ReduceFinish) on the fused engine, run once the
 /// reduction has stored its results: its operands are those results, then the kernel's inputs
-/// from `first_input`; its outputs the kernel's after the results.
+/// from `first_input`; its outputs the kernel's after the results. (An epilogue's finish: the
+/// same over the epilogue's per-channel results.)
 struct FinishStep {
     program: FusedProgram,
     results: usize,
@@ -322,9 +326,30 @@ impl Prepared {
                         Some(p) => Some(prologue_program(k, p)?),
                         None => None,
                     };
+                    let finish = kind.epilogue().and_then(|e| {
+                        let f = e.finish.as_ref()?;
+                        let own = crate::lower::program::contiguous_strides(&f.shape);
+                        let results = e.reductions.len();
+                        let mut operands: Vec<(usize, &[usize])> =
+                            vec![(0, own.as_slice()); results];
+                        operands.extend(
+                            k.inputs
+                                .get(f.first_input..)
+                                .unwrap_or_default()
+                                .iter()
+                                .map(|v| (v.offset, v.strides.as_slice())),
+                        );
+                        Some(Box::new(FinishStep {
+                            program: FusedProgram::new(&f.expr, &f.shape, &operands),
+                            results,
+                            first_input: f.first_input,
+                            points: f.shape.iter().product(),
+                        }))
+                    });
                     Step::Fixed {
                         epilogue: epilogue.map(Box::new),
                         prologue: prologue.map(Box::new),
+                        finish,
                     }
                 }
             };
@@ -371,13 +396,23 @@ impl Prepared {
                         })?;
                     }
                 }
-                Step::Fixed { epilogue, prologue } => {
+                Step::Fixed {
+                    epilogue,
+                    prologue,
+                    finish,
+                } => {
                     if let Some(f) = epilogue {
                         self.check_epilogue_outputs(k)?;
                         let points = self.program.buffers[k.outputs[0].0 as usize].len();
                         // Operand 0 is the kernel's own result.
                         let main = k.kind.main_inputs();
                         self.check_operands(k, f, points, |i| (i > 0).then(|| main + i - 1))?;
+                    }
+                    if let Some(f) = finish {
+                        // Operands before `results` are the epilogue's per-channel results.
+                        self.check_operands(k, &f.program, f.points, |i| {
+                            (i >= f.results).then(|| f.first_input + i - f.results)
+                        })?;
                     }
                     if let (
                         Some(f),
@@ -434,6 +469,7 @@ impl Prepared {
         };
         let out = self.program.buffer(k.outputs[0]);
         let channels = out.shape.last().copied().unwrap_or(1);
+        let finished = e.finish.as_ref().map_or(0, |f| f.expr.outputs.len());
         for (j, b) in k.outputs.iter().enumerate() {
             let want = if j < e.stored_outputs() {
                 out.len()
@@ -441,7 +477,7 @@ impl Prepared {
                 channels
             };
             let got = self.program.buffer(*b).len();
-            if got != want || k.outputs.len() != e.expr.outputs.len() {
+            if got != want || k.outputs.len() != e.expr.outputs.len() + finished {
                 return Err(kernel_error(
                     k,
                     format!("epilogue output {j} ({b}) has {got} elements, expected {want}"),
@@ -752,6 +788,8 @@ struct FusedEpilogue<'a> {
     ops: &'a [ChannelReduction],
     /// Per-block column sums of the reductions, keyed by the block's first row.
     partials: Mutex<Vec<BlockPartial>>,
+    /// The epilogue's finish and its operands (the per-channel results, then its inputs).
+    finish: Option<(&'a FinishStep, Vec<RawBuf>)>,
 }
 
 impl Epilogue for FusedEpilogue<'_> {
@@ -848,7 +886,7 @@ impl FusedEpilogue<'_> {
             }
             let scale = match op {
                 ChannelReduction::Mean => 1.0 / rows.max(1) as f64,
-                // Preparation refuses variances (`prepare`): sums only reach here.
+                // Variances are merged above: sums and means only reach here.
                 ChannelReduction::Sum | ChannelReduction::Variance => 1.0,
             };
             for (c, t) in total.iter().enumerate() {
@@ -856,6 +894,15 @@ impl FusedEpilogue<'_> {
                 // and belongs to this kernel.
                 unsafe { self.outputs[self.stored + j].set_f64(c, t * scale) };
             }
+        }
+        if let Some((f, operands)) = &self.finish {
+            let results = self.stored + f.results;
+            // SAFETY: extents checked at preparation; the results were stored just now, and the
+            // finish's outputs are the kernel's own, distinct from them.
+            unsafe {
+                f.program
+                    .run(0, f.points, operands, &self.outputs[results..])
+            };
         }
     }
 }
@@ -896,6 +943,7 @@ fn epilogue<'a>(
         (
             Step::Fixed {
                 epilogue: Some(program),
+                finish,
                 ..
             },
             Some(e),
@@ -903,6 +951,15 @@ fn epilogue<'a>(
             // Operand 0 is the rows themselves; the placeholder is never read.
             let mut inputs = vec![outs[0]];
             inputs.extend_from_slice(&ins[k.kind.epilogue_inputs(ins.len())]);
+            let finish = finish.as_deref().map(|f| {
+                let stored = e.stored_outputs();
+                let operands = outs[stored..stored + f.results]
+                    .iter()
+                    .chain(ins.get(f.first_input..).unwrap_or_default())
+                    .copied()
+                    .collect();
+                (f, operands)
+            });
             Some(FusedEpilogue {
                 program,
                 inputs,
@@ -911,6 +968,7 @@ fn epilogue<'a>(
                 stored: e.stored_outputs(),
                 ops: &e.reductions,
                 partials: Mutex::new(Vec::new()),
+                finish,
             })
         }
         _ => None,

@@ -256,6 +256,7 @@ impl Former<'_> {
         let epilogue = Some(Epilogue {
             expr: dedupe(&expr),
             reductions,
+            finish: None,
         });
         let (r_outputs, r_anchor) = (self.drafts[r].outputs.clone(), self.drafts[r].anchor);
         let kd = &mut self.drafts[k];

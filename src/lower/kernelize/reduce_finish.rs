@@ -1,11 +1,13 @@
 //! Finish fusion: an elementwise draft over a reduction's output space that reads the
 //! reduction's results point for point becomes the reduction's [`ReduceFinish`], computed as the
 //! results are stored instead of by a launch of its own (batch norm's `rsqrt(variance + ε)` after
-//! every variance: a kernel of 16–64 points, all launch overhead).
+//! every variance: a kernel of 16–64 points, all launch overhead). A variance computed in a
+//! convolution's epilogue ([`ChannelReduction::Variance`]) takes such a draft as its epilogue's
+//! finish ([`Epilogue::finish`]).
 
 use super::{Former, Operand};
 use crate::ir::Value;
-use crate::lower::program::{KernelKind, ReduceFinish};
+use crate::lower::program::{ChannelReduction, Epilogue, KernelKind, ReduceFinish};
 use std::collections::HashSet;
 
 /// The fewest points a reduction folds into each output for it to take a finish: the finish runs
@@ -58,6 +60,116 @@ impl Former<'_> {
                 self.producer.insert(o, r);
             }
         }
+    }
+
+    /// Merges each elementwise draft over `[channels]` that reads one epilogue variance's result
+    /// point for point — and nothing else the convolution computes, nothing on another device —
+    /// into that convolution's epilogue as its finish. An epilogue takes one finish; drafts
+    /// writing a value in `assigned` are left alone (as [`Former::fuse_reduce_finishes`]).
+    pub(super) fn fuse_epilogue_finishes(&mut self, assigned: &HashSet<Value>) {
+        for gi in 0..self.drafts.len() {
+            let KernelKind::Elementwise { shape, expr } = &self.drafts[gi].kind else {
+                continue;
+            };
+            if !self.drafts[gi].alive
+                || self.drafts[gi].outputs.iter().any(|o| assigned.contains(o))
+            {
+                continue;
+            }
+            let Some(k) = self.drafts[gi].inputs.iter().find_map(|op| {
+                let &k = self.producer.get(&op.base)?;
+                let kd = &self.drafts[k];
+                let e = kd.kind.epilogue()?;
+                (kd.alive
+                    && matches!(kd.kind, KernelKind::Conv2d(..))
+                    && e.finish.is_none()
+                    && e.reductions.contains(&ChannelReduction::Variance))
+                .then_some(k)
+            }) else {
+                continue;
+            };
+            let Some((slots, extras)) = self.epilogue_finish_operands(gi, k) else {
+                continue;
+            };
+            let finish = ReduceFinish {
+                shape: shape.clone(),
+                expr: expr.with_slots(|s| slots[usize::from(s)]),
+                first_input: self.drafts[k].inputs.len(),
+            };
+            let (outputs, anchor) = (self.drafts[gi].outputs.clone(), self.drafts[gi].anchor);
+            self.drafts[gi].alive = false;
+            let kd = &mut self.drafts[k];
+            if let KernelKind::Conv2d(g, Some(e), p) = kd.kind.clone() {
+                let e = Epilogue {
+                    finish: Some(finish),
+                    ..e
+                };
+                kd.kind = KernelKind::Conv2d(g, Some(e), p);
+            }
+            kd.inputs.extend(extras);
+            kd.outputs.extend(outputs.iter().copied());
+            kd.anchor = kd.anchor.max(anchor);
+            for o in outputs {
+                self.producer.insert(o, k);
+            }
+        }
+    }
+
+    /// How elementwise draft `gi` reads as convolution draft `k`'s epilogue finish: the slot of
+    /// each of its operand slots (`j` for reduction `j`'s result, then one a distinct other
+    /// operand after the results), and those other operands. `None` unless it reads exactly one
+    /// of `k`'s results, a variance, over the channels point for point, and nothing else that
+    /// depends on `k`.
+    fn epilogue_finish_operands(&self, gi: usize, k: usize) -> Option<(Vec<u16>, Vec<Operand>)> {
+        let (ed, kd) = (&self.drafts[gi], &self.drafts[k]);
+        let (KernelKind::Elementwise { shape, .. }, Some(e)) = (&ed.kind, kd.kind.epilogue())
+        else {
+            return None;
+        };
+        let results = &kd.outputs[e.stored_outputs()..];
+        let channels = self.shape(kd.outputs[0]).last().copied()?;
+        if ed.device != kd.device || shape[..] != [channels] || results.len() != e.reductions.len()
+        {
+            return None;
+        }
+        let mut slots = Vec::with_capacity(ed.inputs.len());
+        let mut extras: Vec<Operand> = Vec::new();
+        let mut read = None;
+        for op in &ed.inputs {
+            if let Some(j) = results.iter().position(|&v| v == op.base) {
+                let pointwise = op.view.is_identity()
+                    && op.view.shape == *shape
+                    && self.shape(op.base) == *shape;
+                if !pointwise
+                    || e.reductions[j] != ChannelReduction::Variance
+                    || read.is_some_and(|r| r != j)
+                {
+                    return None;
+                }
+                read = Some(j);
+                slots.push(j as u16);
+                continue;
+            }
+            let dependent = kd
+                .outputs
+                .iter()
+                .any(|v| self.depends(op.base.node, v.node))
+                || self.producer.get(&op.base).is_some_and(|&p| {
+                    self.drafts[p].device != kd.device || p == k || self.draft_reaches(p, k)
+                });
+            if dependent {
+                return None;
+            }
+            let at = match extras.iter().position(|x| x == op) {
+                Some(i) => i,
+                None => {
+                    extras.push(op.clone());
+                    extras.len() - 1
+                }
+            };
+            slots.push((results.len() + at) as u16);
+        }
+        read.map(|_| (slots, extras))
     }
 
     /// How elementwise draft `gi` reads as reduction draft `r`'s finish: the finish's slot of

@@ -179,8 +179,27 @@ pub fn epilogue(
     params: &mut ParamStruct,
     g: &mut String,
 ) -> Result<(), RenderError> {
-    let main = k.kind.main_inputs();
-    let operands = operand_fields(program, params, &k.inputs[main..], "e", &k.outputs);
+    let range = k.kind.epilogue_inputs(k.inputs.len());
+    let operands = operand_fields(program, params, &k.inputs[range], "e", &k.outputs);
+    // The finish's inputs (`f{i}`), read once per channel by the block storing a variance.
+    let finish = k.kind.epilogue().and_then(|e| e.finish.as_ref());
+    let finish_operands: Vec<Operand> = finish.map_or_else(Vec::new, |f| {
+        let views = k.inputs.get(f.first_input..).unwrap_or_default();
+        views
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let (field, dtype) = (format!("f{i}"), program.buffer(v.buffer).dtype);
+                params.buffer(&field, v.buffer, v.offset, dtype, false);
+                Operand {
+                    field,
+                    dtype,
+                    view: v,
+                    read_only: true,
+                }
+            })
+            .collect()
+    });
     g.push_str(&params.declaration());
     let shape = &program.buffer(k.outputs[0]).shape;
     let columns = column_operands(&operands);
@@ -314,13 +333,79 @@ pub fn epilogue(
             "TP_DEV void tp_epi_var_finish(const tp_params& p, int v, int c, float var) {\n",
         );
         for j in 0..reductions.len() {
-            if let Slot::Variance(i, _) = slots.of[j] {
+            let Slot::Variance(i, _) = slots.of[j] else {
+                continue;
+            };
+            let Some(f) = finish.filter(|f| reads_only_result(f, reductions.len(), j)) else {
                 let _ = writeln!(g, "    if (v == {i}) {}", store(j, "var"));
+                continue;
+            };
+            // The finish of this variance: its result as stored, then the finish's outputs.
+            let _ = writeln!(g, "    if (v == {i}) {{");
+            let _ = writeln!(g, "        {}", store(j, "var"));
+            let out = k.outputs[stored + j];
+            let dtype = program.buffer(out).dtype;
+            let held = cexpr::from_storage(
+                &cexpr::to_storage(&cexpr::cast("var", DType::F32, dtype), dtype),
+                dtype,
+            );
+            let _ = writeln!(g, "        const {} r = {held};", compute_type(dtype));
+            let mut results = vec!["0".to_string(); reductions.len()];
+            results[j] = "r".into();
+            let point = FinishPoint {
+                results: &results,
+                inputs: FlatPoint {
+                    var: "c",
+                    shape: &f.shape,
+                    operands: &finish_operands,
+                    own: None,
+                    columns: &[],
+                },
+            };
+            let values = cexpr::render(&f.expr, &point, "f", "        ", g)?;
+            for (o, v) in values.iter().enumerate() {
+                let at = stored + reductions.len() + o;
+                let out = k.outputs.get(at).copied().ok_or_else(|| {
+                    RenderError::Unsupported(format!(
+                        "the epilogue finish of `{}` has more outputs than the kernel",
+                        k.name
+                    ))
+                })?;
+                let v = cexpr::to_storage(v, program.buffer(out).dtype);
+                let _ = writeln!(g, "        p.out{at}[c] = {v};");
             }
+            g.push_str("    }\n");
         }
         g.push_str("}\n");
+        let placed = (0..reductions.len()).any(|j| {
+            matches!(slots.of[j], Slot::Variance(..))
+                && finish.is_some_and(|f| reads_only_result(f, reductions.len(), j))
+        });
+        if finish.is_some() && !placed {
+            return Err(RenderError::Unsupported(format!(
+                "`{}`: an epilogue finish that reads other than one variance's result",
+                k.name
+            )));
+        }
     }
     Ok(())
+}
+
+/// Whether finish `f` of an epilogue with `results` per-channel results reads result `j` and no
+/// other.
+fn reads_only_result(f: &ReduceFinish, results: usize, j: usize) -> bool {
+    let loads = f.expr.ops.iter().filter_map(|(op, _)| match op {
+        crate::lower::expr::ExprOp::Load(s) if usize::from(*s) < results => Some(usize::from(*s)),
+        _ => None,
+    });
+    let mut any = false;
+    for s in loads {
+        if s != j {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 /// Where each of an epilogue's per-channel reductions accumulates in the GEMM core's `red`
