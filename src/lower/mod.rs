@@ -73,8 +73,8 @@ pub struct LowerOptions {
     pub bucket_bytes: usize,
     /// Let convolution epilogues compute per-channel reductions of their output (batch-norm
     /// statistics and gradient sums; see [`Epilogue::reductions`]; needs `fuse`). Both backends
-    /// run them (the CUDA kernels combine the blocks' sums in a fixed order); the CUDA trainer
-    /// lowers with them, `CudaOptions::default` still without.
+    /// run them (the CUDA kernels combine the blocks' sums in a fixed order) and lower with them
+    /// by default.
     pub epilogue_reductions: bool,
     /// Let batch norm's variance of a convolution's output join the convolution's epilogue too
     /// ([`ChannelReduction::Variance`], one pass; needs `epilogue_reductions`), where the mean
