@@ -7,7 +7,7 @@
 
 use super::{Former, Operand};
 use crate::ir::Value;
-use crate::lower::program::{ChannelReduction, Epilogue, KernelKind, ReduceFinish};
+use crate::lower::program::{ChannelReduction, KernelKind, ReduceFinish};
 use std::collections::HashSet;
 
 /// The fewest points a reduction folds into each output for it to take a finish: the finish runs
@@ -23,9 +23,9 @@ impl Former<'_> {
     /// ([`crate::lower::arena`]), one launch for many variables.
     pub(super) fn fuse_reduce_finishes(&mut self, assigned: &HashSet<Value>) {
         for gi in 0..self.drafts.len() {
-            let KernelKind::Elementwise { shape, expr } = &self.drafts[gi].kind else {
+            if !matches!(self.drafts[gi].kind, KernelKind::Elementwise { .. }) {
                 continue;
-            };
+            }
             if !self.drafts[gi].alive
                 || self.drafts[gi].outputs.iter().any(|o| assigned.contains(o))
             {
@@ -42,23 +42,42 @@ impl Former<'_> {
             let Some((slots, extras)) = self.finish_operands(gi, r) else {
                 continue;
             };
-            let finish = ReduceFinish {
-                shape: shape.clone(),
-                expr: expr.with_slots(|s| slots[usize::from(s)]),
-                first_input: self.drafts[r].inputs.len(),
-            };
-            let (outputs, anchor) = (self.drafts[gi].outputs.clone(), self.drafts[gi].anchor);
-            self.drafts[gi].alive = false;
-            let rd = &mut self.drafts[r];
-            if let KernelKind::Reduce { finish: f, .. } = &mut rd.kind {
-                *f = Some(finish);
-            }
-            rd.inputs.extend(extras);
-            rd.outputs.extend(outputs.iter().copied());
-            rd.anchor = rd.anchor.max(anchor);
-            for o in outputs {
-                self.producer.insert(o, r);
-            }
+            self.absorb_finish(gi, r, &slots, extras, |kind, finish| {
+                if let KernelKind::Reduce { finish: f, .. } = kind {
+                    *f = Some(finish);
+                }
+            });
+        }
+    }
+
+    /// Makes elementwise draft `gi` (its operand slots mapped by `slots`) the finish of draft
+    /// `host`, which `place` stores it in; `extras` become `host`'s inputs, `gi`'s outputs its
+    /// last outputs.
+    fn absorb_finish(
+        &mut self,
+        gi: usize,
+        host: usize,
+        slots: &[u16],
+        extras: Vec<Operand>,
+        place: impl FnOnce(&mut KernelKind, ReduceFinish),
+    ) {
+        let KernelKind::Elementwise { shape, expr } = &self.drafts[gi].kind else {
+            return;
+        };
+        let finish = ReduceFinish {
+            shape: shape.clone(),
+            expr: expr.with_slots(|s| slots[usize::from(s)]),
+            first_input: self.drafts[host].inputs.len(),
+        };
+        let (outputs, anchor) = (self.drafts[gi].outputs.clone(), self.drafts[gi].anchor);
+        self.drafts[gi].alive = false;
+        let hd = &mut self.drafts[host];
+        place(&mut hd.kind, finish);
+        hd.inputs.extend(extras);
+        hd.outputs.extend(outputs.iter().copied());
+        hd.anchor = hd.anchor.max(anchor);
+        for o in outputs {
+            self.producer.insert(o, host);
         }
     }
 
@@ -68,9 +87,9 @@ impl Former<'_> {
     /// writing a value in `assigned` are left alone (as [`Former::fuse_reduce_finishes`]).
     pub(super) fn fuse_epilogue_finishes(&mut self, assigned: &HashSet<Value>) {
         for gi in 0..self.drafts.len() {
-            let KernelKind::Elementwise { shape, expr } = &self.drafts[gi].kind else {
+            if !matches!(self.drafts[gi].kind, KernelKind::Elementwise { .. }) {
                 continue;
-            };
+            }
             if !self.drafts[gi].alive
                 || self.drafts[gi].outputs.iter().any(|o| assigned.contains(o))
             {
@@ -91,27 +110,11 @@ impl Former<'_> {
             let Some((slots, extras)) = self.epilogue_finish_operands(gi, k) else {
                 continue;
             };
-            let finish = ReduceFinish {
-                shape: shape.clone(),
-                expr: expr.with_slots(|s| slots[usize::from(s)]),
-                first_input: self.drafts[k].inputs.len(),
-            };
-            let (outputs, anchor) = (self.drafts[gi].outputs.clone(), self.drafts[gi].anchor);
-            self.drafts[gi].alive = false;
-            let kd = &mut self.drafts[k];
-            if let KernelKind::Conv2d(g, Some(e), p) = kd.kind.clone() {
-                let e = Epilogue {
-                    finish: Some(finish),
-                    ..e
-                };
-                kd.kind = KernelKind::Conv2d(g, Some(e), p);
-            }
-            kd.inputs.extend(extras);
-            kd.outputs.extend(outputs.iter().copied());
-            kd.anchor = kd.anchor.max(anchor);
-            for o in outputs {
-                self.producer.insert(o, k);
-            }
+            self.absorb_finish(gi, k, &slots, extras, |kind, finish| {
+                if let KernelKind::Conv2d(_, Some(e), _) = kind {
+                    e.finish = Some(finish);
+                }
+            });
         }
     }
 
