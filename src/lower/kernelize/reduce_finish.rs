@@ -23,12 +23,7 @@ impl Former<'_> {
     /// ([`crate::lower::arena`]), one launch for many variables.
     pub(super) fn fuse_reduce_finishes(&mut self, assigned: &HashSet<Value>) {
         for gi in 0..self.drafts.len() {
-            if !matches!(self.drafts[gi].kind, KernelKind::Elementwise { .. }) {
-                continue;
-            }
-            if !self.drafts[gi].alive
-                || self.drafts[gi].outputs.iter().any(|o| assigned.contains(o))
-            {
+            if !self.finish_candidate(gi, assigned) {
                 continue;
             }
             let Some(r) = self.drafts[gi].inputs.iter().find_map(|op| {
@@ -48,6 +43,15 @@ impl Former<'_> {
                 }
             });
         }
+    }
+
+    /// Whether draft `gi` may become a finish: a live elementwise draft writing no value in
+    /// `assigned` (variable updates merge into arena kernels instead).
+    fn finish_candidate(&self, gi: usize, assigned: &HashSet<Value>) -> bool {
+        let d = &self.drafts[gi];
+        d.alive
+            && matches!(d.kind, KernelKind::Elementwise { .. })
+            && !d.outputs.iter().any(|o| assigned.contains(o))
     }
 
     /// Makes elementwise draft `gi` (its operand slots mapped by `slots`) the finish of draft
@@ -87,12 +91,7 @@ impl Former<'_> {
     /// writing a value in `assigned` are left alone (as [`Former::fuse_reduce_finishes`]).
     pub(super) fn fuse_epilogue_finishes(&mut self, assigned: &HashSet<Value>) {
         for gi in 0..self.drafts.len() {
-            if !matches!(self.drafts[gi].kind, KernelKind::Elementwise { .. }) {
-                continue;
-            }
-            if !self.drafts[gi].alive
-                || self.drafts[gi].outputs.iter().any(|o| assigned.contains(o))
-            {
+            if !self.finish_candidate(gi, assigned) {
                 continue;
             }
             let Some(k) = self.drafts[gi].inputs.iter().find_map(|op| {
