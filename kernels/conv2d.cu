@@ -31,8 +31,10 @@ struct tp_conv_fwd_a {
         const int ci = k % TP_CG, t = k / TP_CG;
         const int kw = t % TP_K_W, kh = t / TP_K_W;
         const int ih = l.ih0 + kh * TP_DIL_H, iw = l.iw0 + kw * TP_DIL_W;
-        if (ih < 0 || ih >= TP_IN_H || iw < 0 || iw >= TP_IN_W) return nullptr;
-        return l.image + ((tp_idx)ih * TP_IN_W + iw) * TP_IN_C + ci;
+        // Arithmetic, not a branch (tp_keep_if): the loads of a thread's elements, predicated
+        // on the address, then go out together (gemm_core.cuh tp_vec::load_if).
+        const bool inside = ((unsigned)ih < TP_IN_H) & ((unsigned)iw < TP_IN_W);
+        return tp_keep_if(inside, l.image + ((tp_idx)ih * TP_IN_W + iw) * TP_IN_C + ci);
     }
 #if TP_WINDOW
     // The window of a row tile (kernels/gemm_core.cuh tp_window; stride and dilation 1, the

@@ -28,7 +28,10 @@
 // together. K_TILE = 1 (K a multiple of TP_BK): what a K tile's elements of a line share is
 // found once per tile, `typename L::Tile tile(const Line&, int k0)`, and each element's
 // address from it, `at(const Line&, const Tile&, int j)` for element k0 + j. Otherwise each
-// element's address is its own at().
+// element's address is its own at(). at() must be arithmetic only (it reads no memory): the
+// core computes an element's address before it knows whether the element is inside the tile
+// (k past k_end, a line past the extent) and then loads it predicated on both (tp_keep_if,
+// tp_vec::load_or_zero), so that no branch separates a thread's loads and they go out together.
 //
 // After the loop, tp_gemm_output hands the tile to the epilogue. Split-K (TP_SPLIT_K > 1:
 // blockIdx.z = z * TP_SPLIT_K + split, each split covering TP_K_CHUNK of K) first combines the
@@ -87,6 +90,16 @@ struct tp_vec {
     typedef float type;
     static TP_DEV float zero() { return 0.0f; }
     static TP_DEV float load(const float* a) { return __ldg(a); }
+    // The float at `a`, or zero where `a` is null: one load predicated on the address, as
+    // tp_vec<4>::load_or_zero.
+    static TP_DEV float load_or_zero(const float* a) {
+        float v;
+        asm("{\n\t.reg .pred p;\n\tsetp.ne.u64 p, %1, 0;\n\tmov.f32 %0, 0f00000000;\n\t"
+            "@p ld.global.nc.f32 %0, [%1];\n\t}"
+            : "=f"(v)
+            : "l"(a));
+        return v;
+    }
 };
 template <>
 struct tp_vec<4> {
@@ -103,6 +116,17 @@ struct tp_vec<4> {
             "@p ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%5];\n\t}"
             : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
             : "r"((int)live), "l"(a));
+        return v;
+    }
+    // The 4 floats at `a`, or zeros where `a` is null (load_if on the address itself: one
+    // comparison, where the address already says whether there is anything to load).
+    static TP_DEV float4 load_or_zero(const float* a) {
+        float4 v;
+        asm("{\n\t.reg .pred p;\n\tsetp.ne.u64 p, %4, 0;\n\tmov.f32 %0, 0f00000000;\n\t"
+            "mov.f32 %1, 0f00000000;\n\tmov.f32 %2, 0f00000000;\n\tmov.f32 %3, 0f00000000;\n\t"
+            "@p ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];\n\t}"
+            : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+            : "l"(a));
         return v;
     }
 };
@@ -193,6 +217,12 @@ TP_DEV void tp_copy_async(float* dst, const float* src) {
 TP_DEV void tp_copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 TP_DEV void tp_copy_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 #endif
+
+// `p` where `keep`, else null: a mask, not a select the compiler could make a branch of.
+TP_DEV const float* tp_keep_if(bool keep, const float* p) {
+    const unsigned long long mask = 0ull - (unsigned long long)keep;
+    return reinterpret_cast<const float*>(reinterpret_cast<unsigned long long>(p) & mask);
+}
 
 // Lane `src`'s pointer p, as an integer (every lane of the warp calls it together).
 TP_DEV unsigned long long tp_shfl_ptr(const float* p, int src) {
@@ -324,18 +354,19 @@ struct tp_operand {
             }
         } else if constexpr (L::K_TILE) {
             const typename L::Tile t = l.tile(line, k0);
-            const bool inside = live && k0 < k_end;
+            const bool inside = live & (k0 < k_end);
 #pragma unroll
             for (int s = 0; s < SLOTS; ++s) {
-                const float* a = inside && slot_used(s) ? l.at(line, t, slot_k(s)) : nullptr;
-                v[s] = a ? V::load(a) : V::zero();
+                v[s] = V::load_or_zero(tp_keep_if(inside & slot_used(s), l.at(line, t, slot_k(s))));
             }
         } else {
 #pragma unroll
             for (int s = 0; s < SLOTS; ++s) {
                 const int k = k0 + slot_k(s);
-                const float* a = live && slot_used(s) && k < k_end ? l.at(line, k) : nullptr;
-                v[s] = a ? V::load(a) : V::zero();
+                // The address whatever the guards say (the loader's arithmetic, never read
+                // where they fail), so that no branch separates the slots' loads.
+                v[s] = V::load_or_zero(
+                    tp_keep_if(live & slot_used(s) & (k < k_end), l.at(line, k)));
             }
         }
     }
