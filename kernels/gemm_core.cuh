@@ -198,20 +198,24 @@ TP_DEV unsigned int tp_pack16(float lo, float hi) {
 
 #if TP_TF32
 // BYTES (4 or 16) from global src to shared dst with cp.async (.ca for 4 bytes, .cg — L2 only —
-// for 16), or zeros stored directly when src is null: no copy is issued for padding.
+// for 16), or zeros when src is null: the same copy with its ignore-src predicate set, which
+// reads nothing and fills dst with zeros, so that padding costs no branch and a thread's copies
+// go out together. The zeros land with the copy's group, like the data.
 template <int BYTES>
 TP_DEV void tp_copy_async(float* dst, const float* src) {
-    if (src) {
-        const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
-        if constexpr (BYTES == 16)
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-        else
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
-    } else if constexpr (BYTES == 16) {
-        *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    } else {
-        *dst = 0.0f;
-    }
+    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+    if constexpr (BYTES == 16)
+        asm volatile(
+            "{\n\t.reg .pred z;\n\tsetp.eq.u64 z, %1, 0;\n\t"
+            "cp.async.cg.shared.global [%0], [%1], 16, z;\n\t}" ::"r"(d),
+            "l"(src)
+            : "memory");
+    else
+        asm volatile(
+            "{\n\t.reg .pred z;\n\tsetp.eq.u64 z, %1, 0;\n\t"
+            "cp.async.ca.shared.global [%0], [%1], 4, z;\n\t}" ::"r"(d),
+            "l"(src)
+            : "memory");
 }
 
 TP_DEV void tp_copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -318,18 +322,23 @@ struct tp_operand {
     // zeros, the line is past the extent or the tile at or past k_end (k0 and k_end are
     // multiples of TP_BK, so the tile is either all before k_end or all past it).
     TP_DEV const float* run(const L& l, int k0, int k_end) const {
+#if TP_TF32
+        return tp_keep_if(live & (k0 < k_end), l.at(line, k0));
+#else
+        // The SIMT core branches on the run anyway: the short-circuit is fewer instructions.
         return live && k0 < k_end ? l.at(line, k0) : nullptr;
+#endif
     }
 
     // The address of element k0 + k of the line (k0 a multiple of TP_BK), or null for a zero.
     TP_DEV const float* address(const L& l, int k0, int k_end, int k) const {
         if constexpr (RUN) {
             const float* r = run(l, k0, k_end);
-            return r ? r + k : nullptr;
+            return tp_keep_if(r != nullptr, r + k);
         } else if constexpr (L::K_TILE) {
-            return live && k0 < k_end ? l.at(line, l.tile(line, k0), k) : nullptr;
+            return tp_keep_if(live & (k0 < k_end), l.at(line, l.tile(line, k0), k));
         } else {
-            return live && k0 + k < k_end ? l.at(line, k0 + k) : nullptr;
+            return tp_keep_if(live & (k0 + k < k_end), l.at(line, k0 + k));
         }
     }
 
