@@ -61,20 +61,23 @@ TP_DEV void tp_sum_parts(const float* parts, unsigned int count, unsigned int P,
     }
 }
 
-// Stores this block's partial `v` as member `member` of `slot`; returns true in exactly one block
-// of the slot, with `v` replaced by the fixed-order sum of every member's partial. Every thread
-// of the block must call it (it synchronises the block).
-template <int E>
-TP_DEV bool tp_split_combine(float* v, float* ws, unsigned int* counters, unsigned int slot,
-                             unsigned int member, unsigned int members, unsigned int group,
-                             unsigned int P) {
+// The arrival protocol both combines share (see the top of this file): this block stores its
+// partial as member `member` of `slot`, and exactly one block of the slot returns true, holding
+// the fixed-order combination of every member's partial. `Part` is what a partial is and how
+// partials combine: its STRIDE elements of type Elem a partial, store(at) writes this block's
+// partial at `at`, gather(at, count) replaces it by the ordered combination of the `count`
+// partials from `at` (stride STRIDE). Every thread of the block must call it (it synchronises
+// the block). A __shared__ flag per instantiation, as the two kinds of partial had each.
+template <typename Part>
+TP_DEV bool tp_combine_in_order(Part& part, float* ws, unsigned int* counters, unsigned int slot,
+                                unsigned int member, unsigned int members, unsigned int group) {
     __shared__ unsigned int tp_last;
     const unsigned int groups = (members + group - 1) / group;
     const unsigned int sums = groups > 1 ? groups : 0;
-    float* parts = ws + (size_t)slot * (members + sums) * P;
+    typename Part::Elem* parts =
+        reinterpret_cast<typename Part::Elem*>(ws) + (size_t)slot * (members + sums) * part.stride();
     unsigned int* count = counters + slot * (groups + 1);
-    const unsigned int base = threadIdx.x * E;
-    tp_store_part<E>(parts + (size_t)member * P, base, v, P);
+    part.store(parts + (size_t)member * part.stride());
     __threadfence();
     __syncthreads();
     const unsigned int g = member / group, first = g * group;
@@ -86,10 +89,10 @@ TP_DEV bool tp_split_combine(float* v, float* ws, unsigned int* counters, unsign
     __syncthreads();
     if (!tp_last) return false;
     __threadfence();
-    tp_sum_parts<E>(parts + (size_t)first * P, size, P, base, v);
+    part.gather(parts + (size_t)first * part.stride(), size);
     if (threadIdx.x == 0) count[g] = 0;
     if (groups == 1) return true;
-    tp_store_part<E>(parts + (size_t)(members + g) * P, base, v, P);
+    part.store(parts + (size_t)(members + g) * part.stride());
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -99,9 +102,34 @@ TP_DEV bool tp_split_combine(float* v, float* ws, unsigned int* counters, unsign
     __syncthreads();
     if (!tp_last) return false;
     __threadfence();
-    tp_sum_parts<E>(parts + (size_t)members * P, groups, P, base, v);
+    part.gather(parts + (size_t)members * part.stride(), groups);
     if (threadIdx.x == 0) count[groups] = 0;
     return true;
+}
+
+// A partial that is a vector of P floats, thread t holding elements t*E .. t*E+E-1 in `v`;
+// partials combine by sum.
+template <int E>
+struct tp_sum_part {
+    typedef float Elem;
+    float* v;
+    unsigned int P;
+    TP_DEV unsigned int stride() const { return P; }
+    TP_DEV void store(float* at) const { tp_store_part<E>(at, threadIdx.x * E, v, P); }
+    TP_DEV void gather(const float* at, unsigned int count) const {
+        tp_sum_parts<E>(at, count, P, threadIdx.x * E, v);
+    }
+};
+
+// Stores this block's partial `v` as member `member` of `slot`; returns true in exactly one block
+// of the slot, with `v` replaced by the fixed-order sum of every member's partial. Every thread
+// of the block must call it (it synchronises the block).
+template <int E>
+TP_DEV bool tp_split_combine(float* v, float* ws, unsigned int* counters, unsigned int slot,
+                             unsigned int member, unsigned int members, unsigned int group,
+                             unsigned int P) {
+    tp_sum_part<E> part = {v, P};
+    return tp_combine_in_order(part, ws, counters, slot, member, members, group);
 }
 
 // The variances of epilogue reductions merge in one pass without their mean: a block's partial
@@ -124,45 +152,28 @@ TP_DEV void tp_var_parts(const float4* parts, unsigned int count, unsigned int Q
     for (unsigned int s = 1; s < count; ++s) tp_var_merge(v, __ldcg(parts + (size_t)s * Q + threadIdx.x));
 }
 
-// tp_split_combine for variance partials: thread t < Q holds partial t of this block (one
-// (n, K, S, Q) a variance and column) in `v`; returns true in exactly one block of the slot,
-// with `v` replaced by the merge of every member's, in member order (then group order), so the
-// result is bitwise the same on every run. Same workspace layout with float4 elements.
+// A variance partial: thread t < Q holds partial t of this block (one (n, K, S, Q) a variance
+// and column) in `v`; partials combine by tp_var_merge, in order.
+struct tp_var_part {
+    typedef float4 Elem;
+    float4& v;
+    unsigned int Q;
+    TP_DEV unsigned int stride() const { return Q; }
+    TP_DEV void store(float4* at) const {
+        if (threadIdx.x < Q) __stcg(at + threadIdx.x, v);
+    }
+    TP_DEV void gather(const float4* at, unsigned int count) const {
+        if (threadIdx.x < Q) tp_var_parts(at, count, Q, v);
+    }
+};
+
+// tp_split_combine for variance partials (tp_var_part): returns true in exactly one block of
+// the slot, with `v` replaced by the merge of every member's, in member order (then group
+// order), so the result is bitwise the same on every run. Same workspace layout with float4
+// elements.
 TP_DEV bool tp_var_combine(float4& v, float* ws, unsigned int* counters, unsigned int slot,
                            unsigned int member, unsigned int members, unsigned int group,
                            unsigned int Q) {
-    __shared__ unsigned int tp_var_last;
-    const unsigned int groups = (members + group - 1) / group;
-    const unsigned int sums = groups > 1 ? groups : 0;
-    float4* parts = reinterpret_cast<float4*>(ws) + (size_t)slot * (members + sums) * Q;
-    unsigned int* count = counters + slot * (groups + 1);
-    const bool mine = threadIdx.x < Q;
-    if (mine) __stcg(parts + (size_t)member * Q + threadIdx.x, v);
-    __threadfence();
-    __syncthreads();
-    const unsigned int g = member / group, first = g * group;
-    const unsigned int size = members - first < group ? members - first : group;
-    if (threadIdx.x == 0) {
-        __threadfence();
-        tp_var_last = atomicAdd(&count[g], 1u) == size - 1;
-    }
-    __syncthreads();
-    if (!tp_var_last) return false;
-    __threadfence();
-    if (mine) tp_var_parts(parts + (size_t)first * Q, size, Q, v);
-    if (threadIdx.x == 0) count[g] = 0;
-    if (groups == 1) return true;
-    if (mine) __stcg(parts + (size_t)(members + g) * Q + threadIdx.x, v);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        tp_var_last = atomicAdd(&count[groups], 1u) == groups - 1;
-    }
-    __syncthreads();
-    if (!tp_var_last) return false;
-    __threadfence();
-    if (mine) tp_var_parts(parts + (size_t)members * Q, groups, Q, v);
-    if (threadIdx.x == 0) count[groups] = 0;
-    return true;
+    tp_var_part part = {v, Q};
+    return tp_combine_in_order(part, ws, counters, slot, member, members, group);
 }
