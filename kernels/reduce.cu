@@ -10,7 +10,7 @@
 // taking s = r, r + LANES, ..., then the same tree, and resets the count. Which block is last
 // does not change the order: the result is bitwise the same on every run.
 //
-// Generated hooks: TP_BLOCK, TP_TILE_O, TP_OUT, TP_RED, TP_SPLIT, TP_CHUNK, tp_idx,
+// Generated hooks: TP_BLOCK, TP_TILE_O, TP_OUT, TP_RED, TP_SPLIT, TP_CHUNK, TP_FOLD_UNROLL, tp_idx,
 //   struct tp_params, struct tp_acc, tp_init(acc), tp_fold(p, acc, o, r) (prologue at point
 //   (o, r) folded into acc), tp_merge(acc, other), tp_finish(p, o, acc) (mean scaling,
 //   conversion, store); when split, tp_ws_store / tp_ws_load (partials through L2).
@@ -76,8 +76,10 @@ extern "C" __global__ void __launch_bounds__(TP_BLOCK) tp_reduce(const tp_params
         tp_acc acc;
         tp_init(acc);
         if (o < TP_OUT) {
-            // Not unrolled: unrolled, ptxas (12.9, sm_90) spills for some multi-output prologues.
-#pragma unroll 1
+            // TP_FOLD_UNROLL points' loads in flight a lane where the prologue has at most two
+            // results (render/fused.rs reduce); 1 otherwise: unrolled, ptxas (12.9, sm_90)
+            // spills for some multi-output prologues.
+#pragma unroll TP_FOLD_UNROLL
             for (tp_idx r = lane_r; r < TP_RED; r += LANES) tp_fold(p, acc, o, r);
         }
         part[threadIdx.x] = acc;

@@ -641,6 +641,14 @@ fn acc_size(types: &[&str]) -> usize {
     end.next_multiple_of(align).max(1)
 }
 
+/// How many points a lane of an unsplit reduction folds per loop iteration (`TP_FOLD_UNROLL`,
+/// `kernels/reduce.cu`): four, so that four points' loads are in flight at once, where the
+/// prologue has at most two results; one otherwise (unrolled, ptxas spills for some prologues
+/// with more: batch norm's gradient sums).
+fn fold_unroll(results: usize) -> usize {
+    if results <= 2 { 4 } else { 1 }
+}
+
 /// A reduction of `shape` over `axes` with a fused prologue. When its outputs give too few
 /// blocks to fill `target` and the reduced axis is long, the reduced points are split across
 /// `TP_SPLIT` blocks per output tile (`blockIdx.y`), whose partials the last of them combines
@@ -702,6 +710,7 @@ pub fn reduce(
     g.push_str(&constant("TP_RED", "tp_idx", red_len));
     g.push_str(&define("TP_SPLIT", split.parts));
     g.push_str(&constant("TP_CHUNK", "tp_idx", split.chunk));
+    g.push_str(&define("TP_FOLD_UNROLL", fold_unroll(types.len())));
     g.push_str("struct tp_acc {\n");
     for (j, t) in types.iter().enumerate() {
         let _ = writeln!(g, "    {t} a{j};");
