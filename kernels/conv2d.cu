@@ -32,7 +32,7 @@ struct tp_conv_fwd_a {
         const int kw = t % TP_K_W, kh = t / TP_K_W;
         const int ih = l.ih0 + kh * TP_DIL_H, iw = l.iw0 + kw * TP_DIL_W;
         // Arithmetic, not a branch (tp_keep_if): the loads of a thread's elements, predicated
-        // on the address, then go out together (gemm_core.cuh tp_vec::load_if).
+        // on the address, then go out together (gemm_core.cuh tp_vec::load_or_zero).
         const bool inside = ((unsigned)ih < TP_IN_H) & ((unsigned)iw < TP_IN_W);
         return tp_keep_if(inside, l.image + ((tp_idx)ih * TP_IN_W + iw) * TP_IN_C + ci);
     }

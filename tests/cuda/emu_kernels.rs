@@ -16,13 +16,11 @@ use crate::cuda_common;
 
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use towerpack::backend::Session;
 use towerpack::backend::cpu::exec::Prepared as CpuPrepared;
 use towerpack::backend::cpu::memory::Arena;
-use towerpack::backend::cuda::driver::emulated::EmulatedDriver;
+use towerpack::backend::cuda::CudaOptions;
 use towerpack::backend::cuda::render::{self, KernelPlan, Target};
-use towerpack::backend::cuda::{CudaOptions, CudaSession};
 use towerpack::ir::{Step, Value};
 use towerpack::lower::{BufferId, KernelKind, LowerOptions, Program, Region, StateLayout, Storage};
 use towerpack::tensor::{DType, HostTensor};
@@ -142,12 +140,7 @@ fn check_kernels(
     };
     let mut emu = match multiprocessors {
         // Few multiprocessors: an emulated device (a GPU reports its own).
-        Some(n) => {
-            let driver = EmulatedDriver::new(1);
-            driver.device(0).expect("device 0").set_multiprocessors(n);
-            CudaSession::with_driver(tg.graph.clone(), Arc::new(driver), options)
-                .expect("emulated session")
-        }
+        Some(n) => cuda_common::emulated_session(tg.graph.clone(), n, options),
         None => cuda_common::session(tg.graph.clone(), 0, options),
     };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0xC0DA);

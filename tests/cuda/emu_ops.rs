@@ -9,10 +9,8 @@ use crate::cuda_common;
 
 use cuda_common::ops::{C, N, build};
 use rand::{Rng, SeedableRng};
-use std::sync::Arc;
-use towerpack::backend::cuda::driver::emulated::EmulatedDriver;
+use towerpack::backend::cuda::CudaOptions;
 use towerpack::backend::cuda::render::fused::ELEMENTWISE_UNROLL;
-use towerpack::backend::cuda::{CudaOptions, CudaSession};
 use towerpack::backend::reference::ReferenceSession;
 use towerpack::backend::{Session, Step};
 use towerpack::tensor::{DType, HostTensor};
@@ -159,12 +157,7 @@ fn check_ops(batch: usize, multiprocessors: Option<u32>, skip: &[&str]) {
         ..CudaOptions::default()
     };
     let mut emu = match multiprocessors {
-        Some(sms) => {
-            let driver = EmulatedDriver::new(1);
-            driver.device(0).expect("device 0").set_multiprocessors(sms);
-            CudaSession::with_driver(c.graph.clone(), Arc::new(driver), options)
-                .expect("emulated session")
-        }
+        Some(sms) => cuda_common::emulated_session(c.graph.clone(), sms, options),
         None => cuda_common::session(c.graph.clone(), 1, options),
     };
     let mut reference = ReferenceSession::new(c.graph.clone()).expect("reference");

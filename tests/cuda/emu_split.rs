@@ -16,9 +16,7 @@ use crate::cuda_common;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::sync::Arc;
 use towerpack::backend::cpu::{CpuOptions, CpuSession};
-use towerpack::backend::cuda::driver::emulated::EmulatedDriver;
 use towerpack::backend::cuda::render::{self, KernelPlan, Target};
 use towerpack::backend::cuda::{CudaOptions, CudaSession};
 use towerpack::backend::{Feed, Session};
@@ -125,17 +123,12 @@ fn lowering(epilogue_reductions: bool) -> LowerOptions {
 /// An emulated session whose device reports `multiprocessors` SMs.
 fn emulated(c: &Case, multiprocessors: u32, lower: &LowerOptions) -> CudaSession {
     cuda_common::require_nvrtc();
-    let driver = EmulatedDriver::new(1);
-    driver
-        .device(0)
-        .expect("device 0")
-        .set_multiprocessors(multiprocessors);
     let options = CudaOptions {
         cache_dir: None,
         lower: *lower,
         ..CudaOptions::default()
     };
-    CudaSession::with_driver(c.g.clone(), Arc::new(driver), options).expect("emulated session")
+    cuda_common::emulated_session(c.g.clone(), multiprocessors, options)
 }
 
 /// Largest |got - want| relative to the largest |want| (floored at 1).
@@ -662,15 +655,12 @@ fn resnet20_training_steps_match_the_cpu_and_repeat_bitwise() {
     let lower = lowering(true);
     let batch = 2;
     let session = || {
-        let driver = EmulatedDriver::new(1);
-        driver.device(0).expect("device 0").set_multiprocessors(4);
         let options = CudaOptions {
             cache_dir: None,
             lower,
             ..CudaOptions::default()
         };
-        let mut s = CudaSession::with_driver(tg.graph.clone(), Arc::new(driver), options)
-            .expect("emulated session");
+        let mut s = cuda_common::emulated_session(tg.graph.clone(), 4, options);
         s.initialize_variables(3).expect("init");
         s
     };

@@ -6,9 +6,7 @@ use crate::cuda_common;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::sync::Arc;
 use towerpack::backend::cpu::{CpuOptions, CpuSession};
-use towerpack::backend::cuda::driver::emulated::EmulatedDriver;
 use towerpack::backend::cuda::{CudaOptions, CudaSession};
 use towerpack::backend::{Feed, Session};
 use towerpack::ir::*;
@@ -169,13 +167,7 @@ pub(crate) fn device_session_with(
     };
     match cuda_common::test_device() {
         cuda_common::TestDevice::Emulated => {
-            let driver = EmulatedDriver::new(1);
-            driver
-                .device(0)
-                .expect("device 0")
-                .set_multiprocessors(multiprocessors);
-            CudaSession::with_driver(g.clone(), Arc::new(driver), options)
-                .expect("emulated session")
+            cuda_common::emulated_session(g.clone(), multiprocessors, options)
         }
         cuda_common::TestDevice::Gpu => cuda_common::session(g.clone(), 1, options),
     }

@@ -10,7 +10,9 @@ pub mod ops;
 mod model_steps;
 pub use model_steps::*;
 
+use std::sync::Arc;
 use towerpack::backend::Step;
+use towerpack::backend::cuda::driver::emulated::EmulatedDriver;
 use towerpack::backend::cuda::nvrtc::Arch;
 use towerpack::backend::cuda::{CudaOptions, CudaSession};
 use towerpack::ir::Graph;
@@ -52,6 +54,17 @@ pub fn session(graph: Graph, devices: usize, options: CudaOptions) -> CudaSessio
         TestDevice::Gpu => CudaSession::gpu(graph, devices, options),
     };
     s.unwrap_or_else(|e| panic!("cannot open a CUDA session on {:?}: {e}", test_device()))
+}
+
+/// A CUDA session over `graph` on one emulated device that reports `multiprocessors` SMs (what
+/// launch shapes are chosen for: few SMs make GEMMs split K and elementwise kernels unroll).
+pub fn emulated_session(graph: Graph, multiprocessors: u32, options: CudaOptions) -> CudaSession {
+    let driver = EmulatedDriver::new(1);
+    driver
+        .device(0)
+        .expect("device 0")
+        .set_multiprocessors(multiprocessors);
+    CudaSession::with_driver(graph, Arc::new(driver), options).expect("emulated session")
 }
 
 /// Whether the test device has `n` devices: always on emulated devices; on a GPU machine, the
