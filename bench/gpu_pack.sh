@@ -13,12 +13,24 @@
 # and perf_model (they compare against snapshots of the source tree and need no GPU),
 # emu_faults (faults with PTX lines are an emulator feature).
 #
-#   bash bench/gpu_pack.sh [DIR]
-# then copy DIR to the GPU machine and run `bash DIR/gpu_check.sh` there.
+#   bash bench/gpu_pack.sh [DIR] [--base REV]
+# then copy DIR to the GPU machine and run `bash DIR/gpu_check.sh` there. With --base, the
+# resnet example of commit REV is built too (in a temporary git worktree, its own target
+# folder target/gpu_pack_base kept for the next time) into DIR/old/ (with its BUILD), so that
+# one device call can A/B the two builds: `bash DIR/gpu_profile.sh --out $OUT --bins "DIR
+# DIR/old"` alternates them and tables every launch of the first.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=${1:-$root/gpu_bundle}
+out=$root/gpu_bundle
+base=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --base) base=${2:?--base needs a commit}; shift 2 ;;
+    -*) echo "gpu_pack.sh: unknown argument $1" >&2; exit 2 ;;
+    *) out=$1; shift ;;
+  esac
+done
 tests=(cuda)
 limit=$((64 * 1024 * 1024))
 
@@ -57,9 +69,24 @@ cp bench/gpu_check.sh bench/gpu_profile.sh bench/pytorch_train.py "$out/"
 if command -v strip >/dev/null; then
   strip "$out/resnet" "$out/mnist" "${tests[@]/#/$out/}"
 fi
+if [ -n "$base" ]; then
+  rev=$(git rev-parse --verify "$base^{commit}")
+  tree=$(mktemp -d "${TMPDIR:-/tmp}/gpu_pack_base.XXXXXX")
+  git worktree add --detach -q "$tree" "$rev"
+  # The worktree goes whatever happens to the build.
+  trap 'git -C "$root" worktree remove --force "$tree" 2>/dev/null || true' EXIT
+  (cd "$tree" && cargo build --release --example resnet --target-dir "$root/target/gpu_pack_base")
+  mkdir -p "$out/old"
+  cp "$root/target/gpu_pack_base/release/examples/resnet" "$out/old/"
+  if command -v strip >/dev/null; then strip "$out/old/resnet"; fi
+  {
+    echo "commit $rev"
+    echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) by $(rustc --version)"
+  } >"$out/old/BUILD"
+fi
 size=$(du -sb "$out" | cut -f1)
 echo "gpu_pack.sh: $out holds $((size / 1024 / 1024)) MiB:"
-ls -l "$out"
+ls -lR "$out"
 if [ "$size" -ge "$limit" ]; then
   echo "gpu_pack.sh: $out is over 64 MiB" >&2
   exit 1
