@@ -57,7 +57,7 @@ pub fn session(graph: Graph, devices: usize, options: CudaOptions) -> CudaSessio
 }
 
 /// A CUDA session over `graph` on one emulated device that reports `multiprocessors` SMs (what
-/// launch shapes are chosen for: few SMs make GEMMs split K and elementwise kernels unroll).
+/// launch shapes are chosen for: GEMM tiles, splits of K and of long reductions).
 pub fn emulated_session(graph: Graph, multiprocessors: u32, options: CudaOptions) -> CudaSession {
     let driver = EmulatedDriver::new(1);
     driver

@@ -116,41 +116,21 @@ impl PointSource for FlatPoint<'_> {
     }
 }
 
-/// Points an elementwise thread computes together ([`elementwise`]'s `TP_UNROLL`): their loads
-/// go out before any of their stores, so a thread has that many points' loads in flight — what
-/// a memory-bound kernel needs to keep HBM busy (PyTorch's elementwise kernels take 4 too).
-pub const ELEMENTWISE_UNROLL: usize = 4;
-
-/// A fused elementwise kernel over `shape`. Where the space is large enough that a grid of
-/// [`ELEMENTWISE_UNROLL`] points a thread still gives every multiprocessor two blocks, each
-/// thread computes that many points (one grid stride apart, so every load stays coalesced)
-/// with all their loads before their stores (`tp_points`); the rest, and smaller spaces, one
-/// point at a time (`tp_point`).
+/// A fused elementwise kernel over `shape`.
 pub fn elementwise(
     program: &Program,
     k: &Kernel,
     shape: &[usize],
     expr: &FusedExpr,
-    target: &Target,
 ) -> Result<RenderedKernel, RenderError> {
     let points: usize = shape.iter().product();
-    let block = BLOCK as usize;
-    let unroll = if points >= ELEMENTWISE_UNROLL * block * 2 * target.multiprocessors as usize {
-        ELEMENTWISE_UNROLL
-    } else {
-        1
-    };
-    let launch = LaunchDims::over(points.div_ceil(unroll));
-    let threads = launch.grid.iter().map(|&g| g as usize).product::<usize>() * block;
     let mut params = ParamStruct::default();
     let operands = operand_fields(program, &mut params, &k.inputs, "in", &k.outputs);
-    // The unrolled loop computes indices up to `unroll` strides past the last point.
-    let extent = kernel_extent(program, k, points + unroll * threads);
+    let extent = kernel_extent(program, k, points);
     let mut g = String::new();
     let _ = writeln!(g, "typedef {} tp_idx;", index_type(extent));
     g.push_str(&constant("TP_BLOCK", "unsigned int", BLOCK));
     g.push_str(&constant("TP_POINTS", "tp_idx", points));
-    g.push_str(&define("TP_UNROLL", unroll));
     g.push_str(&params.declaration());
     g.push_str("TP_DEV void tp_point(const tp_params& p, tp_idx i) {\n");
     let src = FlatPoint {
@@ -163,35 +143,11 @@ pub fn elementwise(
     let outs = cexpr::render(expr, &src, "v", "    ", &mut g)?;
     g.push_str(&stores(program, &k.outputs, &outs, "i"));
     g.push_str("}\n");
-    if unroll > 1 {
-        // Points i, i + step, ...: every point's loads and arithmetic, then every store.
-        g.push_str("TP_DEV void tp_points(const tp_params& p, tp_idx i, tp_idx step) {\n");
-        let mut all = Vec::with_capacity(unroll);
-        for u in 0..unroll {
-            let var = format!("i{u}");
-            let _ = writeln!(g, "    const tp_idx {var} = i + {u} * step;");
-            let src = FlatPoint {
-                var: &var,
-                shape,
-                operands: &operands,
-                own: None,
-                columns: &[],
-            };
-            all.push((
-                var.clone(),
-                cexpr::render(expr, &src, &format!("u{u}v"), "    ", &mut g)?,
-            ));
-        }
-        for (var, outs) in &all {
-            g.push_str(&stores(program, &k.outputs, outs, var));
-        }
-        g.push_str("}\n");
-    }
     Ok(RenderedKernel {
         body: Body::Elementwise,
         generated: g,
         params,
-        launch,
+        launch: LaunchDims::over(points),
         workspace_bytes: 0,
     })
 }

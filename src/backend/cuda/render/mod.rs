@@ -128,7 +128,7 @@ pub fn render_kernel_for(
             if shape.iter().product::<usize>() == 0 {
                 return Ok(KernelPlan::Empty);
             }
-            KernelPlan::Launch(fused::elementwise(program, k, shape, expr, target)?)
+            KernelPlan::Launch(fused::elementwise(program, k, shape, expr)?)
         }
         KernelKind::Reduce {
             shape,
