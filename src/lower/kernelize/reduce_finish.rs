@@ -139,10 +139,7 @@ impl Former<'_> {
         let mut read = None;
         for op in &ed.inputs {
             if let Some(j) = results.iter().position(|&v| v == op.base) {
-                let pointwise = op.view.is_identity()
-                    && op.view.shape == *shape
-                    && self.shape(op.base) == *shape;
-                if !pointwise
+                if !self.reads_pointwise(op, shape)
                     || e.reductions[j] != ChannelReduction::Variance
                     || read.is_some_and(|r| r != j)
                 {
@@ -162,14 +159,7 @@ impl Former<'_> {
             if dependent {
                 return None;
             }
-            let at = match extras.iter().position(|x| x == op) {
-                Some(i) => i,
-                None => {
-                    extras.push(op.clone());
-                    extras.len() - 1
-                }
-            };
-            slots.push((results.len() + at) as u16);
+            slots.push((results.len() + extra_slot(&mut extras, op)) as u16);
         }
         read.map(|_| (slots, extras))
     }
@@ -205,12 +195,7 @@ impl Former<'_> {
         let mut extras: Vec<Operand> = Vec::new();
         for op in &ed.inputs {
             if let Some(j) = results.iter().position(|&v| v == op.base) {
-                // A result read other than point for point (broadcast, transposed) is not the
-                // value the finish holds at its point.
-                let pointwise = op.view.is_identity()
-                    && op.view.shape == *shape
-                    && self.shape(op.base) == *shape;
-                if !pointwise {
+                if !self.reads_pointwise(op, shape) {
                     return None;
                 }
                 slots.push(j as u16);
@@ -223,15 +208,23 @@ impl Former<'_> {
             if dependent {
                 return None;
             }
-            let at = match extras.iter().position(|x| x == op) {
-                Some(i) => i,
-                None => {
-                    extras.push(op.clone());
-                    extras.len() - 1
-                }
-            };
-            slots.push((ops.len() + at) as u16);
+            slots.push((ops.len() + extra_slot(&mut extras, op)) as u16);
         }
         Some((slots, extras))
     }
+
+    /// Whether `op` reads its value point for point over `shape`: a result read otherwise
+    /// (broadcast, transposed) is not the value a finish holds at its point.
+    fn reads_pointwise(&self, op: &Operand, shape: &[usize]) -> bool {
+        op.view.is_identity() && op.view.shape == shape && self.shape(op.base) == shape
+    }
+}
+
+/// The index of `op` among a finish's other operands `extras`, added if it is new (one slot per
+/// distinct operand).
+fn extra_slot(extras: &mut Vec<Operand>, op: &Operand) -> usize {
+    extras.iter().position(|x| x == op).unwrap_or_else(|| {
+        extras.push(op.clone());
+        extras.len() - 1
+    })
 }

@@ -363,17 +363,17 @@ pub fn epilogue(
                 },
             };
             let values = cexpr::render(&f.expr, &point, "f", "        ", g)?;
-            for (o, v) in values.iter().enumerate() {
-                let at = stored + reductions.len() + o;
-                let out = k.outputs.get(at).copied().ok_or_else(|| {
-                    RenderError::Unsupported(format!(
-                        "the epilogue finish of `{}` has more outputs than the kernel",
-                        k.name
-                    ))
-                })?;
-                let v = cexpr::to_storage(v, program.buffer(out).dtype);
-                let _ = writeln!(g, "        p.out{at}[c] = {v};");
-            }
+            let first = stored + reductions.len();
+            store_finish(
+                program,
+                k,
+                "epilogue finish",
+                &values,
+                first,
+                "        ",
+                "c",
+                g,
+            )?;
             g.push_str("    }\n");
         }
         g.push_str("}\n");
@@ -597,6 +597,34 @@ fn acc_size(types: &[&str]) -> usize {
     end.next_multiple_of(align).max(1)
 }
 
+/// The statements storing a finish's `values` (a reduction's, or an epilogue's) into the
+/// kernel's outputs `first..` at index `at`; `what` names the finish in the error when the
+/// kernel has fewer outputs than the finish computes.
+#[allow(clippy::too_many_arguments)]
+fn store_finish(
+    program: &Program,
+    k: &Kernel,
+    what: &str,
+    values: &[String],
+    first: usize,
+    indent: &str,
+    at: &str,
+    g: &mut String,
+) -> Result<(), RenderError> {
+    for (o, v) in values.iter().enumerate() {
+        let slot = first + o;
+        let out = k.outputs.get(slot).copied().ok_or_else(|| {
+            RenderError::Unsupported(format!(
+                "the {what} of `{}` has more outputs than the kernel",
+                k.name
+            ))
+        })?;
+        let v = cexpr::to_storage(v, program.buffer(out).dtype);
+        let _ = writeln!(g, "{indent}p.out{slot}[{at}] = {v};");
+    }
+    Ok(())
+}
+
 /// How many points a lane of an unsplit reduction folds per loop iteration (`TP_FOLD_UNROLL`,
 /// `kernels/reduce.cu`): four, so that four points' loads are in flight at once, where the
 /// prologue has at most two results; one otherwise (unrolled, ptxas spills for some prologues
@@ -732,17 +760,16 @@ pub fn reduce(
             },
         };
         let values = cexpr::render(&f.expr, &point, "f", "    ", &mut g)?;
-        for (j, v) in values.iter().enumerate() {
-            let j = j + ops.len();
-            let out = k.outputs.get(j).copied().ok_or_else(|| {
-                RenderError::Unsupported(format!(
-                    "the finish of `{}` has more outputs than the kernel",
-                    k.name
-                ))
-            })?;
-            let stored = cexpr::to_storage(v, program.buffer(out).dtype);
-            let _ = writeln!(g, "    p.out{j}[o] = {stored};");
-        }
+        store_finish(
+            program,
+            k,
+            "finish",
+            &values,
+            ops.len(),
+            "    ",
+            "o",
+            &mut g,
+        )?;
     }
     g.push_str("}\n");
     if split.parts > 1 {
