@@ -239,6 +239,59 @@ fn conv_prologues_change_no_bit_of_the_training_steps() {
     }
 }
 
+/// Prologues beside batch norm's variances in the convolutions' epilogues
+/// (`LowerOptions::epilogue_variances`, as the CUDA session lowers): an epilogue then has a
+/// finish (the `rsqrt` of the variance) whose inputs follow the epilogue's, and a ReLU's
+/// gradient recomputed inline in another epilogue adds operands before them — which must land
+/// in the epilogue's range, not the finish's. ResNet-8's training steps are bitwise those of
+/// the program without prologues.
+#[test]
+fn conv_prologues_beside_epilogue_variances_change_no_bit_of_the_training_steps() {
+    let m = CifarResNet::new(1);
+    let tg = training_graph(m.inputs(), |x| m.build(x));
+    let lowering = |conv_prologues| LowerOptions {
+        conv_prologues,
+        epilogue_variances: true,
+        half_activations: false,
+        ..LowerOptions::default()
+    };
+    let program = lower(&tg.graph, &tg.step, 4, &lowering(true)).expect("lower");
+    let finishes = program
+        .kernels
+        .iter()
+        .filter(|k| k.kind.epilogue().is_some_and(|e| e.finish.is_some()))
+        .count();
+    let prologues = program
+        .kernels
+        .iter()
+        .filter(|k| k.kind.prologue().is_some())
+        .count();
+    assert!(
+        finishes > 0 && prologues == 14,
+        "{finishes} finishes, {prologues} prologues"
+    );
+    let run = |on| {
+        run_steps_with(
+            &tg,
+            4,
+            3,
+            Precision::Fp32,
+            Some(lowering(on)),
+            CpuOptions::default(),
+        )
+    };
+    let (fused, written) = (run(true), run(false));
+    assert!(
+        fused.iter().zip(&written).all(|(a, b)| a
+            .to_f64_vec()
+            .iter()
+            .zip(b.to_f64_vec())
+            .all(|(x, y)| x.to_bits() == y.to_bits())),
+        "the steps differ with prologues (largest difference {})",
+        max_relative(&fused, &written)
+    );
+}
+
 /// The largest difference of `a` and `b` relative to the largest magnitude of `b`, per tensor.
 pub(crate) fn max_relative(a: &[HostTensor], b: &[HostTensor]) -> f64 {
     a.iter()

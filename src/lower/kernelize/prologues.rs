@@ -141,17 +141,13 @@ impl Former<'_> {
     }
 
     /// Whether inputs `reads` of draft `c` are operands of its epilogue, which runs over
-    /// `shape`.
+    /// `shape` (not of its prologue or its epilogue's finish).
     fn epilogue_reads_whole(&self, c: usize, reads: &[usize], shape: &[usize]) -> bool {
         let cd = &self.drafts[c];
-        let main = cd.kind.main_inputs();
+        let operands = cd.kind.epilogue_inputs(cd.inputs.len());
         cd.kind.epilogue().is_some()
             && cd.outputs.first().is_some_and(|&o| self.shape(o) == shape)
-            && reads.iter().all(|&i| i >= main)
-            && cd
-                .kind
-                .prologue()
-                .is_none_or(|p| reads.iter().all(|&i| i < p.first_input))
+            && reads.iter().all(|i| operands.contains(i))
     }
 
     /// The operands of draft `c`'s fused expression (its own, or its epilogue's).
@@ -166,7 +162,7 @@ impl Former<'_> {
             kind => Loads {
                 first: kind.main_inputs(),
                 base_load: 1,
-                end: kind.prologue().map_or(cd.inputs.len(), |p| p.first_input),
+                end: kind.epilogue_inputs(cd.inputs.len()).end,
             },
         }
     }
@@ -245,33 +241,45 @@ impl Former<'_> {
         };
     }
 
-    /// Inserts input `o` of draft `c` at position `at`, moving a prologue's inputs after it.
+    /// Inserts input `o` of draft `c` at position `at`, moving a prologue's and an epilogue
+    /// finish's inputs after it.
     fn insert_input(&mut self, c: usize, at: usize, o: Operand) {
         let cd = &mut self.drafts[c];
         cd.inputs.insert(at, o);
-        shift_prologue(&mut cd.kind, at, true);
+        shift_later_inputs(&mut cd.kind, at, true);
     }
 
-    /// Removes input `at` of draft `c`, moving a prologue's inputs after it.
+    /// Removes input `at` of draft `c`, moving a prologue's and an epilogue finish's inputs
+    /// after it.
     fn remove_input(&mut self, c: usize, at: usize) {
         let cd = &mut self.drafts[c];
         cd.inputs.remove(at);
-        shift_prologue(&mut cd.kind, at, false);
+        shift_later_inputs(&mut cd.kind, at, false);
     }
 }
 
-/// Moves a prologue's first input one place later (`later`) or earlier when an input at or
-/// before it is inserted or removed at `at`.
-fn shift_prologue(kind: &mut KernelKind, at: usize, later: bool) {
-    if let KernelKind::Conv2d(_, _, Some(p)) | KernelKind::Conv2dBackpropFilter(_, _, Some(p)) =
-        kind
-        && p.first_input >= at
-    {
-        if later {
-            p.first_input += 1;
-        } else {
-            p.first_input -= 1;
+/// Moves the first input of a prologue and of an epilogue finish one place later (`later`) or
+/// earlier when an input at or before it is inserted or removed at `at`.
+fn shift_later_inputs(kind: &mut KernelKind, at: usize, later: bool) {
+    let shift = |first: &mut usize| {
+        if *first >= at {
+            if later {
+                *first += 1;
+            } else {
+                *first -= 1;
+            }
         }
+    };
+    let (epilogue, prologue) = match kind {
+        KernelKind::Conv2d(_, e, p) | KernelKind::Conv2dBackpropFilter(_, e, p) => (e, p.as_mut()),
+        KernelKind::MatMul(_, e) | KernelKind::Conv2dBackpropInput(_, e) => (e, None),
+        _ => return,
+    };
+    if let Some(p) = prologue {
+        shift(&mut p.first_input);
+    }
+    if let Some(f) = epilogue.as_mut().and_then(|e| e.finish.as_mut()) {
+        shift(&mut f.first_input);
     }
 }
 
