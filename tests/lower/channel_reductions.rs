@@ -16,52 +16,11 @@ use towerpack::ir::*;
 use towerpack::lower::{KernelKind, LowerOptions};
 use towerpack::tensor::HostTensor;
 
-/// The batch of the cases (also `conv_prologues`').
-pub(crate) const BATCH: usize = 3;
-
-/// A graph under construction with random feeds (also `conv_prologues`').
-pub(crate) struct Case {
-    pub(crate) g: Graph,
-    pub(crate) feeds: Vec<Feed>,
-    pub(crate) fetches: Vec<Value>,
-    pub(crate) rng: ChaCha8Rng,
-}
+use crate::prologue_case::{BATCH, Case};
+// Also `differential`'s.
+pub(crate) use crate::prologue_case::random_conv;
 
 impl Case {
-    pub(crate) fn add(&mut self, name: &str, op: Op, ins: &[Value]) -> Value {
-        let name = self.g.unique_name(name);
-        Value::first(self.g.add_node(&name, op, ins).expect(&name))
-    }
-
-    pub(crate) fn input(&mut self, dims: &[usize]) -> Value {
-        let name = self.g.unique_name("in");
-        let ty = TensorType::f32(Shape::batched(dims));
-        let id = self
-            .g
-            .add_node(
-                &name,
-                Op::Input {
-                    name: name.clone(),
-                    ty,
-                },
-                &[],
-            )
-            .expect("input");
-        let shape: Vec<usize> = std::iter::once(BATCH).chain(dims.iter().copied()).collect();
-        let n: usize = shape.iter().product();
-        let data = (0..n).map(|_| self.rng.random_range(-2.0..2.0)).collect();
-        self.feeds
-            .push((id, HostTensor::from_f32(&shape, data).expect("sized")));
-        Value::first(id)
-    }
-
-    pub(crate) fn constant(&mut self, dims: &[usize]) -> Value {
-        let n: usize = dims.iter().product();
-        let data = (0..n).map(|_| self.rng.random_range(-1.0..1.0)).collect();
-        let value = HostTensor::from_f32(dims, data).expect("sized");
-        self.add("w", Op::Constant { value }, &[])
-    }
-
     fn per_channel(&mut self, op: ReduceOp, x: Value) -> Value {
         let reduce = Op::Reduce {
             op,
@@ -74,25 +33,6 @@ impl Case {
     fn binary(&mut self, op: BinaryOp, a: Value, b: Value) -> Value {
         self.add("binary", Op::Binary(op), &[a, b])
     }
-}
-
-/// A random square convolution of `groups` groups: its kernel size (1 to 3) and attributes
-/// (stride 1 or 2, `SAME` or `VALID`, no dilation), drawn in that order.
-pub(crate) fn random_conv(rng: &mut ChaCha8Rng, groups: usize) -> (usize, Conv2dAttrs) {
-    let k = rng.random_range(1..4);
-    let s = rng.random_range(1..3);
-    let padding = if rng.random_bool(0.5) {
-        Padding::Same
-    } else {
-        Padding::Valid
-    };
-    let attrs = Conv2dAttrs {
-        strides: [s, s],
-        padding,
-        dilations: [1, 1],
-        groups,
-    };
-    (k, attrs)
 }
 
 /// A convolution with batch-norm statistics of its output (mean, then the variance around it),

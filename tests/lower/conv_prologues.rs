@@ -7,8 +7,6 @@
 //! without prologues — at every SIMD level the machine has (the direct kernels at `avx2` and
 //! `avx512`, im2col at `scalar` and for grouped convolutions).
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use towerpack::backend::cpu::kernels::SimdLevel;
 use towerpack::backend::cpu::{CpuOptions, CpuSession};
 use towerpack::backend::reference::ReferenceSession;
@@ -17,62 +15,14 @@ use towerpack::ir::*;
 use towerpack::lower::{KernelKind, LowerOptions};
 use towerpack::tensor::HostTensor;
 
-use crate::channel_reductions::{BATCH, Case, random_conv};
+use crate::prologue_case::{self, BATCH};
 
-/// Case `seed`: its graph, feeds and step (fetching the convolution, the filter gradient and the
-/// residual sum; never the applied value itself, which would have to be written out).
+/// Case `seed` (`tests/prologue_case`): its graph, feeds and step (fetching the convolution, the
+/// filter gradient and the residual sum; never the applied value itself, which would have to be
+/// written out).
 fn case(seed: u64) -> (Graph, Vec<Feed>, Step) {
-    let mut c = Case {
-        g: Graph::new(),
-        feeds: Vec::new(),
-        fetches: Vec::new(),
-        rng: ChaCha8Rng::seed_from_u64(seed),
-    };
-    let channels = [1, 3, 4, 16, 17, 32][c.rng.random_range(0..6)];
-    let (h, w) = (c.rng.random_range(3..9), c.rng.random_range(3..9));
-    let x = c.input(&[h, w, channels]);
-    // The apply: a chain of per-channel operations (batch norm's is sub, mul, mul, add, relu).
-    let mut a = x;
-    for _ in 0..c.rng.random_range(1..5) {
-        let op = [BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Add][c.rng.random_range(0..3)];
-        let v = c.constant(&[channels]);
-        a = c.add("apply", Op::Binary(op), &[a, v]);
-    }
-    if c.rng.random_bool(0.7) {
-        a = c.add("relu", Op::Unary(UnaryOp::Relu), &[a]);
-    }
-    let groups = if channels % 2 == 0 && c.rng.random_bool(0.25) {
-        2
-    } else {
-        1
-    };
-    let outs = groups * c.rng.random_range(1..9);
-    let (k, attrs) = random_conv(&mut c.rng, groups);
-    let filter = c.constant(&[k, k, channels / groups, outs]);
-    let y = c.add("conv", Op::Conv2d(attrs), &[a, filter]);
-    let y_dims = c.g.value_type(y).shape.resolve(BATCH);
-    let dy = c.input(&y_dims[1..]);
-    let dw = c.add(
-        "filter_grad",
-        Op::Conv2dBackpropFilter {
-            attrs,
-            filter_hw: [k, k],
-        },
-        &[a, dy],
-    );
-    // A residual add of `a` in the epilogue of the input gradient of `y` (which depends on
-    // `a`, so the add cannot join the apply's group as it can a value computed beside it).
-    let dx = c.add(
-        "input_grad",
-        Op::Conv2dBackpropInput {
-            attrs,
-            input_hw: [h, w],
-        },
-        &[y, filter],
-    );
-    let residual = c.add("residual", Op::Binary(BinaryOp::Add), &[dx, a]);
-    let step = Step::new(vec![y, dw, residual], Vec::new());
-    (c.g, c.feeds, step)
+    let c = prologue_case::case(seed);
+    (c.g, c.feeds, c.step)
 }
 
 fn close(what: &str, got: &HostTensor, want: &HostTensor) -> Result<(), String> {

@@ -13,6 +13,8 @@ use cuda_common as model_steps;
 #[cfg(not(feature = "cuda"))]
 #[path = "../model_steps/mod.rs"]
 mod model_steps;
+#[path = "../prologue_case/mod.rs"]
+mod prologue_case;
 #[path = "../training_graphs/mod.rs"]
 mod training_graphs;
 
