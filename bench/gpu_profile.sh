@@ -11,7 +11,9 @@
 #      the folders alternated, --rounds rounds (default 2): an A/B of two builds in one run;
 #      and the first folder's again with TOWERPACK_CUDA_WINDOWS=0 (bin `<folder>-nowindow`:
 #      the same build with the convolutions' shared-memory windows off — the stride-1 forward
-#      and input-gradient ones and the filter gradients');
+#      and input-gradient ones and the filter gradients') and with TOWERPACK_CUDA_PROLOGUES=1
+#      (bin `<folder>-prologue`: batch norm's apply and ReLU computed by the convolutions as
+#      they stage their input, not written out; never under tf32);
 #      then the first folder's again with --bench-fetch-every 1 and 10 (a progress bar fetching
 #      the cost with every step, as tensorpack's does, and with every 10th, as ours does by
 #      default); all in DIR/bench.jsonl;
@@ -87,6 +89,9 @@ for round in $(seq 1 "$rounds"); do
   for p in $precisions; do
     for b in $bins; do bench_one "$b" "$p" "$round"; done
     (export TOWERPACK_CUDA_WINDOWS=0; bench_one "${bins%% *}" "$p" "$round" "" -nowindow)
+    if [ "$p" != tf32 ]; then
+      (export TOWERPACK_CUDA_PROLOGUES=1; bench_one "${bins%% *}" "$p" "$round" "" -prologue)
+    fi
   done
 done
 for p in $precisions; do

@@ -9,14 +9,18 @@
 //   TP_OUT_H, TP_OUT_W, TP_OUT_C, TP_K_H, TP_K_W, TP_STRIDE_H, TP_STRIDE_W, TP_DIL_H, TP_DIL_W,
 //   TP_PAD_TOP, TP_PAD_LEFT, TP_GROUPS: compile-time, so divisions are multiplications), the
 //   GEMM constants of gemm_core.cuh, struct tp_params { x, filter, epilogue operands, outputs,
-//   workspace }, tp_epilogue. Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups * TP_SPLIT_K).
+//   workspace }, tp_epilogue; with TP_PROLOGUE, tp_prologue(p, flat, x) computes x (a
+//   convolution prologue: gemm_core.cuh).
+// Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups * TP_SPLIT_K).
 
 #define TP_CG (TP_IN_C / TP_GROUPS)
 #define TP_OG (TP_OUT_C / TP_GROUPS)
 
 struct tp_conv_fwd_a {
     const float* x;
+    const tp_params& p;  // the prologue's operands (TP_PROLOGUE)
     enum { K_FAST = true, VEC = TP_VEC_A, K_RUN = TP_CG, K_TILE = 0 };  // a tap's channels
+    enum { PROLOGUE = TP_PROLOGUE };
     struct Line {
         const float* image;
         int ih0, iw0;
@@ -85,7 +89,7 @@ struct tp_conv_fwd_out {
 extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d(const tp_params p) {
     // One group: g is the constant 0, not a value ptxas keeps live across the K loop.
     const int g = TP_GROUPS == 1 ? 0 : blockIdx.z / TP_SPLIT_K, split = blockIdx.z % TP_SPLIT_K;
-    const tp_conv_fwd_a la = {p.x + g * TP_CG};
+    const tp_conv_fwd_a la = {p.x + g * TP_CG, p};
     const tp_conv_fwd_b lb = {p.filter + g * TP_OG};
     constexpr int M = TP_BATCH * TP_OUT_H * TP_OUT_W, K = TP_K_H * TP_K_W * TP_CG;
     const int m0 = blockIdx.x * TP_BM, n0 = blockIdx.y * TP_BN;

@@ -6,7 +6,8 @@
 // TP_SPLIT_K blocks per tile whose partial tiles are combined in a fixed order
 // (kernels/split.cuh): enough blocks to fill the device, the same bits on every run.
 //
-// Generated hooks: as conv2d.cu, with pointers x and dy; tp_epilogue stores dw.
+// Generated hooks: as conv2d.cu, with pointers x and dy; tp_epilogue stores dw; with
+// TP_PROLOGUE, tp_prologue computes x as conv2d.cu's does (both paths below).
 // Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups * TP_SPLIT_K).
 //
 // With TP_FWIN (tensor cores, dilation 1, one group, output channels in multiples of 16:
@@ -79,10 +80,11 @@ enum {
 
 // Copies COUNT source vectors of VEC floats into the window, PER_PIXEL a pixel: vector e from
 // src(e) (null: zeros) to elements dst + e / PER_PIXEL * FW_ROW + e % PER_PIXEL * VEC
-// (pixel-major). 16-bit windows through registers (cp.async cannot convert), GROUP vectors a
-// thread in flight at once; TF32 ones with cp.async (the caller commits and waits).
-template <int VEC, int PER_PIXEL, int COUNT, int GROUP, class Src>
-TP_DEV void tp_fw_copy(const Src& src, tp_fw_elem* dst) {
+// (pixel-major), each through prep(source, value) once loaded (x's prologue; dy's is none).
+// 16-bit windows through registers (cp.async cannot convert), GROUP vectors a thread in flight
+// at once; TF32 ones with cp.async (the caller commits and waits; no prologue).
+template <int VEC, int PER_PIXEL, int COUNT, int GROUP, class Src, class Prep>
+TP_DEV void tp_fw_copy(const Src& src, const Prep& prep, tp_fw_elem* dst) {
 #if TP_ROUND
     constexpr int PER = (COUNT + TP_BLOCK - 1) / TP_BLOCK;
 #pragma unroll 1
@@ -101,6 +103,8 @@ TP_DEV void tp_fw_copy(const Src& src, tp_fw_elem* dst) {
         for (int d = 0; d < GROUP; ++d) {
             const int e = threadIdx.x + (j0 + d) * TP_BLOCK;
             if (j0 + d < PER && e < COUNT) {
+                // The source again (arithmetic), now that the loads have landed.
+                v[d] = prep(src(e), v[d]);
                 tp_fw_elem* to = dst + e / PER_PIXEL * FW_ROW + e % PER_PIXEL * VEC;
                 if constexpr (VEC == 4)
                     *reinterpret_cast<uint2*>(to) =
@@ -111,6 +115,7 @@ TP_DEV void tp_fw_copy(const Src& src, tp_fw_elem* dst) {
         }
     }
 #else
+    static_assert(!TP_PROLOGUE, "cp.async cannot compute a prologue");
     if constexpr (VEC == 1) {
         // Rolled: unrolled, ptxas keeps every copy's address at once and spills (conv0's x).
 #pragma unroll 1
@@ -123,11 +128,43 @@ TP_DEV void tp_fw_copy(const Src& src, tp_fw_elem* dst) {
 #endif
 }
 
+// What tp_fw_copy does to x's loaded elements: its prologue (TP_PROLOGUE), from their source;
+// copied 4 channels at a time, a thread's are the same 4 of every pixel (ci0 + 4 (thread % 4):
+// the block and FW_XV are multiples of 4), whose per-channel operands it holds.
+struct tp_fw_x_prep {
+    const tp_params& p;
+#if TP_PROLOGUE
+    tp_pro_held held;
+    TP_DEV float operator()(const float* from, float v) const {
+        return tp_prologue_from(p, from, v);
+    }
+    TP_DEV float4 operator()(const float* from, float4 v) const {
+        return tp_prologue_held_from(p, held, from, v);
+    }
+#else
+    template <class V>
+    TP_DEV V operator()(const float*, V v) const { return v; }
+#endif
+};
+// ... and to dy's: nothing.
+struct tp_fw_as_is {
+    template <class V>
+    TP_DEV V operator()(const float*, V v) const { return v; }
+};
+
 // Loads window `window` of the block's channels (x and dy start at ci0 and co0) into shared
 // memory (`win`: FW_FLOATS floats) and waits for it; 16-bit windows GROUP vectors a thread at a
-// time.
+// time. x's elements go through the prologue (TP_PROLOGUE: its per-channel operands read once
+// a window; held across the block's windows, beside the accumulators, they spill), dy's as
+// they are.
 template <int GROUP>
-TP_DEV void tp_fw_fill(const float* x, const float* dy, int ci0, int window, tp_fw_elem* win) {
+TP_DEV void tp_fw_fill(const tp_params& p, const float* x, const float* dy, int ci0, int window,
+                       tp_fw_elem* win) {
+#if TP_PROLOGUE
+    const tp_fw_x_prep prep{p, tp_prologue_hold(p, ci0 + threadIdx.x % 4 * 4)};
+#else
+    const tp_fw_x_prep prep{p};
+#endif
     const int n = window / (TP_OUT_H / TP_FWIN_ROWS);
     const int oh0 = window % (TP_OUT_H / TP_FWIN_ROWS) * TP_FWIN_ROWS;
     tp_fw_copy<TP_VEC_A, FW_XV, FW_X * FW_XV, GROUP>(
@@ -138,12 +175,12 @@ TP_DEV void tp_fw_fill(const float* x, const float* dy, int ci0, int window, tp_
             if (ih < 0 || ih >= TP_IN_H || iw < 0 || iw >= TP_IN_W || ci0 + c >= TP_IN_C) return nullptr;
             return x + (((tp_idx)n * TP_IN_H + ih) * TP_IN_W + iw) * TP_IN_C + c;
         },
-        win);
+        prep, win);
     tp_fw_copy<4, 4, FW_DY * 4, GROUP>(
         [&](int e) -> const float* {
             return dy + (((tp_idx)n * TP_OUT_H + oh0) * TP_OUT_W + e / 4) * TP_OUT_C + e % 4 * 4;
         },
-        win + FW_X * FW_ROW);
+        tp_fw_as_is{}, win + FW_X * FW_ROW);
 #if !TP_ROUND
     tp_copy_commit();
     tp_copy_wait_all();
@@ -246,7 +283,7 @@ extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_filter(const tp_par
     // spills).
     int w = split * TP_FWIN_PER;
     tp_fw_zero_channels(win);
-    tp_fw_fill<4>(x, dy, ci0, w, win);
+    tp_fw_fill<4>(p, x, dy, ci0, w, win);
     float c[FW_TAPS][4];
 #pragma unroll
     for (int tap = 0; tap < FW_TAPS; ++tap)
@@ -257,7 +294,8 @@ extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_filter(const tp_par
         tp_fw_multiply(win, c, q, nf);
         __syncthreads();  // every warp is past its reads before the next window (or the tile)
         if (++w >= w1) break;
-        tp_fw_fill<2>(x, dy, ci0, w, win);
+        // (One at a time with a prologue: its operands take the registers of the second.)
+        tp_fw_fill<TP_PROLOGUE ? 1 : 2>(p, x, dy, ci0, w, win);
     }
     // The quarters' accumulators, added in order q = 0..3 into the tile: rows tap * 16 + g (+8),
     // columns nf * 8 + 2t (+1) (the m16n8 accumulator layout).
@@ -293,6 +331,8 @@ extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_filter(const tp_par
 
 struct tp_conv_bwd_filter_a {
     const float* x;
+    const tp_params& p;  // the prologue's operands (TP_PROLOGUE)
+    enum { PROLOGUE = TP_PROLOGUE };
     // With TP_OUT_W a multiple of TP_BK, a K tile's pixels lie in one output row: the input row
     // they read is found once per tile (K_TILE), and each pixel is a step along it.
     enum { K_FAST = false, VEC = TP_VEC_A, K_RUN = 1, K_TILE = TP_OUT_W % TP_BK == 0 };
@@ -350,7 +390,7 @@ struct tp_conv_bwd_filter_out {
 extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_filter(const tp_params p) {
     // One group: g is the constant 0, not a value ptxas keeps live across the K loop.
     const int g = TP_GROUPS == 1 ? 0 : blockIdx.z / TP_SPLIT_K, split = blockIdx.z % TP_SPLIT_K;
-    const tp_conv_bwd_filter_a la = {p.x + g * TP_CG};
+    const tp_conv_bwd_filter_a la = {p.x + g * TP_CG, p};
     const tp_conv_bwd_filter_b lb = {p.dy + g * TP_OG};
     constexpr int M = TP_K_H * TP_K_W * TP_CG, K = TP_BATCH * TP_OUT_H * TP_OUT_W;
     const int m0 = blockIdx.x * TP_BM, n0 = blockIdx.y * TP_BN;

@@ -33,6 +33,19 @@
 // (k past k_end, a line past the extent) and then loads it predicated on both (tp_keep_if,
 // tp_vec::load_or_zero), so that no branch separates a thread's loads and they go out together.
 //
+// Prologues (TP_PROLOGUE = 1: a convolution whose input x its prologue computes as it is read,
+// batch norm's apply and ReLU; render/fused.rs prologue): a loader of x says PROLOGUE = 1 and
+// holds the kernel's parameters (`p`). Its operand then remembers, per slot, the flat index in
+// x of the slot's first element (TP_NO_ELEMENT: zeros), and before the loaded registers go
+// into a stage (prepare) each element becomes tp_prologue(p, flat, value): after the compute on
+// the current stage, so the prologue's arithmetic does not hold up the loads in flight. The
+// windows (forward and filter gradient) apply it as they store what they loaded, a thread's
+// per-channel operands read once (tp_prologue_hold: it copies the same 4 channels of every
+// pixel). Padding stays zero (it pads the prologue's result, not its operand). A vector's 4
+// elements are consecutive channels of a pixel (along k or along the lines). The cp.async
+// copies of TF32's f32 stages write shared memory directly and cannot compute it: a prologue
+// kernel takes the SIMT tiles there (render/fixed.rs prologue_target).
+//
 // After the loop, tp_gemm_output hands the tile to the epilogue. Split-K (TP_SPLIT_K > 1:
 // blockIdx.z = z * TP_SPLIT_K + split, each split covering TP_K_CHUNK of K) first combines the
 // splits' partial tiles in a fixed order (kernels/split.cuh) and only the combining block goes
@@ -141,6 +154,54 @@ struct tp_vec<4> {
 #define TP_ROUND 0
 #endif
 static_assert(TP_ROUND >= 0 && TP_ROUND <= 2, "TP_ROUND is 0 (none), 1 (bf16) or 2 (f16)");
+#ifndef TP_PROLOGUE
+#define TP_PROLOGUE 0
+#endif
+static_assert(!(TP_PROLOGUE && TP_TF32 && !TP_ROUND),
+              "TF32 stages are filled by cp.async, which cannot compute a prologue");
+
+// Loader L's PROLOGUE (0 where it does not say).
+template <class L, class = void>
+struct tp_has_prologue {
+    enum { value = 0 };
+};
+template <class L>
+struct tp_has_prologue<L, decltype(void(L::PROLOGUE))> {
+    enum { value = L::PROLOGUE };
+};
+
+// The flat index of no element (a zero: padding, past the extent or k_end): tp_idx is unsigned.
+#define TP_NO_ELEMENT (~(tp_idx)0)
+
+#if TP_PROLOGUE
+// x's element `flat` as the kernel multiplies it: its prologue's result, or zero for
+// TP_NO_ELEMENT. Branch-free: the prologue reads its operands at element 0 for a zero.
+TP_DEV float tp_prologue_at(const tp_params& p, tp_idx flat, float v) {
+    const bool none = flat == TP_NO_ELEMENT;
+    const float r = tp_prologue(p, none ? 0 : flat, v);
+    return none ? 0.0f : r;
+}
+// The same for 4 consecutive channels of a pixel from `flat` (the first a multiple of 4):
+// tp_prologue4 reads a per-channel operand once for the four.
+TP_DEV float4 tp_prologue_at(const tp_params& p, tp_idx flat, float4 v) {
+    const bool none = flat == TP_NO_ELEMENT;
+    const float4 r = tp_prologue4(p, none ? 0 : flat, v);
+    return none ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : r;
+}
+// x's element at `a` (null: a zero) through the prologue.
+template <class V>
+TP_DEV V tp_prologue_from(const tp_params& p, const float* a, V v) {
+    return tp_prologue_at(p, a ? (tp_idx)(a - p.x) : TP_NO_ELEMENT, v);
+}
+// 4 consecutive channels at `a` (null: zeros) through the prologue, its per-channel operands
+// held for those channels (`h`: tp_prologue_hold at any element of them) — for a thread that
+// copies the same 4 channels of many pixels, which then reads them once.
+TP_DEV float4 tp_prologue_held_from(const tp_params& p, const tp_pro_held& h, const float* a,
+                                    float4 v) {
+    const float4 r = tp_prologue4_held(p, h, a ? (tp_idx)(a - p.x) : 0, v);
+    return a ? r : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+#endif
 
 // An operand as the GEMM multiplies it: with TP_ROUND = 1 rounded to bfloat16, with 2 to IEEE
 // half (to nearest, ties to even, kept as a float: exactly the CPU backend's HalfFormat::round),
@@ -282,9 +343,18 @@ struct tp_operand {
     static TP_DEV int at(int k, int mn) { return LINE_MAJOR ? mn * ROW + k : k * ROW + mn; }
 #endif
     typedef tp_vec<VEC> V;
+    enum { PROLOGUE = tp_has_prologue<L>::value };
     typename L::Line line;
     bool live;
     typename V::type v[SLOTS];
+    // PROLOGUE: the flat index in x of each slot's first element, TP_NO_ELEMENT for zeros
+    // (load, prepare).
+    tp_idx from[PROLOGUE ? SLOTS : 1];
+
+    // Slot s's vector comes from address `a` (null: zeros), for the prologue.
+    TP_DEV void note(const L& l, int s, const float* a) {
+        if constexpr (PROLOGUE) from[s] = a ? (tp_idx)(a - l.p.x) : TP_NO_ELEMENT;
+    }
 
     static TP_DEV int slot_mn() { return threadIdx.x % LINES * (L::K_FAST ? 1 : VEC); }
     static TP_DEV int slot_k(int s) {
@@ -351,6 +421,11 @@ struct tp_operand {
             for (int s = 0; s < SLOTS; ++s) runs[s] = quad_run(r, s);
 #pragma unroll
             for (int s = 0; s < SLOTS; ++s) v[s] = V::load_if(runs[s] != 0, quad_vector(runs[s], s));
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) {
+                const unsigned long long a = runs[s] ? quad_vector(runs[s], s) : 0;
+                note(l, s, reinterpret_cast<const float*>(a));
+            }
         } else if constexpr (RUN) {
             const float* a = run(l, k0, k_end);
             if (a) {
@@ -361,12 +436,16 @@ struct tp_operand {
 #pragma unroll
                 for (int s = 0; s < SLOTS; ++s) v[s] = V::zero();
             }
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s) note(l, s, a ? a + slot_k(s) : nullptr);
         } else if constexpr (L::K_TILE) {
             const typename L::Tile t = l.tile(line, k0);
             const bool inside = live & (k0 < k_end);
 #pragma unroll
             for (int s = 0; s < SLOTS; ++s) {
-                v[s] = V::load_or_zero(tp_keep_if(inside & slot_used(s), l.at(line, t, slot_k(s))));
+                const float* a = tp_keep_if(inside & slot_used(s), l.at(line, t, slot_k(s)));
+                v[s] = V::load_or_zero(a);
+                note(l, s, a);
             }
         } else {
 #pragma unroll
@@ -374,9 +453,20 @@ struct tp_operand {
                 const int k = k0 + slot_k(s);
                 // The address whatever the guards say (the loader's arithmetic, never read
                 // where they fail), so that no branch separates the slots' loads.
-                v[s] = V::load_or_zero(
-                    tp_keep_if(live & slot_used(s) & (k < k_end), l.at(line, k)));
+                const float* a = tp_keep_if(live & slot_used(s) & (k < k_end), l.at(line, k));
+                v[s] = V::load_or_zero(a);
+                note(l, s, a);
             }
+        }
+    }
+
+    // The loaded registers as the GEMM multiplies them: through the loader's prologue, if it
+    // has one (after the loads have landed, just before the registers go into a stage).
+    TP_DEV void prepare(const L& l) {
+        if constexpr (PROLOGUE) {
+#pragma unroll
+            for (int s = 0; s < SLOTS; ++s)
+                if (slot_used(s)) v[s] = tp_prologue_at(l.p, from[s], v[s]);
         }
     }
 
@@ -429,6 +519,7 @@ struct tp_operand {
     // copy; zeros (padding, rows past the extent, k at or past k_end) are stored directly. The
     // caller commits the group.
     TP_DEV void copy_async(const L& l, int k0, int k_end, float* sh) const {
+        static_assert(!PROLOGUE, "cp.async cannot compute a prologue");
         if constexpr (QUAD) {
             const float* r = run(l, k0, k_end);
 #pragma unroll
@@ -491,6 +582,8 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
         for (int j = 0; j < TP_TN; ++j) acc[i][j] = 0.0f;
     a.load(la, k0, k1);
     b.load(lb, k0, k1);
+    a.prepare(la);
+    b.prepare(lb);
     a.store(as[0]);
     b.store(bs[0]);
     __syncthreads();
@@ -512,6 +605,8 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
                 for (int j = 0; j < TP_TN; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
         }
         if (more) {
+            a.prepare(la);
+            b.prepare(lb);
             a.store(as[cur ^ 1]);
             b.store(bs[cur ^ 1]);
         }
@@ -702,6 +797,12 @@ struct tp_window {
         // PASS per thread in flight at once (more would not fit 64 registers: 32 channels over
         // 18 x 18 pixels are 11 a thread), each rounded into it; B in groups of 3 K tiles.
         constexpr int PER = (VECS + TP_BLOCK - 1) / TP_BLOCK, PASS = 6;
+#if TP_PROLOGUE
+        // A thread copies channels 4q.. of its pixels, q the same for all of them (C / 4
+        // divides the block): the prologue's per-channel operands for them, read once.
+        static_assert(TP_BLOCK % (C / 4) == 0, "a thread's vectors are the same 4 channels");
+        const tp_pro_held held = tp_prologue_hold(la.p, 4 * (threadIdx.x % (C / 4)));
+#endif
 #pragma unroll
         for (int j0 = 0; j0 < PER; j0 += PASS) {
             float4 v[PASS];
@@ -715,9 +816,15 @@ struct tp_window {
 #pragma unroll
             for (int j = 0; j < PASS; ++j) {
                 const int e = threadIdx.x + (j0 + j) * TP_BLOCK, px = e / (C / 4), q = e % (C / 4);
-                if (j0 + j < PER && e < VECS)
+                if (j0 + j < PER && e < VECS) {
+#if TP_PROLOGUE
+                    // The source again (arithmetic), now that the loads have landed.
+                    const float* src = la.win_source(m0, px);
+                    v[j] = tp_prologue_held_from(la.p, held, src ? src + 4 * q : nullptr, v[j]);
+#endif
                     *reinterpret_cast<uint2*>(win + px * ROW + 4 * q) =
                         make_uint2(tp_pack16(v[j].x, v[j].y), tp_pack16(v[j].z, v[j].w));
+                }
             }
         }
         constexpr int GROUP = 3;
@@ -736,6 +843,7 @@ struct tp_window {
                 if (t0 + d < tiles) part[d].store16(bs + (t0 + d) * OB::STAGE);
         }
 #else
+        static_assert(!tp_has_prologue<LA>::value, "cp.async cannot compute a prologue");
         for (int e = threadIdx.x; e < VECS; e += TP_BLOCK) {
             const int px = e / (C / 4), q = e % (C / 4);
             const float* src = la.win_source(m0, px);
@@ -880,6 +988,8 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
     // into the other stage (store16); one barrier per K tile.
     a.load(la, k0, k1);
     b.load(lb, k0, k1);
+    a.prepare(la);
+    b.prepare(lb);
     a.store16(as(0));
     b.store16(bs(0));
     __syncthreads();
@@ -920,6 +1030,8 @@ TP_DEV void tp_gemm_tile(const LA& la, const LB& lb, int M, int N, int k0, int k
             for (int j = 0; j < TP_NI; ++j) tp_mma16(c[i][j], af[i], bf[j]);
         // The other stage was last read before the barrier ending the previous tile.
         if (more) {
+            a.prepare(la);
+            b.prepare(lb);
             a.store16(as(cur ^ 1));
             b.store16(bs(cur ^ 1));
         }

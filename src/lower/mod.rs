@@ -86,8 +86,9 @@ pub struct LowerOptions {
     /// Let convolutions compute their input as they read it (a [`Prologue`]: batch norm's apply
     /// and ReLU) instead of an elementwise kernel writing it out and every reader loading it
     /// back; readers that are fused expressions recompute it inline (needs `fuse`). The CPU
-    /// backend runs them; the CUDA kernels have no prologues yet, so the CUDA backend lowers
-    /// without them whatever this says.
+    /// backend runs them; the CUDA backend only where `CudaOptions::conv_prologues` asks (off by
+    /// default) and never under [`Precision::Tf32`]; otherwise it lowers without them whatever
+    /// this says.
     pub conv_prologues: bool,
     /// Let the kernel computing a variable's new value write it straight into the variable's
     /// storage when nothing reads the old value afterwards (else a write-back copies it at the

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use towerpack::backend::cuda::nvrtc::{Arch, Compiler};
 use towerpack::backend::cuda::render::{self, KernelPlan, RenderedKernel};
-use towerpack::lower::{Precision, Program};
+use towerpack::lower::{LowerOptions, Precision, Program};
 
 fn compiler() -> &'static Compiler {
     static C: OnceLock<Compiler> = OnceLock::new();
@@ -155,6 +155,55 @@ fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
             insta::assert_snapshot!(format!("cuda_registers_{name}"), table);
         });
     }
+}
+
+/// The convolutions with prologues of ResNet-20's b128 training step (`CudaOptions::
+/// conv_prologues`, off by default), in f32 (SIMT tiles) and bf16 (the tensor cores, the 16
+/// forward windows and 19 filter-gradient windows), assemble for sm_80 and sm_90 without
+/// spills: their loaders hold where each slot came from and the prologue's operands, so their
+/// launch bounds give them 3 blocks where the others take 4 (`render/fixed.rs min_blocks`).
+#[test]
+fn every_prologue_kernel_of_resnet20_b128_assembles_without_spills() {
+    let mut spills = Vec::new();
+    for precision in [Precision::Fp32, Precision::Bf16] {
+        let tg = cuda_common::resnet20();
+        let options = towerpack::backend::cuda::CudaOptions {
+            conv_prologues: true,
+            lower: LowerOptions {
+                precision,
+                ..LowerOptions::default()
+            },
+            ..Default::default()
+        };
+        let p =
+            towerpack::lower::lower(&tg.graph, &tg.step, 128, &options.lowering()).expect("lower");
+        let kernels: Vec<_> = distinct(&p)
+            .into_iter()
+            .filter(|(_, (r, _))| r.generated.contains("#define TP_PROLOGUE 1"))
+            .collect();
+        let launches: usize = kernels.iter().map(|(_, (_, ids))| ids.len()).sum();
+        assert_eq!(
+            launches, 38,
+            "{precision}: 19 forward convolutions, 19 filter gradients"
+        );
+        for (source, (_, ids)) in &kernels {
+            for arch in [Arch(80), Arch(90)] {
+                let (rep, spilled) = assembled(&p, ids, source, arch);
+                if spilled {
+                    spills.push(format!(
+                        "{precision}: {} on {}: {rep:?}",
+                        label(&p, ids),
+                        arch.sm()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        spills.is_empty(),
+        "register spills or stack use:\n{}",
+        spills.join("\n")
+    );
 }
 
 /// The GEMM-family kernels (convolutions and matrix products) of ResNet-20's b128 training
@@ -651,31 +700,66 @@ fn every_gemm_tile_assembles_without_spills_and_multiplies_on_the_emulated_devic
     });
 }
 
-/// A program lowered with convolution prologues (`LowerOptions::conv_prologues`, the CPU's
-/// default) does not render for CUDA, whose kernels have none: a typed error naming the kernel
-/// and the option, never a panic; `CudaOptions::lowering` turns them off.
+/// Convolution prologues (`LowerOptions::conv_prologues`, the CPU's default) render for CUDA:
+/// the forward convolutions and filter gradients of ResNet-20 in f32, bf16 and TF32 — TF32's on
+/// the SIMT tiles, since its tensor-core tiles copy x with `cp.async` and cannot compute it on
+/// the way. The CUDA session lowers with them only where `CudaOptions::conv_prologues` asks,
+/// and never under TF32.
 #[test]
-fn a_convolution_with_a_prologue_is_a_render_error_naming_the_option() {
+fn convolution_prologues_render_and_tf32_s_on_the_simt_tiles() {
     let tg = cuda_common::resnet20();
-    let cpu = towerpack::lower::lower(&tg.graph, &tg.step, 2, &Default::default()).expect("lower");
-    let errors: Vec<String> = (0..cpu.kernels.len())
-        .filter(|&i| cpu.kernels[i].kind.prologue().is_some())
-        .map(|i| match render::render_kernel(&cpu, i) {
-            Ok(_) => panic!("kernel {} rendered with its prologue", cpu.kernels[i].name),
-            Err(e) => e.to_string(),
-        })
-        .collect();
-    assert_eq!(
-        errors.len(),
-        38,
-        "ResNet-20: 19 convolutions, forward and filter gradient"
-    );
-    assert!(
-        errors[0].contains("prologue") && errors[0].contains("conv_prologues"),
-        "{}",
-        errors[0]
-    );
-    let cuda = towerpack::backend::cuda::CudaOptions::default().lowering();
-    let p = towerpack::lower::lower(&tg.graph, &tg.step, 2, &cuda).expect("lower");
-    assert!(p.kernels.iter().all(|k| k.kind.prologue().is_none()));
+    for precision in [Precision::Fp32, Precision::Bf16, Precision::Tf32] {
+        // f32 activations, as the CUDA kernels read them.
+        let options = LowerOptions {
+            precision,
+            half_activations: false,
+            ..LowerOptions::default()
+        };
+        let p = towerpack::lower::lower(&tg.graph, &tg.step, 2, &options).expect("lower");
+        let ks: Vec<usize> = (0..p.kernels.len())
+            .filter(|&i| p.kernels[i].kind.prologue().is_some())
+            .collect();
+        assert_eq!(
+            ks.len(),
+            38,
+            "ResNet-20: 19 convolutions, forward and filter gradient"
+        );
+        for i in ks {
+            let name = &p.kernels[i].name;
+            let generated = match render::render_kernel(&p, i) {
+                Ok(KernelPlan::Launch(r)) => r.generated,
+                Ok(_) => panic!("{precision:?}: {name}: not a launch"),
+                Err(e) => panic!("{precision:?}: {name}: {e}"),
+            };
+            assert!(
+                generated.contains("#define TP_PROLOGUE 1") && generated.contains("tp_prologue("),
+                "{precision:?}: {name}: no prologue hook"
+            );
+            let tensor = generated.contains("#define TP_TF32 1");
+            let want = precision == Precision::Bf16;
+            assert_eq!(
+                tensor, want,
+                "{precision:?}: {name}: tensor-core tiles {tensor}"
+            );
+        }
+    }
+    let session = |conv_prologues, precision| {
+        let options = towerpack::backend::cuda::CudaOptions {
+            conv_prologues,
+            lower: LowerOptions {
+                precision,
+                ..LowerOptions::default()
+            },
+            ..Default::default()
+        };
+        let p =
+            towerpack::lower::lower(&tg.graph, &tg.step, 2, &options.lowering()).expect("lower");
+        p.kernels
+            .iter()
+            .filter(|k| k.kind.prologue().is_some())
+            .count()
+    };
+    assert_eq!(session(false, Precision::Bf16), 0, "off by default");
+    assert_eq!(session(true, Precision::Bf16), 38);
+    assert_eq!(session(true, Precision::Tf32), 0, "never under TF32");
 }

@@ -15,6 +15,7 @@ mod emu_faults;
 mod emu_half;
 mod emu_kernels;
 mod emu_ops;
+mod emu_prologues;
 mod emu_split;
 mod emu_tf32;
 mod emu_training;

@@ -22,4 +22,6 @@ pub mod render;
 pub mod session;
 
 pub use error::CudaError;
-pub use session::{CudaOptions, CudaSession, PoisonScratch};
+pub use session::{
+    CudaOptions, CudaSession, PROLOGUES_ENV, PoisonScratch, prologues_from_environment,
+};

@@ -23,7 +23,7 @@ use crate::backend::binding::{self, ProgramCache};
 pub use crate::backend::poison::PoisonScratch;
 use crate::backend::{BackendError, Collective, Feed, Session, Step};
 use crate::ir::{Graph, Op, Shape, TensorType, VarId, verify};
-use crate::lower::{BufferId, LowerOptions, Program, StateLayout, lower};
+use crate::lower::{BufferId, LowerOptions, Precision, Program, StateLayout, lower};
 use crate::tensor::HostTensor;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,6 +51,31 @@ pub struct CudaOptions {
     /// of each other). Default: on, unless `TOWERPACK_CUDA_WINDOWS` is `0`, `off` or `false`
     /// (to compare the two on a GPU with one build; [`launch::WINDOWS_ENV`]).
     pub conv_windows: bool,
+    /// Let convolutions compute their input as they stage it ([`LowerOptions::conv_prologues`]:
+    /// batch norm's apply and ReLU in the forward and filter-gradient loaders, bitwise the
+    /// values the elementwise kernel would have written) where [`CudaOptions::lower`] allows
+    /// them too — never under [`Precision::Tf32`], whose tiles copy x with `cp.async`. Default
+    /// off, unless `TOWERPACK_CUDA_PROLOGUES` is `1`, `on` or `true` ([`PROLOGUES_ENV`], to
+    /// compare the two on a GPU with one build): the H100 performance model prices them slower
+    /// than the launches they remove (ResNet-20 b128 bf16: 1,088 → 1,103 µs a step: the
+    /// pipelined tiles read the per-channel operands again at every tap, and the kernels keep
+    /// 3 blocks an SM to stay free of spills; docs/performance.md).
+    pub conv_prologues: bool,
+}
+
+/// The environment variable that turns convolution prologues on by default (`1`, `on` or
+/// `true`): [`CudaOptions::conv_prologues`].
+pub const PROLOGUES_ENV: &str = "TOWERPACK_CUDA_PROLOGUES";
+
+/// Whether [`PROLOGUES_ENV`] turns convolution prologues on (read once).
+pub fn prologues_from_environment() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var(PROLOGUES_ENV).is_ok_and(|v| {
+            let v = v.trim();
+            v == "1" || v.eq_ignore_ascii_case("on") || v.eq_ignore_ascii_case("true")
+        })
+    })
 }
 
 impl Default for CudaOptions {
@@ -63,19 +88,23 @@ impl Default for CudaOptions {
             graphs: true,
             poison_scratch: PoisonScratch::from_environment(),
             conv_windows: launch::windows_from_environment(),
+            conv_prologues: prologues_from_environment(),
         }
     }
 }
 
 impl CudaOptions {
     /// The lowering options the CUDA session lowers with: [`CudaOptions::lower`] less what its
-    /// kernels lack (convolution prologues, [`LowerOptions::conv_prologues`]; bf16 activation
-    /// storage), with batch norm's variances in the convolutions' epilogues
+    /// kernels lack (bf16 activation storage; convolution prologues unless
+    /// [`CudaOptions::conv_prologues`] asks for them, and never under [`Precision::Tf32`]), with
+    /// batch norm's variances in the convolutions' epilogues
     /// ([`LowerOptions::epilogue_variances`]). A program lowered with them renders; tests and
     /// reports that lower by themselves use this.
     pub fn lowering(&self) -> LowerOptions {
         LowerOptions {
-            conv_prologues: false,
+            conv_prologues: self.conv_prologues
+                && self.lower.conv_prologues
+                && self.lower.precision != Precision::Tf32,
             half_activations: false,
             epilogue_variances: true,
             ..self.lower

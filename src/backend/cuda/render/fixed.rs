@@ -4,7 +4,7 @@
 //! pooling geometry are compile-time constants (divisions by them compile to multiplications);
 //! the other kernels take theirs as fields, so one module serves every shape.
 
-use super::fused::{ReductionSlots, epilogue};
+use super::fused::{self, ReductionSlots, epilogue};
 use super::index::linear;
 use super::launch::{self, Target};
 use super::params::FieldKind;
@@ -49,6 +49,17 @@ struct Gemm {
     /// A convolution whose A operand may be read through a shared-memory window
     /// ([`ConvWindow`]), where the chosen launch allows.
     window: Option<ConvWindow>,
+    /// A convolution computing its input in a prologue: the loaders hold where each slot came
+    /// from, and the prologue's operands — 3 resident blocks where the tile would bound the
+    /// registers for 4 (at 64, ptxas 12.9 spilled 4–156 bytes of ResNet-20's bf16 prologue
+    /// kernels).
+    prologue: bool,
+}
+
+/// `TP_MIN_BLOCKS` of a launch bounded for `blocks` resident blocks: 3 instead of 4 with a
+/// prologue ([`Gemm::prologue`]).
+fn min_blocks(blocks: usize, prologue: bool) -> usize {
+    if prologue && blocks == 4 { 3 } else { blocks }
 }
 
 /// The window of `kernels/gemm_core.cuh`'s `tp_window`: a convolution of stride and dilation 1
@@ -310,14 +321,12 @@ fn tiled(
     g.push_str(&constant("TP_VEC_A", "int", if gm.vec_a { 4 } else { 1 }));
     g.push_str(&constant("TP_VEC_B", "int", if gm.vec_b { 4 } else { 1 }));
     let tensor = on_tensor_cores(gm, &t, target);
-    g.push_str(&define(
-        "TP_MIN_BLOCKS",
-        if tensor {
-            t.tensor_min_blocks()
-        } else {
-            t.min_blocks()
-        },
-    ));
+    let blocks = if tensor {
+        t.tensor_min_blocks()
+    } else {
+        t.min_blocks()
+    };
+    g.push_str(&define("TP_MIN_BLOCKS", min_blocks(blocks, gm.prologue)));
     g.push_str(&define("TP_SPLIT_K", l.split.parts));
     g.push_str(&constant("TP_K_CHUNK", "int", l.split.chunk.max(1)));
     g.push_str(&define("TP_GROUP", l.group));
@@ -401,8 +410,7 @@ fn filter_windowed(
     what: &str,
     f: &launch::FilterGradient,
     fw: &launch::FilterWindows,
-    vec_x: bool,
-    round: Option<HalfFormat>,
+    gm: &Gemm,
 ) -> Result<(LaunchDims, usize), RenderError> {
     let taps = f.kh * f.kw;
     let grid = [
@@ -423,19 +431,50 @@ fn filter_windowed(
     }
     g.push_str(&define("TP_N_WHOLE", 1));
     // x copied 4 channels at a time, or one by one.
-    g.push_str(&constant("TP_VEC_A", "int", if vec_x { 4 } else { 1 }));
+    g.push_str(&constant("TP_VEC_A", "int", if gm.vec_a { 4 } else { 1 }));
     g.push_str(&constant("TP_VEC_B", "int", 4));
-    g.push_str(&define("TP_MIN_BLOCKS", 4));
+    g.push_str(&define("TP_MIN_BLOCKS", min_blocks(4, gm.prologue)));
     g.push_str(&define("TP_SPLIT_K", fw.split));
     int_const(g, "TP_K_CHUNK", fw.per_block * fw.rows * f.out_w)?;
     g.push_str(&define("TP_GROUP", fw.group));
     g.push_str(&define("TP_EPI_RED", 0));
     g.push_str(&define("TP_TF32", 1));
-    if let Some(format) = round {
+    if let Some(format) = gm.round {
         g.push_str(&define("TP_ROUND", round_code(format)));
     }
     let workspace = split_workspace(p, f.tiles(), fw.split, fw.group, taps * 16 * 16);
     Ok((LaunchDims::blocks(grid), workspace))
+}
+
+/// The target convolution `k` (its GEMM `gm`) renders for: `target`, but without tensor cores
+/// where `k` has a prologue and would otherwise take the f32 tensor-core tiles (TF32, or a
+/// 16-bit program's GEMM whose operands were rounded before it), which copy x into shared
+/// memory with `cp.async` and so cannot compute it on the way: the SIMT tiles multiply the
+/// same f32 values exactly (`CudaOptions::lowering` lowers TF32 programs without prologues, so
+/// this is the exception, not the rule).
+fn prologue_target(k: &Kernel, gm: &Gemm, target: &Target) -> Target {
+    let copies = gm.precision.tensor_cores() && gm.round.is_none();
+    Target {
+        tensor_cores: target.tensor_cores && !(copies && k.kind.prologue().is_some()),
+        ..*target
+    }
+}
+
+/// Convolution `k`'s prologue, if it has one ([`fused::prologue`]): its operand fields in `p`,
+/// `TP_PROLOGUE` in `g`, and the returned hook for the caller to write after the parameter
+/// struct's declaration (empty without a prologue).
+fn conv_prologue(
+    program: &Program,
+    k: &Kernel,
+    cg: &ConvGeom,
+    p: &mut ParamStruct,
+    g: &mut String,
+) -> Result<String, RenderError> {
+    if k.kind.prologue().is_none() {
+        return Ok(String::new());
+    }
+    g.push_str(&define("TP_PROLOGUE", 1));
+    Ok(fused::prologue(program, k, &[cg.n, cg.h, cg.w, cg.c], p)?.unwrap_or_default())
 }
 
 /// The workspace fields of a split of K (`parts` blocks per each of `slots` output tiles of `len`
@@ -592,13 +631,6 @@ pub fn render(
     let mut g = head(program, k);
     let out0 = k.outputs[0];
     let out_len = program.buffer(out0).len();
-    if k.kind.prologue().is_some() {
-        return Err(RenderError::Unsupported(format!(
-            "`{}` computes its input in a prologue, which the CUDA kernels do not have: lower \
-             with `LowerOptions::conv_prologues` off (the CUDA session does)",
-            k.name
-        )));
-    }
     let (body, launch) = match &k.kind {
         KernelKind::MatMul(mg, _) => {
             if out_len == 0 {
@@ -631,6 +663,7 @@ pub fn render(
                     && aligned16(program, &k.inputs[1]),
                 phases: None,
                 window: None,
+                prologue: k.kind.prologue().is_some(),
             };
             let red = epilogue_reductions(k);
             let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, &red, target)?;
@@ -662,11 +695,15 @@ pub fn render(
                     && aligned16(program, &k.inputs[1]),
                 phases: None,
                 window: ConvWindow::of(cg, false),
+                prologue: k.kind.prologue().is_some(),
             };
             let red = epilogue_reductions(k);
+            let target = &prologue_target(k, &gm, target);
             let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, &red, target)?;
             workspace_bytes = ws;
+            let hook = conv_prologue(program, k, cg, &mut p, &mut g)?;
             epilogue(program, k, &mut p, &mut g)?;
+            g.push_str(&hook);
             (Body::Conv2d, launch)
         }
         KernelKind::Conv2dBackpropInput(cg, _) => {
@@ -691,6 +728,7 @@ pub fn render(
                 vec_b: vec && aligned16(program, &k.inputs[1]),
                 phases: Some(phases),
                 window: ConvWindow::of(cg, true),
+                prologue: false,
             };
             let red = epilogue_reductions(k);
             let (launch, ws) = tiled(&mut g, &mut p, &k.name, &gm, &red, target)?;
@@ -722,11 +760,11 @@ pub fn render(
                     && aligned16(program, &k.inputs[1]),
                 phases: None,
                 window: None,
+                prologue: k.kind.prologue().is_some(),
             };
+            let target = &prologue_target(k, &gm, target);
             let (launch, ws) = match filter_windows_of(cg, &gm, target) {
-                Some((f, fw)) => {
-                    filter_windowed(&mut g, &mut p, &k.name, &f, &fw, gm.vec_a, gm.round)?
-                }
+                Some((f, fw)) => filter_windowed(&mut g, &mut p, &k.name, &f, &fw, &gm)?,
                 None => tiled(
                     &mut g,
                     &mut p,
@@ -737,7 +775,9 @@ pub fn render(
                 )?,
             };
             workspace_bytes = ws;
+            let hook = conv_prologue(program, k, cg, &mut p, &mut g)?;
             epilogue(program, k, &mut p, &mut g)?;
+            g.push_str(&hook);
             (Body::Conv2dBackpropFilter, launch)
         }
         KernelKind::Pool(pg) => {

@@ -1,6 +1,7 @@
 //! Generated hooks of fused kernels: elementwise kernels (`tp_point`), reductions with a fused
-//! prologue (`tp_acc`, `tp_init`, `tp_fold`, `tp_merge`, `tp_finish`) and the epilogues of
-//! matrix products and convolutions (`tp_epilogue`).
+//! prologue (`tp_acc`, `tp_init`, `tp_fold`, `tp_merge`, `tp_finish`), the epilogues of
+//! matrix products and convolutions (`tp_epilogue`) and the prologues of convolutions
+//! (`tp_prologue`).
 
 use super::cexpr::{self, PointSource, compute_type};
 use super::index::{Axis, coordinate, linear};
@@ -389,6 +390,170 @@ pub fn epilogue(
         }
     }
     Ok(())
+}
+
+/// A convolution's prologue ([`Prologue`]): adds one read-only field per prologue input
+/// (`pro{i}`, inputs `first_input..`) to `params`, before the caller declares it, and returns
+/// the hook to write after the declaration, `tp_prologue(p, flat, x)`: x's element `flat` (over
+/// x's space `space`, NHWC) computed from its stored value `x` — operand 0, the kernel's input
+/// 0 — and the other operands read at the point through their views (per-channel values,
+/// scalars). `kernels/gemm_core.cuh` calls it as the convolution stages x. `None` without a
+/// prologue.
+///
+/// [`Prologue`]: crate::lower::Prologue
+pub fn prologue(
+    program: &Program,
+    k: &Kernel,
+    space: &[usize],
+    params: &mut ParamStruct,
+) -> Result<Option<String>, RenderError> {
+    let Some(pro) = k.kind.prologue() else {
+        return Ok(None);
+    };
+    let views = k.inputs.get(pro.first_input..).unwrap_or_default();
+    let mut operands = operand_fields(program, params, views, "pro", &[]);
+    // Its outputs are the epilogue's fields; an operand that may alias one is not read through
+    // the read-only cache.
+    for op in &mut operands {
+        op.read_only = !k
+            .outputs
+            .iter()
+            .any(|&o| overlaps(program, o, op.view.buffer));
+    }
+    let mut g =
+        String::from("TP_DEV float tp_prologue(const tp_params& p, tp_idx flat, float x) {\n");
+    let src = FlatPoint {
+        var: "flat",
+        shape: space,
+        operands: &operands,
+        own: Some("x"),
+        columns: &[],
+    };
+    let outs = cexpr::render(&pro.expr, &src, "v", "    ", &mut g)?;
+    match (outs.as_slice(), pro.expr.outputs.first()) {
+        ([x], Some(&id)) if pro.expr.dtype(id) == DType::F32 => {
+            let _ = writeln!(g, "    return {x};\n}}");
+        }
+        _ => {
+            return Err(RenderError::Unsupported(format!(
+                "`{}`: a prologue computes one f32 value per point of x",
+                k.name
+            )));
+        }
+    }
+    prologue4(program, &pro.expr, space, &operands, &mut g)?;
+    Ok(Some(g))
+}
+
+/// The four-channel hooks of a prologue: four consecutive channels of a pixel (the first a
+/// multiple of 4), a per-channel operand read as one 16-byte vector and a scalar once — both
+/// *held* (`tp_pro_held`, read by `tp_prologue_hold` at any element of the 4 channels, so that
+/// a caller whose channels do not change reads them once) — the rest at each element:
+/// `tp_prologue4_held(p, h, flat, x)` and `tp_prologue4(p, flat, x)`.
+fn prologue4(
+    program: &Program,
+    expr: &FusedExpr,
+    space: &[usize],
+    operands: &[Operand],
+    g: &mut String,
+) -> Result<(), RenderError> {
+    let channels = space.last().copied().unwrap_or(1);
+    let mut held = Vec::with_capacity(operands.len());
+    let mut hold = String::new();
+    g.push_str("struct tp_pro_held {\n");
+    for (j, op) in operands.iter().enumerate() {
+        let strides = &op.view.strides;
+        let (last, rest) = strides.split_last().map_or((0, &[][..]), |(l, r)| (*l, r));
+        let uniform = rest.iter().all(|&s| s == 0);
+        let f32_cached = op.dtype == DType::F32 && op.read_only && uniform;
+        held.push(if f32_cached && last == 0 {
+            let _ = writeln!(g, "    float s{j};");
+            let _ = writeln!(hold, "    h.s{j} = __ldg(p.{});", op.field);
+            Some(Held::Scalar(format!("h.s{j}")))
+        } else if f32_cached
+            && last == 1
+            && channels.is_multiple_of(4)
+            && super::aligned16(program, op.view)
+        {
+            let _ = writeln!(g, "    float4 q{j};");
+            let _ = writeln!(
+                hold,
+                "    h.q{j} = __ldg(reinterpret_cast<const float4*>(&p.{}[flat % {channels}]));",
+                op.field
+            );
+            Some(Held::Vector(format!("h.q{j}")))
+        } else {
+            None
+        });
+    }
+    g.push_str("};\n");
+    g.push_str("TP_DEV tp_pro_held tp_prologue_hold(const tp_params& p, tp_idx flat) {\n");
+    g.push_str("    tp_pro_held h;\n");
+    g.push_str(&hold);
+    g.push_str("    return h;\n}\n");
+    g.push_str(
+        "TP_DEV float4 tp_prologue4_held(const tp_params& p, const tp_pro_held& h, tp_idx flat, \
+         float4 x) {\n",
+    );
+    let mut lanes = Vec::with_capacity(4);
+    for (lane, c) in ["x", "y", "z", "w"].into_iter().enumerate() {
+        let var = format!("(flat + {lane})");
+        let own = format!("x.{c}");
+        let src = PrologueLane {
+            component: c,
+            held: &held,
+            point: FlatPoint {
+                var: &var,
+                shape: space,
+                operands,
+                own: Some(&own),
+                columns: &[],
+            },
+        };
+        let prefix = format!("{c}v");
+        lanes.push(cexpr::render(expr, &src, &prefix, "    ", g)?.remove(0));
+    }
+    let _ = writeln!(g, "    return make_float4({});\n}}", lanes.join(", "));
+    g.push_str(
+        "TP_DEV float4 tp_prologue4(const tp_params& p, tp_idx flat, float4 x) {\n    \
+         return tp_prologue4_held(p, tp_prologue_hold(p, flat), flat, x);\n}\n",
+    );
+    Ok(())
+}
+
+/// An operand `tp_prologue4` reads once for its four elements (a member of `tp_pro_held`).
+enum Held {
+    /// 4 consecutive channels' values: element `i` is the vector's component `i`.
+    Vector(String),
+    /// One value for all four.
+    Scalar(String),
+}
+
+/// One of the four elements of [`prologue`]'s `tp_prologue4`: operands held for the four
+/// read from there, the others at the element.
+struct PrologueLane<'a> {
+    component: &'static str,
+    held: &'a [Option<Held>],
+    point: FlatPoint<'a>,
+}
+
+impl PointSource for PrologueLane<'_> {
+    fn load(&self, operand: u16) -> Result<String, RenderError> {
+        let slot = usize::from(operand);
+        match slot.checked_sub(1).and_then(|j| self.held.get(j)) {
+            Some(Some(Held::Vector(name))) => Ok(format!("{name}.{}", self.component)),
+            Some(Some(Held::Scalar(name))) => Ok(name.clone()),
+            _ => self.point.load(operand),
+        }
+    }
+
+    fn index(&self, axis: u8) -> String {
+        self.point.index(axis)
+    }
+
+    fn flat(&self) -> String {
+        self.point.flat()
+    }
 }
 
 /// Whether finish `f` of an epilogue with `results` per-channel results reads result `j` and no
