@@ -51,8 +51,8 @@
 //!
 //! The paths: BF16 and FP16 on a device with tensor cores, with convolution windows
 //! (`CudaOptions::conv_windows`) and without, and on a device without tensor cores (compute
-//! capability 7.5, forced by a driver around the emulated one that reports it: the SIMT tiles,
-//! which round their operands too; windows need tensor cores). FP32 multiplies on the SIMT tiles
+//! capability 7.5, which the emulated driver reports when told to, `EmulatedDriver::set_arch`:
+//! the SIMT tiles, which round their operands too; windows need tensor cores). FP32 multiplies on the SIMT tiles
 //! everywhere (no tensor cores, no windows), so it runs once. The emulated devices report a few
 //! SMs (4 to 132, per case), which changes the tiles and the splits of K. Which launches the
 //! convolutions take (tensor core or SIMT, window or not) is re-rendered from the program with
@@ -73,10 +73,8 @@ use std::sync::Arc;
 use towerpack::backend::Session;
 use towerpack::backend::cpu::{CpuOptions, CpuSession, WinogradUse};
 use towerpack::backend::cuda::driver::emulated::EmulatedDriver;
-use towerpack::backend::cuda::driver::{DevicePtr, Driver, EventId, GraphId, ModuleId, PinnedId};
-use towerpack::backend::cuda::error::CudaError;
 use towerpack::backend::cuda::nvrtc::Arch;
-use towerpack::backend::cuda::render::{self, KernelPlan, LaunchDims, Target};
+use towerpack::backend::cuda::render::{self, KernelPlan, Target};
 use towerpack::backend::cuda::{CudaOptions, CudaSession};
 use towerpack::ir::*;
 use towerpack::lower::{KernelKind, LowerOptions, Precision, Program, lower};
@@ -106,7 +104,7 @@ enum Path {
     Windows,
     /// A device with tensor cores, convolution windows off (`CudaOptions::conv_windows`).
     NoWindows,
-    /// A device without tensor cores ([`NoTensorCores`]): the SIMT tiles.
+    /// A device without tensor cores (`EmulatedDriver::set_arch` 7.5): the SIMT tiles.
     Simt,
 }
 
@@ -149,150 +147,6 @@ fn session_target(dev: &CudaSession, windows: bool) -> Target {
     }
 }
 
-/// The emulated driver reporting compute capability 7.5: a device without the tensor cores
-/// (`prepared.rs` renders for `arch ≥ 8.0`), so BF16/FP16 GEMMs take the SIMT tiles. Everything
-/// else is the emulated driver's.
-struct NoTensorCores(EmulatedDriver);
-
-impl Driver for NoTensorCores {
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-    fn devices(&self) -> usize {
-        self.0.devices()
-    }
-    fn arch(&self, _device: usize) -> Arch {
-        Arch(75)
-    }
-    fn load_module(&self, device: usize, ptx: &str) -> Result<ModuleId, CudaError> {
-        self.0.load_module(device, ptx)
-    }
-    fn alloc(&self, device: usize, bytes: usize) -> Result<DevicePtr, CudaError> {
-        self.0.alloc(device, bytes)
-    }
-    fn copy_htod(&self, device: usize, dst: DevicePtr, src: &[u8]) -> Result<(), CudaError> {
-        self.0.copy_htod(device, dst, src)
-    }
-    fn copy_dtoh(&self, device: usize, dst: &mut [u8], src: DevicePtr) -> Result<(), CudaError> {
-        self.0.copy_dtoh(device, dst, src)
-    }
-    fn copy_dtod(
-        &self,
-        device: usize,
-        dst: DevicePtr,
-        src: DevicePtr,
-        bytes: usize,
-    ) -> Result<(), CudaError> {
-        self.0.copy_dtod(device, dst, src, bytes)
-    }
-    fn copy_peer(
-        &self,
-        stream: usize,
-        dst_device: usize,
-        dst: DevicePtr,
-        src_device: usize,
-        src: DevicePtr,
-        bytes: usize,
-    ) -> Result<(), CudaError> {
-        self.0
-            .copy_peer(stream, dst_device, dst, src_device, src, bytes)
-    }
-    fn memset_zero(&self, device: usize, dst: DevicePtr, bytes: usize) -> Result<(), CudaError> {
-        self.0.memset_zero(device, dst, bytes)
-    }
-    fn memset_u32(
-        &self,
-        device: usize,
-        dst: DevicePtr,
-        value: u32,
-        count: usize,
-    ) -> Result<(), CudaError> {
-        self.0.memset_u32(device, dst, value, count)
-    }
-    fn launch(
-        &self,
-        device: usize,
-        module: ModuleId,
-        entry: &str,
-        dims: LaunchDims,
-        params: &[u8],
-        kernel: &str,
-    ) -> Result<(), CudaError> {
-        self.0.launch(device, module, entry, dims, params, kernel)
-    }
-    fn create_event(&self, device: usize) -> Result<EventId, CudaError> {
-        self.0.create_event(device)
-    }
-    fn record(&self, device: usize, event: EventId) -> Result<(), CudaError> {
-        self.0.record(device, event)
-    }
-    fn wait(&self, device: usize, event: EventId) -> Result<(), CudaError> {
-        self.0.wait(device, event)
-    }
-    fn synchronize(&self, device: usize) -> Result<(), CudaError> {
-        self.0.synchronize(device)
-    }
-    fn begin_capture(&self) -> Result<(), CudaError> {
-        self.0.begin_capture()
-    }
-    fn end_capture(&self) -> Result<GraphId, CudaError> {
-        self.0.end_capture()
-    }
-    fn abort_capture(&self) {
-        self.0.abort_capture()
-    }
-    fn launch_graph(&self, graph: GraphId) -> Result<(), CudaError> {
-        self.0.launch_graph(graph)
-    }
-    fn record_external(&self, device: usize, event: EventId) -> Result<(), CudaError> {
-        self.0.record_external(device, event)
-    }
-    fn alloc_pinned(&self, bytes: usize) -> Result<PinnedId, CudaError> {
-        self.0.alloc_pinned(bytes)
-    }
-    fn write_pinned(&self, dst: PinnedId, offset: usize, data: &[u8]) -> Result<(), CudaError> {
-        self.0.write_pinned(dst, offset, data)
-    }
-    fn read_pinned(&self, src: PinnedId, offset: usize, out: &mut [u8]) -> Result<(), CudaError> {
-        self.0.read_pinned(src, offset, out)
-    }
-    fn upload(
-        &self,
-        device: usize,
-        dst: DevicePtr,
-        src: PinnedId,
-        offset: usize,
-        bytes: usize,
-    ) -> Result<(), CudaError> {
-        self.0.upload(device, dst, src, offset, bytes)
-    }
-    fn await_uploads(&self, device: usize) -> Result<(), CudaError> {
-        self.0.await_uploads(device)
-    }
-    fn copy_wait(&self, device: usize, event: EventId) -> Result<(), CudaError> {
-        self.0.copy_wait(device, event)
-    }
-    fn download(
-        &self,
-        device: usize,
-        dst: PinnedId,
-        offset: usize,
-        src: DevicePtr,
-        bytes: usize,
-    ) -> Result<(), CudaError> {
-        self.0.download(device, dst, offset, src, bytes)
-    }
-    fn multiprocessors(&self, device: usize) -> Option<u32> {
-        self.0.multiprocessors(device)
-    }
-    fn lane_instructions(&self) -> Option<u64> {
-        self.0.lane_instructions()
-    }
-    fn cuda_ordinal(&self, device: usize) -> Option<usize> {
-        self.0.cuda_ordinal(device)
-    }
-}
-
 /// The CUDA options of a run: prologues on or off (both switches: the session's, off by
 /// default, and the lowering's), `precision`, the path's windows, NVRTC's output cached in
 /// `cache` (shared by the runs of a test: each source compiles once).
@@ -322,11 +176,12 @@ fn device_session(g: &Graph, sms: u32, path: Path, options: CudaOptions) -> Cuda
         TestDevice::Emulated => {
             let driver = EmulatedDriver::new(1);
             driver.device(0).expect("device 0").set_multiprocessors(sms);
-            let driver: Arc<dyn Driver> = match path {
-                Path::Simt => Arc::new(NoTensorCores(driver)),
-                Path::Windows | Path::NoWindows => Arc::new(driver),
-            };
-            CudaSession::with_driver(g.clone(), driver, options).expect("emulated session")
+            if path == Path::Simt {
+                // Compute capability 7.5: no tensor cores (`prepared.rs` renders for ≥ 8.0).
+                driver.set_arch(Arch(75));
+            }
+            CudaSession::with_driver(g.clone(), Arc::new(driver), options)
+                .expect("emulated session")
         }
         TestDevice::Gpu => cuda_common::session(g.clone(), 1, options),
     }

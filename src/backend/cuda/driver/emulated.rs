@@ -12,7 +12,7 @@ use super::{DevicePtr, Driver, EventId, GraphId, ModuleId, PinnedId};
 use crate::backend::cuda::error::CudaError;
 use crate::backend::cuda::nvrtc::Arch;
 use crate::backend::cuda::render::LaunchDims;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use towerpack_ptx::{Device, EmuError, KernelArgs, LaunchConfig, LaunchStats, Module};
 
@@ -84,6 +84,8 @@ pub struct EmulatedDriver {
     pinned: RwLock<Vec<Arc<Mutex<Vec<u8>>>>>,
     graphs_available: AtomicBool,
     graph_replays: AtomicU64,
+    /// The compute capability the devices report ([`Driver::arch`]).
+    arch: AtomicU32,
 }
 
 impl EmulatedDriver {
@@ -99,7 +101,15 @@ impl EmulatedDriver {
             pinned: RwLock::new(Vec::new()),
             graphs_available: AtomicBool::new(true),
             graph_replays: AtomicU64::new(0),
+            arch: AtomicU32::new(Arch::EMULATED.0),
         }
+    }
+
+    /// Makes the devices report compute capability `arch` (default [`Arch::EMULATED`]): below
+    /// 8.0, a device without tensor cores, whose kernels the session renders on the SIMT tiles
+    /// (to test those in tests; the emulator executes the PTX either way).
+    pub fn set_arch(&self, arch: Arch) {
+        self.arch.store(arch.0, Ordering::Relaxed);
     }
 
     /// The emulated device `i` (to set step budgets or serial execution in tests).
@@ -352,7 +362,7 @@ impl Driver for EmulatedDriver {
     }
 
     fn arch(&self, _device: usize) -> Arch {
-        Arch::EMULATED
+        Arch(self.arch.load(Ordering::Relaxed))
     }
 
     fn load_module(&self, device: usize, ptx: &str) -> Result<ModuleId, CudaError> {
