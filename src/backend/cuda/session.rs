@@ -70,12 +70,7 @@ pub const PROLOGUES_ENV: &str = "TOWERPACK_CUDA_PROLOGUES";
 /// Whether [`PROLOGUES_ENV`] turns convolution prologues on (read once).
 pub fn prologues_from_environment() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var(PROLOGUES_ENV).is_ok_and(|v| {
-            let v = v.trim();
-            v == "1" || v.eq_ignore_ascii_case("on") || v.eq_ignore_ascii_case("true")
-        })
-    })
+    *ON.get_or_init(|| launch::switch_from_environment(PROLOGUES_ENV) == Some(true))
 }
 
 impl Default for CudaOptions {

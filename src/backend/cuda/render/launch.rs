@@ -61,12 +61,22 @@ pub const WINDOWS_ENV: &str = "TOWERPACK_CUDA_WINDOWS";
 /// Whether [`WINDOWS_ENV`] leaves convolution windows on (read once).
 pub fn windows_from_environment() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        !std::env::var(WINDOWS_ENV).is_ok_and(|v| {
-            let v = v.trim();
-            v == "0" || v.eq_ignore_ascii_case("off") || v.eq_ignore_ascii_case("false")
-        })
-    })
+    *ON.get_or_init(|| switch_from_environment(WINDOWS_ENV) != Some(false))
+}
+
+/// A switch in environment variable `var`: `Some(true)` for `1`, `on` or `true`, `Some(false)`
+/// for `0`, `off` or `false` (any case, surrounding blanks ignored), `None` otherwise or unset.
+pub fn switch_from_environment(var: &str) -> Option<bool> {
+    let v = std::env::var(var).ok()?;
+    let v = v.trim();
+    let is = |words: [&str; 3]| words.iter().any(|w| v.eq_ignore_ascii_case(w));
+    if is(["1", "on", "true"]) {
+        Some(true)
+    } else if is(["0", "off", "false"]) {
+        Some(false)
+    } else {
+        None
+    }
 }
 
 impl Default for Target {
