@@ -13,7 +13,9 @@
 #      the same build with the convolutions' shared-memory windows off — the stride-1 forward
 #      and input-gradient ones and the filter gradients') and with TOWERPACK_CUDA_PROLOGUES=1
 #      (bin `<folder>-prologue`: batch norm's apply and ReLU computed by the convolutions as
-#      they stage their input, not written out; never under tf32);
+#      they stage their input, not written out; never under tf32) and, in bf16, with
+#      TOWERPACK_CUDA_HALF_ACTIVATIONS=0 (bin `<folder>-f32act`: activations kept in f32, as
+#      before 2026-11-29, rather than stored in bf16);
 #      then the first folder's again with --bench-fetch-every 1 and 10 (a progress bar fetching
 #      the cost with every step, as tensorpack's does, and with every 10th, as ours does by
 #      default); all in DIR/bench.jsonl;
@@ -91,6 +93,9 @@ for round in $(seq 1 "$rounds"); do
     (export TOWERPACK_CUDA_WINDOWS=0; bench_one "${bins%% *}" "$p" "$round" "" -nowindow)
     if [ "$p" != tf32 ]; then
       (export TOWERPACK_CUDA_PROLOGUES=1; bench_one "${bins%% *}" "$p" "$round" "" -prologue)
+    fi
+    if [ "$p" = bf16 ]; then
+      (export TOWERPACK_CUDA_HALF_ACTIVATIONS=0; bench_one "${bins%% *}" "$p" "$round" "" -f32act)
     fi
   done
 done

@@ -9,7 +9,8 @@
 //   TP_OUT_H, TP_OUT_W, TP_OUT_C, TP_K_H, TP_K_W, TP_STRIDE_H, TP_STRIDE_W, TP_DIL_H, TP_DIL_W,
 //   TP_PAD_TOP, TP_PAD_LEFT, TP_GROUPS: compile-time, so divisions are multiplications), the
 //   GEMM constants of gemm_core.cuh, struct tp_params { x, filter, epilogue operands, outputs,
-//   workspace }, tp_epilogue; with TP_PROLOGUE, tp_prologue(p, flat, x) computes x (a
+//   workspace }, tp_x_elem (x's storage: float, or tp_bf16 for an activation stored in bf16),
+//   tp_epilogue; with TP_PROLOGUE, tp_prologue(p, flat, x) computes x (a
 //   convolution prologue: gemm_core.cuh).
 // Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups * TP_SPLIT_K).
 
@@ -17,12 +18,13 @@
 #define TP_OG (TP_OUT_C / TP_GROUPS)
 
 struct tp_conv_fwd_a {
-    const float* x;
+    typedef tp_x_elem Elem;  // x's storage: f32, or bf16 (gemm_core.cuh tp_bf16)
+    const Elem* x;
     const tp_params& p;  // the prologue's operands (TP_PROLOGUE)
     enum { K_FAST = true, VEC = TP_VEC_A, K_RUN = TP_CG, K_TILE = 0 };  // a tap's channels
     enum { PROLOGUE = TP_PROLOGUE };
     struct Line {
-        const float* image;
+        const Elem* image;
         int ih0, iw0;
     };
     TP_DEV Line line(int m) const {
@@ -31,7 +33,7 @@ struct tp_conv_fwd_a {
         return {x + (tp_idx)n * TP_IN_H * TP_IN_W * TP_IN_C, oh * TP_STRIDE_H - TP_PAD_TOP,
                 ow * TP_STRIDE_W - TP_PAD_LEFT};
     }
-    TP_DEV const float* at(const Line& l, int k) const {
+    TP_DEV const Elem* at(const Line& l, int k) const {
         const int ci = k % TP_CG, t = k / TP_CG;
         const int kw = t % TP_K_W, kh = t / TP_K_W;
         const int ih = l.ih0 + kh * TP_DIL_H, iw = l.iw0 + kw * TP_DIL_W;
@@ -62,7 +64,7 @@ struct tp_conv_fwd_a {
     }
     static TP_DEV int win_channel(int k) { return k % TP_CG; }
     // The channels of window pixel px of the tile starting at row m0, or null past the image.
-    TP_DEV const float* win_source(int m0, int px) const {
+    TP_DEV const Elem* win_source(int m0, int px) const {
         const int n = m0 / (TP_OUT_H * TP_OUT_W), oh0 = m0 / TP_OUT_W % TP_OUT_H;
         const int ih = oh0 - TP_PAD_TOP + px / WIN_W, iw = px % WIN_W - TP_PAD_LEFT;
         if (ih < 0 || ih >= TP_IN_H || iw < 0 || iw >= TP_IN_W) return nullptr;

@@ -6,7 +6,8 @@
 // TP_SPLIT_K blocks per tile whose partial tiles are combined in a fixed order
 // (kernels/split.cuh): enough blocks to fill the device, the same bits on every run.
 //
-// Generated hooks: as conv2d.cu, with pointers x and dy; tp_epilogue stores dw; with
+// Generated hooks: as conv2d.cu (x stored as tp_x_elem), with pointers x and dy; tp_epilogue
+// stores dw; with
 // TP_PROLOGUE, tp_prologue computes x as conv2d.cu's does (both paths below).
 // Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups * TP_SPLIT_K).
 //
@@ -78,26 +79,30 @@ enum {
     FW_C_FLOATS = TP_BM * FW_C_ROW
 };
 
-// Copies COUNT source vectors of VEC floats into the window, PER_PIXEL a pixel: vector e from
-// src(e) (null: zeros) to elements dst + e / PER_PIXEL * FW_ROW + e % PER_PIXEL * VEC
-// (pixel-major), each through prep(source, value) once loaded (x's prologue; dy's is none).
+// Copies COUNT source vectors of VEC elements into the window, PER_PIXEL a pixel: vector e from
+// src(e) (null: zeros; storage Prep::Elem) to elements dst + e / PER_PIXEL * FW_ROW +
+// e % PER_PIXEL * VEC (pixel-major), each through prep(source, value) once loaded (x's
+// prologue, Prep::COMPUTE; dy's is none).
 // 16-bit windows through registers (cp.async cannot convert), GROUP vectors a thread in flight
 // at once; TF32 ones with cp.async (the caller commits and waits; no prologue).
 template <int VEC, int PER_PIXEL, int COUNT, int GROUP, class Src, class Prep>
 TP_DEV void tp_fw_copy(const Src& src, const Prep& prep, tp_fw_elem* dst) {
 #if TP_ROUND
     constexpr int PER = (COUNT + TP_BLOCK - 1) / TP_BLOCK;
+    // The registers a copy travels in: f32, or stored bf16 bits with nothing to compute
+    // (gemm_core.cuh tp_travel).
+    typedef typename tp_travel<VEC, typename Prep::Elem, Prep::COMPUTE>::type T;
 #pragma unroll 1
     for (int j0 = 0; j0 < PER; j0 += GROUP) {
-        typename tp_vec<VEC>::type v[GROUP];
+        typename T::type v[GROUP];
 #pragma unroll
         for (int d = 0; d < GROUP; ++d) {
             const int e = threadIdx.x + (j0 + d) * TP_BLOCK;
-            const float* from = j0 + d < PER && e < COUNT ? src(e) : nullptr;
+            const auto from = j0 + d < PER && e < COUNT ? src(e) : nullptr;
             if constexpr (VEC == 4)
-                v[d] = tp_vec<4>::load_if(from != nullptr, reinterpret_cast<unsigned long long>(from));
+                v[d] = T::load_if(from != nullptr, reinterpret_cast<unsigned long long>(from), from);
             else
-                v[d] = from ? __ldg(from) : 0.0f;
+                v[d] = from ? T::load(from) : T::zero();
         }
 #pragma unroll
         for (int d = 0; d < GROUP; ++d) {
@@ -107,10 +112,9 @@ TP_DEV void tp_fw_copy(const Src& src, const Prep& prep, tp_fw_elem* dst) {
                 v[d] = prep(src(e), v[d]);
                 tp_fw_elem* to = dst + e / PER_PIXEL * FW_ROW + e % PER_PIXEL * VEC;
                 if constexpr (VEC == 4)
-                    *reinterpret_cast<uint2*>(to) =
-                        make_uint2(tp_pack16(v[d].x, v[d].y), tp_pack16(v[d].z, v[d].w));
+                    *reinterpret_cast<uint2*>(to) = tp_stage_bits(v[d]);
                 else
-                    *to = tp_to16(v[d]);
+                    *to = tp_stage_bits(v[d]);
             }
         }
     }
@@ -132,22 +136,26 @@ TP_DEV void tp_fw_copy(const Src& src, const Prep& prep, tp_fw_elem* dst) {
 // copied 4 channels at a time, a thread's are the same 4 of every pixel (ci0 + 4 (thread % 4):
 // the block and FW_XV are multiples of 4), whose per-channel operands it holds.
 struct tp_fw_x_prep {
+    typedef tp_x_elem Elem;          // what it reads
+    enum { COMPUTE = TP_PROLOGUE };  // whether it computes anything
     const tp_params& p;
 #if TP_PROLOGUE
     tp_pro_held held;
-    TP_DEV float operator()(const float* from, float v) const {
+    TP_DEV float operator()(const tp_x_elem* from, float v) const {
         return tp_prologue_from(p, from, v);
     }
-    TP_DEV float4 operator()(const float* from, float4 v) const {
+    TP_DEV float4 operator()(const tp_x_elem* from, float4 v) const {
         return tp_prologue_held_from(p, held, from, v);
     }
 #else
     template <class V>
-    TP_DEV V operator()(const float*, V v) const { return v; }
+    TP_DEV V operator()(const tp_x_elem*, V v) const { return v; }
 #endif
 };
 // ... and to dy's: nothing.
 struct tp_fw_as_is {
+    typedef float Elem;
+    enum { COMPUTE = 0 };
     template <class V>
     TP_DEV V operator()(const float*, V v) const { return v; }
 };
@@ -158,7 +166,7 @@ struct tp_fw_as_is {
 // a window; held across the block's windows, beside the accumulators, they spill), dy's as
 // they are.
 template <int GROUP>
-TP_DEV void tp_fw_fill(const tp_params& p, const float* x, const float* dy, int ci0, int window,
+TP_DEV void tp_fw_fill(const tp_params& p, const tp_x_elem* x, const float* dy, int ci0, int window,
                        tp_fw_elem* win) {
 #if TP_PROLOGUE
     const tp_fw_x_prep prep{p, tp_prologue_hold(p, ci0 + threadIdx.x % 4 * 4)};
@@ -168,7 +176,7 @@ TP_DEV void tp_fw_fill(const tp_params& p, const float* x, const float* dy, int 
     const int n = window / (TP_OUT_H / TP_FWIN_ROWS);
     const int oh0 = window % (TP_OUT_H / TP_FWIN_ROWS) * TP_FWIN_ROWS;
     tp_fw_copy<TP_VEC_A, FW_XV, FW_X * FW_XV, GROUP>(
-        [&](int e) -> const float* {
+        [&](int e) -> const tp_x_elem* {
             const int px = e / FW_XV, c = e % FW_XV * TP_VEC_A;
             const int ih = oh0 * TP_STRIDE_H - TP_PAD_TOP + px / FW_WIN_W;
             const int iw = px % FW_WIN_W - TP_PAD_LEFT;
@@ -274,7 +282,7 @@ extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_filter(const tp_par
     __shared__ __align__(16) float smem[FW_FLOATS > FW_C_FLOATS ? FW_FLOATS : FW_C_FLOATS];
     tp_fw_elem* win = reinterpret_cast<tp_fw_elem*>(smem);
     const int ci0 = blockIdx.x * 16, co0 = blockIdx.y * 16, split = blockIdx.z;
-    const float* x = p.x + ci0;
+    const tp_x_elem* x = p.x + ci0;
     const float* dy = p.dy + co0;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, q = warp / 2, nf = warp % 2;
     const int w1 = (split + 1) * TP_FWIN_PER < FW_WINDOWS ? (split + 1) * TP_FWIN_PER : FW_WINDOWS;
@@ -330,20 +338,21 @@ extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_filter(const tp_par
 #else
 
 struct tp_conv_bwd_filter_a {
-    const float* x;
+    typedef tp_x_elem Elem;  // x's storage: f32, or bf16 (gemm_core.cuh tp_bf16)
+    const Elem* x;
     const tp_params& p;  // the prologue's operands (TP_PROLOGUE)
     enum { PROLOGUE = TP_PROLOGUE };
     // With TP_OUT_W a multiple of TP_BK, a K tile's pixels lie in one output row: the input row
     // they read is found once per tile (K_TILE), and each pixel is a step along it.
     enum { K_FAST = false, VEC = TP_VEC_A, K_RUN = 1, K_TILE = TP_OUT_W % TP_BK == 0 };
     struct Line {
-        const float* channel;
+        const Elem* channel;
         int dh, dw;
     };
     // The input row a K tile's pixels read for this line's tap (null when the tap falls in
     // the padding above or below) and the input column of its first pixel.
     struct Tile {
-        const float* row;
+        const Elem* row;
         int iw0;
     };
     TP_DEV Tile tile(const Line& l, int k0) const {
@@ -354,7 +363,7 @@ struct tp_conv_bwd_filter_a {
         return {inside ? l.channel + ((tp_idx)n * TP_IN_H + ih) * TP_IN_W * TP_IN_C : nullptr,
                 ow * TP_STRIDE_W + l.dw};
     }
-    TP_DEV const float* at(const Line&, const Tile& t, int j) const {
+    TP_DEV const Elem* at(const Line&, const Tile& t, int j) const {
         const int iw = t.iw0 + j * TP_STRIDE_W;
         return t.row && (unsigned)iw < TP_IN_W ? t.row + (tp_idx)iw * TP_IN_C : nullptr;
     }
@@ -363,7 +372,7 @@ struct tp_conv_bwd_filter_a {
         const int kw = t % TP_K_W, kh = t / TP_K_W;
         return {x + ci, kh * TP_DIL_H - TP_PAD_TOP, kw * TP_DIL_W - TP_PAD_LEFT};
     }
-    TP_DEV const float* at(const Line& l, int k) const {
+    TP_DEV const Elem* at(const Line& l, int k) const {
         const int ow = k % TP_OUT_W, t = k / TP_OUT_W;
         const int oh = t % TP_OUT_H, n = t / TP_OUT_H;
         const int ih = oh * TP_STRIDE_H + l.dh, iw = ow * TP_STRIDE_W + l.dw;

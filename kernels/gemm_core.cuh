@@ -98,11 +98,65 @@ static_assert(TP_TX <= 32 && 32 % TP_TX == 0, "a warp spans whole rows of thread
 #define TP_GEMM_BOUNDS __launch_bounds__(TP_BLOCK)
 #endif
 
+// A GEMM operand's storage in global memory: f32, or — an activation stored in bf16
+// (lower::half_storage: a convolution's x under Precision::Bf16) — bf16 bits, widened to the
+// f32 they stand for (exactly) as they are loaded, so that everything past the loads is the
+// same for both. A loader says which (`typedef ... Elem;`, tp_elem_of: f32 where it does not);
+// the convolutions' generated part types x as tp_x_elem.
+typedef unsigned short tp_bf16;
+
+// bf16 bits as the f32 they stand for (exact): one value, or 4 packed low half first.
+TP_DEV float tp_widen(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
+TP_DEV float4 tp_widen(uint2 u) {
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                       __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+}
+
+// bf16 storage loaded as the stored bits (1 element: an unsigned short, 4: a uint2, low half
+// first), not widened: for 16-bit stages under bf16 rounding with nothing to compute on the way
+// (tp_travel), where rounding the value to bf16 again would give the same bits.
+template <int VEC>
+struct tp_bits {
+    typedef unsigned short type;
+    static TP_DEV type zero() { return 0; }
+    static TP_DEV type load(const tp_bf16* a) { return __ldg(a); }
+    static TP_DEV type load_or_zero(const tp_bf16* a) {
+        unsigned short h;
+        asm("{\n\t.reg .pred p;\n\tsetp.ne.u64 p, %1, 0;\n\tmov.b16 %0, 0;\n\t"
+            "@p ld.global.nc.b16 %0, [%1];\n\t}"
+            : "=h"(h)
+            : "l"(a));
+        return h;
+    }
+};
+template <>
+struct tp_bits<4> {
+    typedef uint2 type;
+    static TP_DEV type zero() { return make_uint2(0u, 0u); }
+    static TP_DEV type load(const tp_bf16* a) { return __ldg(reinterpret_cast<const uint2*>(a)); }
+    static TP_DEV type load_if(bool live, unsigned long long a, const tp_bf16*) {
+        uint2 u;
+        asm("{\n\t.reg .pred p;\n\tsetp.ne.s32 p, %2, 0;\n\tmov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\t"
+            "@p ld.global.nc.v2.b32 {%0, %1}, [%3];\n\t}"
+            : "=r"(u.x), "=r"(u.y)
+            : "r"((int)live), "l"(a));
+        return u;
+    }
+    static TP_DEV type load_or_zero(const tp_bf16* a) {
+        return load_if(a != nullptr, reinterpret_cast<unsigned long long>(a), a);
+    }
+};
+
 template <int VEC>
 struct tp_vec {
     typedef float type;
     static TP_DEV float zero() { return 0.0f; }
     static TP_DEV float load(const float* a) { return __ldg(a); }
+    // The same from bf16 storage (tp_bf16), widened as it lands.
+    static TP_DEV float load(const tp_bf16* a) { return tp_widen(tp_bits<1>::load(a)); }
+    static TP_DEV float load_or_zero(const tp_bf16* a) {
+        return tp_widen(tp_bits<1>::load_or_zero(a));
+    }
     // The float at `a`, or zero where `a` is null: one load predicated on the address, as
     // tp_vec<4>::load_or_zero.
     static TP_DEV float load_or_zero(const float* a) {
@@ -142,6 +196,18 @@ struct tp_vec<4> {
             : "l"(a));
         return v;
     }
+    // The same from bf16 storage (tp_bf16): 4 elements are 8 bytes, widened as they land.
+    static TP_DEV float4 load(const tp_bf16* a) { return tp_widen(tp_bits<4>::load(a)); }
+    static TP_DEV float4 load_or_zero(const tp_bf16* a) {
+        return tp_widen(tp_bits<4>::load_or_zero(a));
+    }
+    static TP_DEV float4 load_if(bool live, unsigned long long a, const tp_bf16* e) {
+        return tp_widen(tp_bits<4>::load_if(live, a, e));
+    }
+    // load_if by the element type of the storage at `a` (the third argument's type).
+    static TP_DEV float4 load_if(bool live, unsigned long long a, const float*) {
+        return load_if(live, a);
+    }
 };
 
 #ifndef TP_TF32
@@ -159,6 +225,36 @@ static_assert(TP_ROUND >= 0 && TP_ROUND <= 2, "TP_ROUND is 0 (none), 1 (bf16) or
 #endif
 static_assert(!(TP_PROLOGUE && TP_TF32 && !TP_ROUND),
               "TF32 stages are filled by cp.async, which cannot compute a prologue");
+
+// A if C, else B.
+template <bool C, class A, class B>
+struct tp_pick {
+    typedef A type;
+};
+template <class A, class B>
+struct tp_pick<false, A, B> {
+    typedef B type;
+};
+
+// How VEC elements of storage E travel from global memory into a 16-bit stage or window
+// (TP_ROUND): as f32 in registers, rounded to 16 bits as they are stored (tp_stage_bits: and
+// through a prologue first, COMPUTE) — or, bf16 storage under bf16 rounding with nothing to
+// compute, as the stored bits (tp_bits), which rounding to bf16 again would leave as they are.
+template <int VEC, class E, bool COMPUTE>
+struct tp_travel {
+    enum { BITS = TP_ROUND == 1 && sizeof(E) == 2 && !COMPUTE };
+    typedef typename tp_pick<BITS, tp_bits<VEC>, tp_vec<VEC> >::type type;
+};
+
+// Loader L's storage element (float where it does not say).
+template <class L, class = void>
+struct tp_elem_of {
+    typedef float type;
+};
+template <class L>
+struct tp_elem_of<L, decltype(void(sizeof(typename L::Elem)))> {
+    typedef typename L::Elem type;
+};
 
 // Loader L's PROLOGUE (0 where it does not say).
 template <class L, class = void>
@@ -189,14 +285,15 @@ TP_DEV float4 tp_prologue_at(const tp_params& p, tp_idx flat, float4 v) {
     return none ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : r;
 }
 // x's element at `a` (null: a zero) through the prologue.
-template <class V>
-TP_DEV V tp_prologue_from(const tp_params& p, const float* a, V v) {
+template <class V, class E>
+TP_DEV V tp_prologue_from(const tp_params& p, const E* a, V v) {
     return tp_prologue_at(p, a ? (tp_idx)(a - p.x) : TP_NO_ELEMENT, v);
 }
 // 4 consecutive channels at `a` (null: zeros) through the prologue, its per-channel operands
 // held for those channels (`h`: tp_prologue_hold at any element of them) — for a thread that
 // copies the same 4 channels of many pixels, which then reads them once.
-TP_DEV float4 tp_prologue_held_from(const tp_params& p, const tp_pro_held& h, const float* a,
+template <class E>
+TP_DEV float4 tp_prologue_held_from(const tp_params& p, const tp_pro_held& h, const E* a,
                                     float4 v) {
     const float4 r = tp_prologue4_held(p, h, a ? (tp_idx)(a - p.x) : 0, v);
     return a ? r : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -255,6 +352,15 @@ TP_DEV unsigned int tp_pack16(float lo, float hi) {
     return r;
 }
 
+// What a stage holds for registers that travelled in (tp_travel): f32 values rounded by cvt.rn
+// (one element, or 4 as one 8-byte store), or stored bf16 bits as they are.
+TP_DEV unsigned short tp_stage_bits(float v) { return tp_to16(v); }
+TP_DEV uint2 tp_stage_bits(float4 v) {
+    return make_uint2(tp_pack16(v.x, v.y), tp_pack16(v.z, v.w));
+}
+TP_DEV unsigned short tp_stage_bits(unsigned short bits) { return bits; }
+TP_DEV uint2 tp_stage_bits(uint2 bits) { return bits; }
+
 #endif
 
 #if TP_TF32
@@ -284,13 +390,15 @@ TP_DEV void tp_copy_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memo
 #endif
 
 // `p` where `keep`, else null: a mask, not a select the compiler could make a branch of.
-TP_DEV const float* tp_keep_if(bool keep, const float* p) {
+template <class E>
+TP_DEV const E* tp_keep_if(bool keep, const E* p) {
     const unsigned long long mask = 0ull - (unsigned long long)keep;
-    return reinterpret_cast<const float*>(reinterpret_cast<unsigned long long>(p) & mask);
+    return reinterpret_cast<const E*>(reinterpret_cast<unsigned long long>(p) & mask);
 }
 
 // Lane `src`'s pointer p, as an integer (every lane of the warp calls it together).
-TP_DEV unsigned long long tp_shfl_ptr(const float* p, int src) {
+template <class E>
+TP_DEV unsigned long long tp_shfl_ptr(const E* p, int src) {
     const unsigned long long u = reinterpret_cast<unsigned long long>(p);
     const unsigned int lo = __shfl_sync(0xffffffffu, (unsigned int)u, src);
     const unsigned int hi = __shfl_sync(0xffffffffu, (unsigned int)(u >> 32), src);
@@ -343,16 +451,21 @@ struct tp_operand {
     static TP_DEV int at(int k, int mn) { return LINE_MAJOR ? mn * ROW + k : k * ROW + mn; }
 #endif
     typedef tp_vec<VEC> V;
+    typedef typename tp_elem_of<L>::type E;  // the storage element
     enum { PROLOGUE = tp_has_prologue<L>::value };
+    // The loads and registers of the tile in flight: f32 (V), or, into the 16-bit stages of the
+    // tensor cores, whatever tp_travel says (the stored bits of bf16 storage).
+    typedef typename tp_pick<TP_TF32 && TP_ROUND, typename tp_travel<VEC, E, PROLOGUE>::type,
+                             V>::type LV;
     typename L::Line line;
     bool live;
-    typename V::type v[SLOTS];
+    typename LV::type v[SLOTS];
     // PROLOGUE: the flat index in x of each slot's first element, TP_NO_ELEMENT for zeros
     // (load, prepare).
     tp_idx from[PROLOGUE ? SLOTS : 1];
 
     // Slot s's vector comes from address `a` (null: zeros), for the prologue.
-    TP_DEV void note(const L& l, int s, const float* a) {
+    TP_DEV void note(const L& l, int s, const E* a) {
         if constexpr (PROLOGUE) from[s] = a ? (tp_idx)(a - l.p.x) : TP_NO_ELEMENT;
     }
 
@@ -375,12 +488,12 @@ struct tp_operand {
     }
     // QUAD: the run holding slot s's vector (0: zeros), from the lane that found it (`r`: this
     // lane's own run, null for zeros). Every lane of the warp calls it, with the same s.
-    static TP_DEV unsigned long long quad_run(const float* r, int s) {
+    static TP_DEV unsigned long long quad_run(const E* r, int s) {
         return tp_shfl_ptr(r, 8 * s + threadIdx.x % 32 / 4);
     }
     // ... and the address of the vector in it.
     static TP_DEV unsigned long long quad_vector(unsigned long long run, int s) {
-        return run + pos_k(s) * sizeof(float);
+        return run + pos_k(s) * sizeof(E);
     }
 
     TP_DEV void init(const L& l, int mn0, int extent) {
@@ -391,7 +504,7 @@ struct tp_operand {
     // The address of the run holding the tile starting at k0 (RUN), or null when the run is
     // zeros, the line is past the extent or the tile at or past k_end (k0 and k_end are
     // multiples of TP_BK, so the tile is either all before k_end or all past it).
-    TP_DEV const float* run(const L& l, int k0, int k_end) const {
+    TP_DEV const E* run(const L& l, int k0, int k_end) const {
 #if TP_TF32
         return tp_keep_if(live & (k0 < k_end), l.at(line, k0));
 #else
@@ -401,9 +514,9 @@ struct tp_operand {
     }
 
     // The address of element k0 + k of the line (k0 a multiple of TP_BK), or null for a zero.
-    TP_DEV const float* address(const L& l, int k0, int k_end, int k) const {
+    TP_DEV const E* address(const L& l, int k0, int k_end, int k) const {
         if constexpr (RUN) {
-            const float* r = run(l, k0, k_end);
+            const E* r = run(l, k0, k_end);
             return tp_keep_if(r != nullptr, r + k);
         } else if constexpr (L::K_TILE) {
             return tp_keep_if(live & (k0 < k_end), l.at(line, l.tile(line, k0), k));
@@ -415,26 +528,27 @@ struct tp_operand {
     // Global loads of the tile starting at k0 (elements at or past k_end are zero).
     TP_DEV void load(const L& l, int k0, int k_end) {
         if constexpr (QUAD) {
-            const float* r = run(l, k0, k_end);
+            const E* r = run(l, k0, k_end);
             unsigned long long runs[SLOTS];
 #pragma unroll
             for (int s = 0; s < SLOTS; ++s) runs[s] = quad_run(r, s);
 #pragma unroll
-            for (int s = 0; s < SLOTS; ++s) v[s] = V::load_if(runs[s] != 0, quad_vector(runs[s], s));
+            for (int s = 0; s < SLOTS; ++s)
+                v[s] = LV::load_if(runs[s] != 0, quad_vector(runs[s], s), (const E*)0);
 #pragma unroll
             for (int s = 0; s < SLOTS; ++s) {
                 const unsigned long long a = runs[s] ? quad_vector(runs[s], s) : 0;
-                note(l, s, reinterpret_cast<const float*>(a));
+                note(l, s, reinterpret_cast<const E*>(a));
             }
         } else if constexpr (RUN) {
-            const float* a = run(l, k0, k_end);
+            const E* a = run(l, k0, k_end);
             if (a) {
 #pragma unroll
                 for (int s = 0; s < SLOTS; ++s)
-                    v[s] = slot_used(s) ? V::load(a + slot_k(s)) : V::zero();
+                    v[s] = slot_used(s) ? LV::load(a + slot_k(s)) : LV::zero();
             } else {
 #pragma unroll
-                for (int s = 0; s < SLOTS; ++s) v[s] = V::zero();
+                for (int s = 0; s < SLOTS; ++s) v[s] = LV::zero();
             }
 #pragma unroll
             for (int s = 0; s < SLOTS; ++s) note(l, s, a ? a + slot_k(s) : nullptr);
@@ -443,8 +557,8 @@ struct tp_operand {
             const bool inside = live & (k0 < k_end);
 #pragma unroll
             for (int s = 0; s < SLOTS; ++s) {
-                const float* a = tp_keep_if(inside & slot_used(s), l.at(line, t, slot_k(s)));
-                v[s] = V::load_or_zero(a);
+                const E* a = tp_keep_if(inside & slot_used(s), l.at(line, t, slot_k(s)));
+                v[s] = LV::load_or_zero(a);
                 note(l, s, a);
             }
         } else {
@@ -453,8 +567,8 @@ struct tp_operand {
                 const int k = k0 + slot_k(s);
                 // The address whatever the guards say (the loader's arithmetic, never read
                 // where they fail), so that no branch separates the slots' loads.
-                const float* a = tp_keep_if(live & slot_used(s) & (k < k_end), l.at(line, k));
-                v[s] = V::load_or_zero(a);
+                const E* a = tp_keep_if(live & slot_used(s) & (k < k_end), l.at(line, k));
+                v[s] = LV::load_or_zero(a);
                 note(l, s, a);
             }
         }
@@ -495,7 +609,8 @@ struct tp_operand {
 
 #if TP_TF32 && TP_ROUND
     // Into a 16-bit stage (layout: at()): each element rounded to bf16/f16 by cvt.rn (tp_to16,
-    // tp_pack16), once, after the loads have landed. A vector is 4 consecutive elements of one
+    // tp_pack16), once, after the loads have landed — or, loaded as stored bf16 bits
+    // (tp_travel), as they are. A vector is 4 consecutive elements of one
     // stage row either way (along k line-major, along the lines k-major): one 8-byte store.
     TP_DEV void store16(unsigned short* sh) const {
 #pragma unroll
@@ -503,10 +618,9 @@ struct tp_operand {
             if (!slot_used(s)) continue;
             const int mn = pos_mn(s), k = pos_k(s);
             if constexpr (VEC == 1) {
-                sh[at(k, mn)] = tp_to16(v[s]);
+                sh[at(k, mn)] = tp_stage_bits(v[s]);
             } else {
-                *reinterpret_cast<uint2*>(sh + at(k, mn)) =
-                    make_uint2(tp_pack16(v[s].x, v[s].y), tp_pack16(v[s].z, v[s].w));
+                *reinterpret_cast<uint2*>(sh + at(k, mn)) = tp_stage_bits(v[s]);
             }
         }
     }
@@ -520,8 +634,9 @@ struct tp_operand {
     // caller commits the group.
     TP_DEV void copy_async(const L& l, int k0, int k_end, float* sh) const {
         static_assert(!PROLOGUE, "cp.async cannot compute a prologue");
+        static_assert(sizeof(E) == 4, "cp.async copies f32 storage into f32 stages");
         if constexpr (QUAD) {
-            const float* r = run(l, k0, k_end);
+            const E* r = run(l, k0, k_end);
 #pragma unroll
             for (int s = 0; s < SLOTS; ++s) {
                 const unsigned long long q = quad_run(r, s);
@@ -763,6 +878,7 @@ TP_DEV void tp_mma_tf32(float c[4], const unsigned int a[4], const unsigned int 
 template <class LA, class LB>
 struct tp_window {
     typedef tp_operand<LB, TP_BN> OB;
+    typedef typename tp_elem_of<LA>::type XE;  // A's storage element
 #if TP_ROUND
     typedef unsigned short Elem;
 #else
@@ -797,6 +913,8 @@ struct tp_window {
         // PASS per thread in flight at once (more would not fit 64 registers: 32 channels over
         // 18 x 18 pixels are 11 a thread), each rounded into it; B in groups of 3 K tiles.
         constexpr int PER = (VECS + TP_BLOCK - 1) / TP_BLOCK, PASS = 6;
+        // The registers a vector travels in: f32, or stored bf16 bits (tp_travel).
+        typedef typename tp_travel<4, XE, TP_PROLOGUE>::type T;
 #if TP_PROLOGUE
         // A thread copies channels 4q.. of its pixels, q the same for all of them (C / 4
         // divides the block): the prologue's per-channel operands for them, read once.
@@ -805,13 +923,14 @@ struct tp_window {
 #endif
 #pragma unroll
         for (int j0 = 0; j0 < PER; j0 += PASS) {
-            float4 v[PASS];
+            typename T::type v[PASS];
 #pragma unroll
             for (int j = 0; j < PASS; ++j) {
                 const int e = threadIdx.x + (j0 + j) * TP_BLOCK, px = e / (C / 4), q = e % (C / 4);
-                const float* src = j0 + j < PER && e < VECS ? la.win_source(m0, px) : nullptr;
-                v[j] = tp_vec<4>::load_if(src != nullptr,
-                                          reinterpret_cast<unsigned long long>(src) + 16ull * q);
+                const XE* src = j0 + j < PER && e < VECS ? la.win_source(m0, px) : nullptr;
+                v[j] = T::load_if(
+                    src != nullptr, reinterpret_cast<unsigned long long>(src) + 4 * sizeof(XE) * q,
+                    src);
             }
 #pragma unroll
             for (int j = 0; j < PASS; ++j) {
@@ -819,11 +938,10 @@ struct tp_window {
                 if (j0 + j < PER && e < VECS) {
 #if TP_PROLOGUE
                     // The source again (arithmetic), now that the loads have landed.
-                    const float* src = la.win_source(m0, px);
+                    const XE* src = la.win_source(m0, px);
                     v[j] = tp_prologue_held_from(la.p, held, src ? src + 4 * q : nullptr, v[j]);
 #endif
-                    *reinterpret_cast<uint2*>(win + px * ROW + 4 * q) =
-                        make_uint2(tp_pack16(v[j].x, v[j].y), tp_pack16(v[j].z, v[j].w));
+                    *reinterpret_cast<uint2*>(win + px * ROW + 4 * q) = tp_stage_bits(v[j]);
                 }
             }
         }
@@ -844,6 +962,7 @@ struct tp_window {
         }
 #else
         static_assert(!tp_has_prologue<LA>::value, "cp.async cannot compute a prologue");
+        static_assert(sizeof(XE) == 4, "cp.async copies f32 storage into an f32 window");
         for (int e = threadIdx.x; e < VECS; e += TP_BLOCK) {
             const int px = e / (C / 4), q = e % (C / 4);
             const float* src = la.win_source(m0, px);

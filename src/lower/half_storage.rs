@@ -28,9 +28,10 @@
 //!   fixed-function kernel (pooling, padding, softmax, ...), which read f32.
 //!
 //! The result is a set of values whose buffers `emit` gives the dtype bf16; the backend needs
-//! nothing else to know (a buffer's dtype says how to load and store it). The CPU backend
-//! lowers with it (`LowerOptions::half_activations`); the CUDA backend does not yet (its
-//! kernels read and write f32 activations).
+//! nothing else to know (a buffer's dtype says how to load and store it). Both backends lower
+//! with it (`LowerOptions::half_activations`; on CUDA unless `CudaOptions::half_activations`
+//! is off): the CPU's convolutions widen a bf16 `x` image by image (`backend/cpu/half_io.rs`),
+//! the CUDA ones as they load it (`kernels/gemm_core.cuh` tp_bf16).
 
 use super::arena::{ArenaKernel, ArenaOperand};
 use super::collectives::CollectiveBucket;
@@ -45,7 +46,7 @@ use std::collections::{HashMap, HashSet};
 pub const MIN_ELEMENTS: usize = 16 * 1024;
 
 /// Whether a kernel of `kind` reads its input `slot` through a fused expression or as a
-/// convolution's `x` (which the CPU's convolutions take in any float storage).
+/// convolution's `x` (which both backends' convolutions take in f32 or bf16).
 fn reads_half(kind: &KernelKind, slot: usize) -> bool {
     match kind {
         KernelKind::Elementwise { .. } | KernelKind::Reduce { .. } => true,

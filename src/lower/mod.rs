@@ -104,8 +104,8 @@ pub struct LowerOptions {
     pub precision: Precision,
     /// Under [`Precision::Bf16`], store activations in bf16 where every kernel writing and
     /// reading them can ([`half_storage`]): half the bytes written and read back, rounded once
-    /// per kernel as it stores them. On by default; the CUDA backend lowers without it (its
-    /// kernels read and write f32 activations). No effect in other precisions.
+    /// per kernel as it stores them. On by default (the CUDA backend also asks
+    /// `CudaOptions::half_activations`). No effect in other precisions.
     pub half_activations: bool,
 }
 

@@ -24,7 +24,7 @@
 //!   ([`Precision::loss_scaling`], the trainer's dynamic loss scale).
 //!
 //! Under [`Precision::Bf16`] the `half-storage` pass ([`crate::lower::half_storage`],
-//! `LowerOptions::half_activations`, on for the CPU backend) also stores activations in bf16:
+//! `LowerOptions::half_activations`, on for both backends) also stores activations in bf16:
 //! a kernel writing one rounds it where it computes it, so it and every later reader see the
 //! rounded value, and the reference executor checks it with the value's round trip in the
 //! graph ([`crate::lower::half_storage::round_values`]).

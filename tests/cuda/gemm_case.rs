@@ -173,12 +173,20 @@ pub(crate) fn device_session_with(
     }
 }
 
+/// A CPU session lowering as the device does ([`lowering`]) — except under BF16, where the
+/// device stores convolution outputs in bf16 (`CudaOptions::half_activations`) and the CPU
+/// kernels take an epilogue's variance only of an f32 output: there the CPU takes batch norm's
+/// variance in a reduction of its own, the same value up to f32 summation order.
 pub(crate) fn cpu_session(g: &Graph, precision: Precision) -> CpuSession {
+    let lower = lowering(precision);
     CpuSession::new(
         g.clone(),
         CpuOptions {
             threads: 2,
-            lower: lowering(precision),
+            lower: LowerOptions {
+                epilogue_variances: lower.epilogue_variances && precision != Precision::Bf16,
+                ..lower
+            },
             ..CpuOptions::default()
         },
     )

@@ -13,6 +13,7 @@ mod train_common;
 mod compile;
 mod emu_faults;
 mod emu_half;
+mod emu_half_storage;
 mod emu_kernels;
 mod emu_ops;
 mod emu_prologues;

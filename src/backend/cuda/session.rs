@@ -61,6 +61,24 @@ pub struct CudaOptions {
     /// pipelined tiles read the per-channel operands again at every tap, and the kernels keep
     /// 3 blocks an SM to stay free of spills; docs/performance.md).
     pub conv_prologues: bool,
+    /// Under [`Precision::Bf16`], store activations in bf16 where every kernel writing and
+    /// reading them can ([`LowerOptions::half_activations`], `lower::half_storage`: as the CPU
+    /// backend does): fused expressions load and store them as bf16, and the forward and
+    /// filter-gradient convolutions load `x` as bf16 and widen it in registers
+    /// (`kernels/gemm_core.cuh` tp_bf16). Half the bytes of those activations written and read
+    /// back. Default on, unless `TOWERPACK_CUDA_HALF_ACTIVATIONS` is `0`, `off` or `false`
+    /// ([`HALF_ACTIVATIONS_ENV`], to compare the two on a GPU with one build).
+    pub half_activations: bool,
+}
+
+/// The environment variable that turns bf16 activation storage off by default (`0`, `off` or
+/// `false`): [`CudaOptions::half_activations`].
+pub const HALF_ACTIVATIONS_ENV: &str = "TOWERPACK_CUDA_HALF_ACTIVATIONS";
+
+/// Whether [`HALF_ACTIVATIONS_ENV`] leaves bf16 activation storage on (read once).
+pub fn half_activations_from_environment() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| launch::switch_from_environment(HALF_ACTIVATIONS_ENV) != Some(false))
 }
 
 /// The environment variable that turns convolution prologues on by default (`1`, `on` or
@@ -84,14 +102,16 @@ impl Default for CudaOptions {
             poison_scratch: PoisonScratch::from_environment(),
             conv_windows: launch::windows_from_environment(),
             conv_prologues: prologues_from_environment(),
+            half_activations: half_activations_from_environment(),
         }
     }
 }
 
 impl CudaOptions {
-    /// The lowering options the CUDA session lowers with: [`CudaOptions::lower`] less what its
-    /// kernels lack (bf16 activation storage; convolution prologues unless
-    /// [`CudaOptions::conv_prologues`] asks for them, and never under [`Precision::Tf32`]), with
+    /// The lowering options the CUDA session lowers with: [`CudaOptions::lower`] less what it
+    /// is not asked for (bf16 activation storage unless [`CudaOptions::half_activations`];
+    /// convolution prologues unless [`CudaOptions::conv_prologues`] asks for them, and never
+    /// under [`Precision::Tf32`]), with
     /// batch norm's variances in the convolutions' epilogues
     /// ([`LowerOptions::epilogue_variances`]). A program lowered with them renders; tests and
     /// reports that lower by themselves use this.
@@ -100,7 +120,7 @@ impl CudaOptions {
             conv_prologues: self.conv_prologues
                 && self.lower.conv_prologues
                 && self.lower.precision != Precision::Tf32,
-            half_activations: false,
+            half_activations: self.half_activations && self.lower.half_activations,
             epilogue_variances: true,
             ..self.lower
         }

@@ -15,6 +15,7 @@ use super::{
 use crate::backend::cuda::bodies::Body;
 use crate::ir::PoolKind;
 use crate::lower::{ConvGeom, HalfFormat, Kernel, KernelKind, PoolGeom, Precision, Program, View};
+use crate::tensor::DType;
 use std::fmt::Write as _;
 
 fn grid_dim(what: &str, blocks: usize, limit: usize) -> Result<u32, RenderError> {
@@ -548,6 +549,34 @@ fn f32_input(
     input(program, p, name, v)
 }
 
+/// A convolution's input `x` (forward and filter gradient), stored in f32 or — an activation
+/// kept in bf16 (`lower::half_storage`) — in bf16, which the kernels widen as they load it
+/// (`kernels/gemm_core.cuh` tp_bf16): the field, and `tp_x_elem` naming its storage. bf16 only
+/// where the kernel rounds its operands to bf16 anyway (its loads go through registers; TF32's
+/// f32 stages are filled by cp.async, which copies f32).
+fn conv_x_input(
+    program: &Program,
+    p: &mut ParamStruct,
+    g: &mut String,
+    v: &View,
+    cg: &ConvGeom,
+) -> Result<(), RenderError> {
+    let dtype = program.buffer(v.buffer).dtype;
+    let takes = dtype == DType::F32
+        || (dtype == DType::BF16 && cg.round_operands == Some(HalfFormat::Bf16));
+    if !takes {
+        return Err(RenderError::Unsupported(format!(
+            "x is {dtype}; the CUDA convolutions take f32, or bf16 where they multiply in bf16"
+        )));
+    }
+    let _ = writeln!(
+        g,
+        "typedef {} tp_x_elem;",
+        super::params::storage_type(dtype)
+    );
+    input(program, p, "x", v)
+}
+
 /// The convolution's geometry as compile-time constants of the generated part (one module per
 /// shape: divisions by them become multiplications).
 fn conv_consts(g: &mut String, cg: &ConvGeom) -> Result<(), RenderError> {
@@ -675,7 +704,7 @@ pub fn render(
             if out_len == 0 {
                 return Ok(None);
             }
-            f32_input(program, &mut p, "x", &k.inputs[0])?;
+            conv_x_input(program, &mut p, &mut g, &k.inputs[0], cg)?;
             f32_input(program, &mut p, "filter", &k.inputs[1])?;
             conv_consts(&mut g, cg)?;
             let groups = cg.groups.max(1);
@@ -740,7 +769,7 @@ pub fn render(
             if out_len == 0 {
                 return Ok(None);
             }
-            f32_input(program, &mut p, "x", &k.inputs[0])?;
+            conv_x_input(program, &mut p, &mut g, &k.inputs[0], cg)?;
             f32_input(program, &mut p, "dy", &k.inputs[1])?;
             conv_consts(&mut g, cg)?;
             let groups = cg.groups.max(1);
