@@ -15,7 +15,8 @@
 #      (bin `<folder>-prologue`: batch norm's apply and ReLU computed by the convolutions as
 #      they stage their input, not written out; never under tf32) and, in bf16, with
 #      TOWERPACK_CUDA_HALF_ACTIVATIONS=0 (bin `<folder>-f32act`: activations kept in f32, as
-#      before 2026-11-29, rather than stored in bf16);
+#      before 2026-11-29, rather than stored in bf16) and TOWERPACK_CUDA_HALF_GRADIENTS=0 (bin
+#      `<folder>-f32dy`: activations in bf16, the gradients convolutions read as dy in f32);
 #      then the first folder's again with --bench-fetch-every 1 and 10 (a progress bar fetching
 #      the cost with every step, as tensorpack's does, and with every 10th, as ours does by
 #      default); all in DIR/bench.jsonl;
@@ -96,6 +97,7 @@ for round in $(seq 1 "$rounds"); do
     fi
     if [ "$p" = bf16 ]; then
       (export TOWERPACK_CUDA_HALF_ACTIVATIONS=0; bench_one "${bins%% *}" "$p" "$round" "" -f32act)
+      (export TOWERPACK_CUDA_HALF_GRADIENTS=0; bench_one "${bins%% *}" "$p" "$round" "" -f32dy)
     fi
   done
 done

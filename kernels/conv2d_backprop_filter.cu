@@ -6,8 +6,8 @@
 // TP_SPLIT_K blocks per tile whose partial tiles are combined in a fixed order
 // (kernels/split.cuh): enough blocks to fill the device, the same bits on every run.
 //
-// Generated hooks: as conv2d.cu (x stored as tp_x_elem), with pointers x and dy; tp_epilogue
-// stores dw; with
+// Generated hooks: as conv2d.cu (x stored as tp_x_elem, dy as tp_dy_elem), with pointers x and
+// dy; tp_epilogue stores dw; with
 // TP_PROLOGUE, tp_prologue computes x as conv2d.cu's does (both paths below).
 // Grid: (ceil(M / TP_BM), ceil(N / TP_BN), groups * TP_SPLIT_K).
 //
@@ -154,10 +154,10 @@ struct tp_fw_x_prep {
 };
 // ... and to dy's: nothing.
 struct tp_fw_as_is {
-    typedef float Elem;
+    typedef tp_dy_elem Elem;
     enum { COMPUTE = 0 };
     template <class V>
-    TP_DEV V operator()(const float*, V v) const { return v; }
+    TP_DEV V operator()(const Elem*, V v) const { return v; }
 };
 
 // Loads window `window` of the block's channels (x and dy start at ci0 and co0) into shared
@@ -166,7 +166,8 @@ struct tp_fw_as_is {
 // a window; held across the block's windows, beside the accumulators, they spill), dy's as
 // they are.
 template <int GROUP>
-TP_DEV void tp_fw_fill(const tp_params& p, const tp_x_elem* x, const float* dy, int ci0, int window,
+TP_DEV void tp_fw_fill(const tp_params& p, const tp_x_elem* x, const tp_dy_elem* dy, int ci0,
+                       int window,
                        tp_fw_elem* win) {
 #if TP_PROLOGUE
     const tp_fw_x_prep prep{p, tp_prologue_hold(p, ci0 + threadIdx.x % 4 * 4)};
@@ -185,7 +186,7 @@ TP_DEV void tp_fw_fill(const tp_params& p, const tp_x_elem* x, const float* dy, 
         },
         prep, win);
     tp_fw_copy<4, 4, FW_DY * 4, GROUP>(
-        [&](int e) -> const float* {
+        [&](int e) -> const tp_dy_elem* {
             return dy + (((tp_idx)n * TP_OUT_H + oh0) * TP_OUT_W + e / 4) * TP_OUT_C + e % 4 * 4;
         },
         tp_fw_as_is{}, win + FW_X * FW_ROW);
@@ -283,7 +284,7 @@ extern "C" __global__ void TP_GEMM_BOUNDS tp_conv2d_backprop_filter(const tp_par
     tp_fw_elem* win = reinterpret_cast<tp_fw_elem*>(smem);
     const int ci0 = blockIdx.x * 16, co0 = blockIdx.y * 16, split = blockIdx.z;
     const tp_x_elem* x = p.x + ci0;
-    const float* dy = p.dy + co0;
+    const tp_dy_elem* dy = p.dy + co0;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, q = warp / 2, nf = warp % 2;
     const int w1 = (split + 1) * TP_FWIN_PER < FW_WINDOWS ? (split + 1) * TP_FWIN_PER : FW_WINDOWS;
     // The first window before the accumulators exist (4 vectors a thread in flight at once);
@@ -382,11 +383,12 @@ struct tp_conv_bwd_filter_a {
 };
 
 struct tp_conv_bwd_filter_b {
-    const float* dy;
+    typedef tp_dy_elem Elem;  // dy's storage: f32, or bf16 (gemm_core.cuh tp_bf16)
+    const Elem* dy;
     enum { K_FAST = false, VEC = TP_VEC_B, K_RUN = 1, K_TILE = 0 };
-    typedef const float* Line;
+    typedef const Elem* Line;
     TP_DEV Line line(int co) const { return dy + co; }
-    TP_DEV const float* at(const Line& l, int k) const { return l + (tp_idx)k * TP_OUT_C; }
+    TP_DEV const Elem* at(const Line& l, int k) const { return l + (tp_idx)k * TP_OUT_C; }
 };
 
 struct tp_conv_bwd_filter_out {

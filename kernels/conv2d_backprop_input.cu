@@ -18,7 +18,8 @@
 // row tiles, TP_PHASE_TILES per phase in phase order, so split-K and the epilogue reductions
 // combine over the whole grid as without phases. Unit strides give one phase: the plain GEMM.
 //
-// Generated hooks: as conv2d.cu, with pointers dy and filter; for a strided convolution
+// Generated hooks: as conv2d.cu, with pointers dy (stored as tp_dy_elem: float, or tp_bf16 for
+//   a gradient stored in bf16) and filter; for a strided convolution
 //   TP_PHASES_H, TP_PHASES_W, TP_PHASE_TILES, TP_PER_H, TP_PER_W, TP_TAPS_H, TP_TAPS_W, TP_PH_H,
 //   TP_PH_W (render/fixed.rs DgradPhases; without them, one phase: the whole GEMM).
 // Grid: (TP_PHASES_H * TP_PHASES_W * TP_PHASE_TILES, ceil(N / TP_BN), groups * TP_SPLIT_K).
@@ -73,11 +74,12 @@ TP_DEV tp_phase tp_phase_of(int phase) {
 #if TP_PHASES == 1
 // One phase: the plain implicit GEMM over every pixel and tap, K = (kh, kw, co).
 struct tp_conv_bwd_input_a {
-    const float* dy;
+    typedef tp_dy_elem Elem;  // dy's storage: f32, or bf16 (gemm_core.cuh tp_bf16)
+    const Elem* dy;
     tp_phase ph;
     enum { K_FAST = true, VEC = TP_VEC_A, K_RUN = TP_OG, K_TILE = 0 };  // a tap's channels
     struct Line {
-        const float* image;
+        const Elem* image;
         int hp, wp;
     };
     TP_DEV Line line(int m) const {
@@ -85,7 +87,7 @@ struct tp_conv_bwd_input_a {
         const int h = t % TP_IN_H, n = t / TP_IN_H;
         return {dy + (tp_idx)n * TP_OUT_H * TP_OUT_W * TP_OUT_C, h + TP_PAD_TOP, w + TP_PAD_LEFT};
     }
-    TP_DEV const float* at(const Line& l, int k) const {
+    TP_DEV const Elem* at(const Line& l, int k) const {
         const int co = k % TP_OG, t = k / TP_OG;
         const int kw = t % TP_K_W, kh = t / TP_K_W;
         const int oh = l.hp - kh * TP_DIL_H, ow = l.wp - kw * TP_DIL_W;
@@ -112,7 +114,7 @@ struct tp_conv_bwd_input_a {
         return (TP_K_H - 1 - t / TP_K_W) * WIN_W + (TP_K_W - 1 - t % TP_K_W);
     }
     static TP_DEV int win_channel(int k) { return k % TP_OG; }
-    TP_DEV const float* win_source(int m0, int px) const {
+    TP_DEV const Elem* win_source(int m0, int px) const {
         const int n = m0 / (TP_IN_H * TP_IN_W), h0 = m0 / TP_IN_W % TP_IN_H;
         const int oh = h0 + TP_PAD_TOP - (TP_K_H - 1) + px / WIN_W;
         const int ow = TP_PAD_LEFT - (TP_K_W - 1) + px % WIN_W;
@@ -168,13 +170,14 @@ TP_DEV tp_tap tp_tap_of(int k) {
 #define TP_STEP_W (TP_PER_W * TP_DIL_W / TP_STRIDE_W)
 
 struct tp_conv_bwd_input_a {
-    const float* dy;
+    typedef tp_dy_elem Elem;  // dy's storage: f32, or bf16 (gemm_core.cuh tp_bf16)
+    const Elem* dy;
     tp_phase ph;
     enum { K_FAST = true, VEC = TP_VEC_A, K_RUN = TP_OG, K_TILE = 0 };  // a tap's channels
     // The output pixel (oh0, ow0) the phase's first tap reads for this row (exact divisions:
     // the phase's taps meet the stride), or TP_NO_ROW for a row past the phase's pixels.
     struct Line {
-        const float* image;
+        const Elem* image;
         int oh0, ow0;
     };
     TP_DEV Line line(int m) const {
@@ -186,7 +189,7 @@ struct tp_conv_bwd_input_a {
                 valid ? (hp - ph.h.tap0 * TP_DIL_H) / TP_STRIDE_H : TP_NO_ROW,
                 (wp - ph.w.tap0 * TP_DIL_W) / TP_STRIDE_W};
     }
-    TP_DEV const float* at(const Line& l, int k) const {
+    TP_DEV const Elem* at(const Line& l, int k) const {
         const tp_tap t = tp_tap_of(k);
         const int oh = l.oh0 - t.ih * TP_STEP_H, ow = l.ow0 - t.iw * TP_STEP_W;
         if (t.iw >= ph.w.taps || (unsigned)oh >= TP_OUT_H || (unsigned)ow >= TP_OUT_W)

@@ -24,8 +24,10 @@
 //!   (its output 0, rounded image by image after the epilogue);
 //! - every kernel reading it reads it through a fused expression (an elementwise or reduction
 //!   kernel, an epilogue's or a prologue's operand) or as a convolution's input `x` (forward,
-//!   filter gradient), never as a matrix or a convolution's filter or `dy`, nor through a
-//!   fixed-function kernel (pooling, padding, softmax, ...), which read f32.
+//!   filter gradient), never as a matrix or a convolution's filter, nor through a
+//!   fixed-function kernel (pooling, padding, softmax, ...), which read f32; nor as a
+//!   convolution gradient's `dy` unless `LowerOptions::half_gradients` says so (the CUDA
+//!   backend's convolutions read it in bf16 too, the CPU's do not).
 //!
 //! The result is a set of values whose buffers `emit` gives the dtype bf16; the backend needs
 //! nothing else to know (a buffer's dtype says how to load and store it). Both backends lower
@@ -46,14 +48,19 @@ use std::collections::{HashMap, HashSet};
 pub const MIN_ELEMENTS: usize = 16 * 1024;
 
 /// Whether a kernel of `kind` reads its input `slot` through a fused expression or as a
-/// convolution's `x` (which both backends' convolutions take in f32 or bf16).
-fn reads_half(kind: &KernelKind, slot: usize) -> bool {
+/// convolution's `x` (which both backends' convolutions take in f32 or bf16) — or, with
+/// `gradients` (`LowerOptions::half_gradients`), as a convolution gradient's `dy`.
+fn reads_half(kind: &KernelKind, slot: usize, gradients: bool) -> bool {
     match kind {
         KernelKind::Elementwise { .. } | KernelKind::Reduce { .. } => true,
         // x, then epilogue and prologue operands: everything but the filter.
-        KernelKind::Conv2d(..) | KernelKind::Conv2dBackpropFilter(..) => slot != 1,
-        // The GEMM operands are read as f32 matrices; epilogue operands are fused loads.
-        KernelKind::Conv2dBackpropInput(..) | KernelKind::MatMul(..) => slot >= 2,
+        KernelKind::Conv2d(..) => slot != 1,
+        // x, dy, then epilogue and prologue operands.
+        KernelKind::Conv2dBackpropFilter(..) => slot != 1 || gradients,
+        // dy and the filter are GEMM operands; epilogue operands are fused loads.
+        KernelKind::Conv2dBackpropInput(..) => slot >= 2 || (slot == 0 && gradients),
+        // The GEMM operands are read as f32 matrices.
+        KernelKind::MatMul(..) => slot >= 2,
         _ => false,
     }
 }
@@ -102,13 +109,15 @@ pub fn round_where_computed(k: &mut Kernelized, chosen: &HashSet<Value>) {
     }
 }
 
-/// The values of a kernelized step that are stored in bf16 (see the [module docs](self)).
+/// The values of a kernelized step that are stored in bf16 (see the [module docs](self));
+/// with `gradients`, also those convolution gradients read as `dy`.
 pub fn choose(
     sg: &StepGraph,
     k: &Kernelized,
     batch: usize,
     arenas: &[ArenaKernel],
     collectives: &[CollectiveBucket],
+    gradients: bool,
 ) -> HashSet<Value> {
     let graph = &sg.graph;
     let mut excluded: HashSet<Value> = k
@@ -148,9 +157,10 @@ pub fn choose(
                 && shape.iter().product::<usize>() >= MIN_ELEMENTS
                 && !excluded.contains(&v)
                 && writes_half(&d.kind, slot)
-                && readers
-                    .get(&v)
-                    .is_some_and(|rs| rs.iter().all(|&(r, s)| reads_half(&k.drafts[r].kind, s)));
+                && readers.get(&v).is_some_and(|rs| {
+                    rs.iter()
+                        .all(|&(r, s)| reads_half(&k.drafts[r].kind, s, gradients))
+                });
             if eligible {
                 chosen.insert(v);
             }

@@ -107,6 +107,12 @@ pub struct LowerOptions {
     /// per kernel as it stores them. On by default (the CUDA backend also asks
     /// `CudaOptions::half_activations`). No effect in other precisions.
     pub half_activations: bool,
+    /// With [`LowerOptions::half_activations`], also store in bf16 the gradients convolutions
+    /// read as `dy` (input and filter gradients, which round it to bf16 anyway as they
+    /// multiply it) where every other reader can too ([`half_storage`]). Off by default: the
+    /// CPU's convolutions read `dy` in f32 only (widening it image by image was measured
+    /// slower there); the CUDA backend turns it on (`CudaOptions::half_gradients`).
+    pub half_gradients: bool,
 }
 
 /// Default bucket size of fused updates: Horovod's tensor-fusion threshold.
@@ -126,6 +132,7 @@ impl Default for LowerOptions {
             verify: true,
             precision: Precision::Fp32,
             half_activations: true,
+            half_gradients: false,
         }
     }
 }

@@ -506,6 +506,7 @@ impl Pass for HalfStorage {
             cx.batch,
             &stage.arenas,
             &stage.collectives,
+            cx.options.half_gradients,
         );
         super::half_storage::round_where_computed(&mut stage.kernels, &chosen);
         let n = chosen.len();

@@ -1,33 +1,36 @@
-//! Activations stored in bf16 on the CUDA backend (`CudaOptions::half_activations`,
-//! `lower::half_storage`), on the emulated device (or the GPU: `TOWERPACK_TEST_CUDA=gpu`): the
-//! convolutions load their input `x` from bf16 storage and widen it in registers
-//! (`kernels/gemm_core.cuh` tp_bf16) — through the pipelined tiles (4 channels a load, or one),
-//! the forward windows (`TP_WINDOW`), the filter-gradient windows (`TP_FWIN`) and the SIMT
+//! Activations and gradients stored in bf16 on the CUDA backend
+//! (`CudaOptions::half_activations`, `half_gradients`; `lower::half_storage`), on the emulated
+//! device (or the GPU: `TOWERPACK_TEST_CUDA=gpu`): the convolutions load their input `x` and
+//! their gradients' `dy` from bf16 storage (`kernels/gemm_core.cuh` tp_bf16) — through the
+//! pipelined tiles (4 channels a load, or one; with stride phases), the forward and
+//! input-gradient windows (`TP_WINDOW`), the filter-gradient windows (`TP_FWIN`) and the SIMT
 //! tiles, with and without a prologue computing `x` from the stored value.
 //!
 //! Each case is `y1 = conv1x1(x, w1)`, `a = relu((y1 − mean(y1))·s + t)` per channel (batch
-//! norm's apply: its mean over the batch keeps it out of y1's epilogue), then `y = conv(a, w)`
-//! and `dw = filter_gradient(a, dy)` (both fetched), under [`Precision::Bf16`]. Its `x` is
-//! small integers and `w1` is −1, 0 or 1, so `y1` is an integer below 256 in magnitude: exact
-//! in f32 in any summation order and in bf16, so storing it in bf16 changes nothing; its mean is
-//! an exact sum divided by the count, the same f32 in every run. `a` is then the same f32 values in every run, and the convolutions round it to bf16 as they
-//! multiply it whatever its storage (the kernel that stores it in bf16 rounds it the same way,
-//! to nearest even, once). So every run must fetch **bitwise** the same `y` and `dw` as the
-//! run storing everything in f32:
+//! norm's apply: its mean over the batch keeps it out of y1's epilogue), then `y = conv(a, w)`,
+//! `grad = 2·dy`, `dw = filter_gradient(a, grad)` and `dx = input_gradient(grad, w)` (all three
+//! fetched), under [`Precision::Bf16`]. Its `x` is small integers and `w1` is −1, 0 or 1, so
+//! `y1` is an integer below 256 in magnitude: exact in f32 in any summation order and in bf16,
+//! so storing it in bf16 changes nothing; its mean is an exact sum divided by the count, the
+//! same f32 in every run. `a` is then the same f32 values in every run, and the convolutions
+//! round it to bf16 as they multiply it whatever its storage (the kernel that stores it in
+//! bf16 rounds it the same way, to nearest even, once). `dy` holds bf16 values, so `grad` is
+//! stored in bf16 exactly. So every run must fetch **bitwise** the same `y`, `dw` and `dx` as
+//! the run storing everything in f32:
 //!
 //! - f32 storage, no prologues (the reference);
-//! - bf16 storage, no prologues: `y1` and `a` stored in bf16 (checked in the program), the
-//!   convolutions reading `a`;
-//! - bf16 storage with prologues: the convolutions read `y1` from bf16 and apply `s`, `t` and
-//!   the ReLU as they load it.
+//! - bf16 storage, no prologues: `y1`, `a` and `grad` stored in bf16 (checked in the program),
+//!   the convolutions reading `a` and `grad`;
+//! - bf16 storage with prologues: the convolution and its filter gradient read `y1` from bf16
+//!   and apply `s`, `t` and the ReLU as they load it.
 //!
 //! On the paths of `emu_prologues.rs`: a device with tensor cores, with convolution windows and
 //! without, and one without (compute capability 7.5: the SIMT tiles), on 4 and 132 emulated
-//! SMs. Which launches the second convolution takes is printed; the windowed geometry must take
-//! both windows from bf16 storage. Geometries: 3×3 stride 1 over 32 channels (windows), 3×3
-//! stride 2 over 16 (pipelined tiles), 3 channels (loads of one element), 2 groups, and a 1×1
-//! convolution over 20 channels; every stored activation has at least
-//! `lower::half_storage::MIN_ELEMENTS` elements (smaller ones stay f32).
+//! SMs. Which launches the convolutions reading bf16 take is printed; the windowed geometry
+//! must take both windows from bf16 storage. Geometries: 3×3 stride 1 over 32 channels
+//! (windows), 3×3 stride 2 over 16 (pipelined tiles, stride phases), 3 channels (loads of one
+//! element), 2 groups, and a 1×1 convolution over 20 channels; every stored value has at
+//! least `lower::half_storage::MIN_ELEMENTS` elements (smaller ones stay f32).
 
 use crate::cuda_common::{self, TestDevice};
 use rand::{Rng, SeedableRng};
@@ -97,14 +100,14 @@ const GEOMETRIES: [Geometry; 5] = [
     },
     // Two groups.
     Geometry {
-        batch: 4,
+        batch: 8,
         h: 12,
         w: 12,
         c: 32,
         outs: 16,
         k: 3,
         stride: 1,
-        padding: Padding::Valid,
+        padding: Padding::Same,
         groups: 2,
     },
     // 1x1 over 20 channels: vectors of 4, K tiles across taps.
@@ -113,7 +116,7 @@ const GEOMETRIES: [Geometry; 5] = [
         h: 12,
         w: 12,
         c: 20,
-        outs: 8,
+        outs: 16,
         k: 1,
         stride: 1,
         padding: Padding::Valid,
@@ -225,19 +228,35 @@ fn case(seed: u64, geometry: Geometry) -> Case {
     );
     let y = add(&mut g, "y", Op::Conv2d(attrs), &[a, wv]);
     let y_dims = g.value_type(y).shape.resolve(batch);
+    // dy's values are bf16 values (their low 16 bits cleared), so its double, the gradient
+    // both gradient convolutions read, is stored in bf16 exactly.
     let dys = (0..y_dims.iter().product::<usize>())
-        .map(|_| rng.random_range(-1.0..1.0))
+        .map(|_| f32::from_bits(rng.random_range(-1.0f32..1.0).to_bits() & 0xffff_0000))
         .collect();
     let dy = fed(&mut g, &mut feeds, "dy", &y_dims, true, dys);
+    let two = add(
+        &mut g,
+        "two",
+        Op::Constant {
+            value: HostTensor::scalar_f32(2.0),
+        },
+        &[],
+    );
+    let grad = add(&mut g, "grad", Op::Binary(BinaryOp::Mul), &[dy, two]);
     let filter_grad = Op::Conv2dBackpropFilter {
         attrs,
         filter_hw: [k, k],
     };
-    let dw = add(&mut g, "dw", filter_grad, &[a, dy]);
+    let dw = add(&mut g, "dw", filter_grad, &[a, grad]);
+    let input_grad = Op::Conv2dBackpropInput {
+        attrs,
+        input_hw: [h, w],
+    };
+    let dx = add(&mut g, "dx", input_grad, &[grad, wv]);
     Case {
         g,
         feeds,
-        step: Step::new(vec![y, dw], Vec::new()),
+        step: Step::new(vec![y, dw, dx], Vec::new()),
         geometry,
     }
 }
@@ -312,8 +331,8 @@ fn session(g: &Graph, sms: u32, path: Path, options: CudaOptions) -> CudaSession
     }
 }
 
-/// The convolutions of `program` reading `x` from bf16 storage, and the launches (core and
-/// window) those take on `dev`'s target.
+/// The convolutions of `program` reading an operand (`x`, `dy`) from bf16 storage, and the
+/// launches (which operands, core and window) those take on `dev`'s target.
 fn bf16_reads(program: &Program, dev: &CudaSession, path: Path) -> Result<Vec<String>, String> {
     let driver = dev.driver();
     let target = Target {
@@ -325,11 +344,18 @@ fn bf16_reads(program: &Program, dev: &CudaSession, path: Path) -> Result<Vec<St
     };
     let mut launches = Vec::new();
     for (i, k) in program.kernels.iter().enumerate() {
-        let conv = matches!(
-            k.kind,
-            KernelKind::Conv2d(..) | KernelKind::Conv2dBackpropFilter(..)
-        );
-        if !conv || program.buffer(k.inputs[0].buffer).dtype != DType::BF16 {
+        let operands: &[(usize, &str)] = match k.kind {
+            KernelKind::Conv2d(..) => &[(0, "x")],
+            KernelKind::Conv2dBackpropFilter(..) => &[(0, "x"), (1, "dy")],
+            KernelKind::Conv2dBackpropInput(..) => &[(0, "dy")],
+            _ => continue,
+        };
+        let half: Vec<&str> = operands
+            .iter()
+            .filter(|(slot, _)| program.buffer(k.inputs[*slot].buffer).dtype == DType::BF16)
+            .map(|(_, name)| *name)
+            .collect();
+        if half.is_empty() {
             continue;
         }
         let r = match render::render_kernel_for(program, i, &target) {
@@ -354,7 +380,11 @@ fn bf16_reads(program: &Program, dev: &CudaSession, path: Path) -> Result<Vec<St
         } else {
             ""
         };
-        launches.push(format!("{} ({core}, {window}{prologue})", k.kind.name()));
+        launches.push(format!(
+            "{} {} ({core}, {window}{prologue})",
+            k.kind.name(),
+            half.join("+")
+        ));
     }
     Ok(launches)
 }
@@ -384,17 +414,29 @@ fn convolutions_reading_bf16_storage_fetch_bitwise_what_f32_storage_fetches() {
                     let mut dev = session(&c.g, sms, path, opts);
                     match bf16_reads(&program, &dev, path) {
                         Ok(reads) => {
-                            // The second convolution and its filter gradient read `a` (or
-                            // `y1` through their prologues) in bf16; the first reads fed x.
-                            if v.half && reads.len() != 2 {
+                            // The second convolution reads `a` (or `y1` through its
+                            // prologue) in bf16, its filter gradient that and `grad`, the
+                            // input gradient `grad`; the first convolution reads fed x.
+                            let want = [
+                                "conv2d x ",
+                                "conv2d_backprop_filter x+dy ",
+                                "conv2d_backprop_input dy ",
+                            ];
+                            let mut kinds: Vec<&str> = reads
+                                .iter()
+                                .filter_map(|r| want.iter().find(|w| r.starts_with(**w)).copied())
+                                .collect();
+                            kinds.sort();
+                            if v.half && (kinds != want || reads.len() != 3) {
                                 failures.push(format!(
-                                    "{what}: {} convolutions read bf16 storage, not 2: {reads:?}",
-                                    reads.len()
+                                    "{what}: convolutions reading bf16 storage: {reads:?}, \
+                                     want one each of {want:?}"
                                 ));
                             }
-                            if v.prologues && reads.iter().any(|r| !r.ends_with(", prologue)")) {
+                            let prologues = reads.iter().filter(|r| r.ends_with(", prologue)"));
+                            if v.prologues && prologues.count() != 2 {
                                 failures.push(format!(
-                                    "{what}: a convolution without its prologue: {reads:?}"
+                                    "{what}: not 2 convolutions with their prologue: {reads:?}"
                                 ));
                             }
                             if !v.half && !reads.is_empty() {
@@ -420,7 +462,7 @@ fn convolutions_reading_bf16_storage_fetch_bitwise_what_f32_storage_fetches() {
                     match &reference {
                         None => reference = Some(got),
                         Some(want) => {
-                            for (j, fetch) in ["y", "dw"].iter().enumerate() {
+                            for (j, fetch) in ["y", "dw", "dx"].iter().enumerate() {
                                 if got[j].to_le_bytes() != want[j].to_le_bytes() {
                                     let differ = got[j]
                                         .to_f64_vec()

@@ -187,7 +187,8 @@ fn device_session(g: &Graph, sms: u32, path: Path, options: CudaOptions) -> Cuda
     }
 }
 
-/// The CPU backend's fetches of `g`'s `step` lowered with `lower` (no Winograd).
+/// The CPU backend's fetches of `g`'s `step` lowered with `lower` (no Winograd), less
+/// `half_gradients` (the CPU's convolutions read `dy` in f32 only).
 fn cpu_run(
     g: &Graph,
     step: &Step,
@@ -196,7 +197,10 @@ fn cpu_run(
 ) -> Vec<HostTensor> {
     let options = CpuOptions {
         threads: 2,
-        lower,
+        lower: LowerOptions {
+            half_gradients: false,
+            ..lower
+        },
         winograd: WinogradUse::Off,
         ..CpuOptions::default()
     };

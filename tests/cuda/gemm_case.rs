@@ -174,9 +174,11 @@ pub(crate) fn device_session_with(
 }
 
 /// A CPU session lowering as the device does ([`lowering`]) — except under BF16, where the
-/// device stores convolution outputs in bf16 (`CudaOptions::half_activations`) and the CPU
-/// kernels take an epilogue's variance only of an f32 output: there the CPU takes batch norm's
-/// variance in a reduction of its own, the same value up to f32 summation order.
+/// device stores convolution outputs and the gradients convolutions read as `dy` in bf16
+/// (`CudaOptions::half_activations`, `half_gradients`): the CPU kernels take an epilogue's
+/// variance only of an f32 output, and `dy` only in f32, so there the CPU takes batch norm's
+/// variance in a reduction of its own (the same value up to f32 summation order) and keeps
+/// `dy` in f32 (which the device rounds to bf16 where it stores it).
 pub(crate) fn cpu_session(g: &Graph, precision: Precision) -> CpuSession {
     let lower = lowering(precision);
     CpuSession::new(
@@ -185,6 +187,7 @@ pub(crate) fn cpu_session(g: &Graph, precision: Precision) -> CpuSession {
             threads: 2,
             lower: LowerOptions {
                 epilogue_variances: lower.epilogue_variances && precision != Precision::Bf16,
+                half_gradients: false,
                 ..lower
             },
             ..CpuOptions::default()

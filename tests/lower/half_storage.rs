@@ -10,7 +10,9 @@ use towerpack::backend::cpu::{AmxUse, CpuOptions, CpuSession};
 use towerpack::backend::reference::ReferenceSession;
 use towerpack::dsl::prelude::*;
 use towerpack::graph;
-use towerpack::lower::{LowerOptions, Precision, Program, autocast, half_storage, lower};
+use towerpack::lower::{
+    KernelKind, LowerOptions, Precision, Program, autocast, half_storage, lower,
+};
 use towerpack::models::classification_loss;
 use towerpack::tensor::{DType, HostTensor};
 
@@ -135,6 +137,53 @@ fn bf16_programs_store_the_convolutions_activations_in_bf16() {
         half.peak_bytes(),
         full.peak_bytes()
     );
+}
+
+/// `LowerOptions::half_gradients` (the CUDA backend's) also stores in bf16 the gradients the
+/// convolutions' gradients read as `dy`, and keeps everything `half_activations` stores; the
+/// CPU backend, whose convolutions read `dy` in f32 only, refuses it with an error naming it.
+#[test]
+fn half_gradients_store_what_convolution_gradients_read_as_dy_and_the_cpu_refuses_them() {
+    let tg = residual_net();
+    let activations = bf16_program(&tg, true);
+    let options = LowerOptions {
+        precision: Precision::Bf16,
+        half_gradients: true,
+        ..LowerOptions::default()
+    };
+    let gradients = lower(&tg.graph, &tg.step, BATCH, &options).expect("lower");
+    let (a, g) = (stored_in_bf16(&activations), stored_in_bf16(&gradients));
+    eprintln!("stored in bf16 with half_gradients: {g:?}");
+    assert!(a.iter().all(|n| g.contains(n)), "{a:?} not all in {g:?}");
+    let dy_in_bf16 = |p: &Program| -> Vec<String> {
+        p.kernels
+            .iter()
+            .filter_map(|k| match k.kind {
+                KernelKind::Conv2dBackpropInput(..) => Some((k, 0)),
+                KernelKind::Conv2dBackpropFilter(..) => Some((k, 1)),
+                _ => None,
+            })
+            .filter(|(k, slot)| p.buffer(k.inputs[*slot].buffer).dtype == DType::BF16)
+            .map(|(k, _)| k.name.clone())
+            .collect()
+    };
+    assert!(dy_in_bf16(&activations).is_empty());
+    // The gradients flowing back into the three convolutions: their filter gradients and the
+    // input gradients of conv1 and conv2 read them as dy.
+    let read = dy_in_bf16(&gradients);
+    eprintln!("convolution gradients reading dy in bf16: {read:?}");
+    assert_eq!(read.len(), 5, "{read:?}");
+    let cpu = CpuSession::new(
+        tg.graph.clone(),
+        CpuOptions {
+            lower: options,
+            ..CpuOptions::default()
+        },
+    );
+    match cpu {
+        Err(e) => assert!(e.to_string().contains("half_gradients"), "{e}"),
+        Ok(_) => panic!("the CPU backend took half_gradients"),
+    }
 }
 
 /// The CPU's bf16 steps with activations stored in bf16 compute what the reference executor

@@ -130,6 +130,15 @@ impl CpuSession {
             backend: "cpu".into(),
             reason: e.to_string(),
         })?;
+        let lower = &options.lower;
+        if lower.half_gradients && lower.half_activations && lower.precision == Precision::Bf16 {
+            return Err(BackendError::Unavailable {
+                backend: "cpu".into(),
+                reason: "LowerOptions::half_gradients is on, and the CPU convolutions read `dy` \
+                         in f32 only (leave it off: the CUDA backend sets it for itself)"
+                    .into(),
+            });
+        }
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads = if options.threads == 0 {
             cores

@@ -69,6 +69,21 @@ pub struct CudaOptions {
     /// back. Default on, unless `TOWERPACK_CUDA_HALF_ACTIVATIONS` is `0`, `off` or `false`
     /// ([`HALF_ACTIVATIONS_ENV`], to compare the two on a GPU with one build).
     pub half_activations: bool,
+    /// With [`CudaOptions::half_activations`], also store in bf16 the gradients convolutions
+    /// read as `dy` ([`LowerOptions::half_gradients`]; the input- and filter-gradient
+    /// convolutions load them as bf16, as the forward ones load `x`). Default on, unless
+    /// `TOWERPACK_CUDA_HALF_GRADIENTS` is `0`, `off` or `false` ([`HALF_GRADIENTS_ENV`]).
+    pub half_gradients: bool,
+}
+
+/// The environment variable that turns bf16 storage of convolutions' `dy` off by default:
+/// [`CudaOptions::half_gradients`].
+pub const HALF_GRADIENTS_ENV: &str = "TOWERPACK_CUDA_HALF_GRADIENTS";
+
+/// Whether [`HALF_GRADIENTS_ENV`] leaves bf16 storage of `dy` on (read once).
+pub fn half_gradients_from_environment() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| launch::switch_from_environment(HALF_GRADIENTS_ENV) != Some(false))
 }
 
 /// The environment variable that turns bf16 activation storage off by default (`0`, `off` or
@@ -103,13 +118,15 @@ impl Default for CudaOptions {
             conv_windows: launch::windows_from_environment(),
             conv_prologues: prologues_from_environment(),
             half_activations: half_activations_from_environment(),
+            half_gradients: half_gradients_from_environment(),
         }
     }
 }
 
 impl CudaOptions {
     /// The lowering options the CUDA session lowers with: [`CudaOptions::lower`] less what it
-    /// is not asked for (bf16 activation storage unless [`CudaOptions::half_activations`];
+    /// is not asked for (bf16 activation storage unless [`CudaOptions::half_activations`], of
+    /// convolutions' `dy` too with [`CudaOptions::half_gradients`];
     /// convolution prologues unless [`CudaOptions::conv_prologues`] asks for them, and never
     /// under [`Precision::Tf32`]), with
     /// batch norm's variances in the convolutions' epilogues
@@ -121,6 +138,7 @@ impl CudaOptions {
                 && self.lower.conv_prologues
                 && self.lower.precision != Precision::Tf32,
             half_activations: self.half_activations && self.lower.half_activations,
+            half_gradients: self.half_gradients && self.half_activations,
             epilogue_variances: true,
             ..self.lower
         }

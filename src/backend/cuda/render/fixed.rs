@@ -549,15 +549,17 @@ fn f32_input(
     input(program, p, name, v)
 }
 
-/// A convolution's input `x` (forward and filter gradient), stored in f32 or — an activation
-/// kept in bf16 (`lower::half_storage`) — in bf16, which the kernels widen as they load it
-/// (`kernels/gemm_core.cuh` tp_bf16): the field, and `tp_x_elem` naming its storage. bf16 only
-/// where the kernel rounds its operands to bf16 anyway (its loads go through registers; TF32's
-/// f32 stages are filled by cp.async, which copies f32).
-fn conv_x_input(
+/// A convolution's activation operand — `x` (forward and filter gradient) or `dy` (input and
+/// filter gradients) — stored in f32 or, kept in bf16 (`lower::half_storage`), in bf16, which
+/// the kernels widen as they load it or copy into their 16-bit stages (`kernels/gemm_core.cuh`
+/// tp_bf16): the field `name`, and `tp_<name>_elem` naming its storage. bf16 only where the
+/// kernel rounds its operands to bf16 anyway (its loads go through registers; TF32's f32
+/// stages are filled by cp.async, which copies f32).
+fn conv_operand(
     program: &Program,
     p: &mut ParamStruct,
     g: &mut String,
+    name: &str,
     v: &View,
     cg: &ConvGeom,
 ) -> Result<(), RenderError> {
@@ -566,15 +568,15 @@ fn conv_x_input(
         || (dtype == DType::BF16 && cg.round_operands == Some(HalfFormat::Bf16));
     if !takes {
         return Err(RenderError::Unsupported(format!(
-            "x is {dtype}; the CUDA convolutions take f32, or bf16 where they multiply in bf16"
+            "{name} is {dtype}; the CUDA convolutions take f32, or bf16 where they multiply in bf16"
         )));
     }
     let _ = writeln!(
         g,
-        "typedef {} tp_x_elem;",
+        "typedef {} tp_{name}_elem;",
         super::params::storage_type(dtype)
     );
-    input(program, p, "x", v)
+    input(program, p, name, v)
 }
 
 /// The convolution's geometry as compile-time constants of the generated part (one module per
@@ -704,7 +706,7 @@ pub fn render(
             if out_len == 0 {
                 return Ok(None);
             }
-            conv_x_input(program, &mut p, &mut g, &k.inputs[0], cg)?;
+            conv_operand(program, &mut p, &mut g, "x", &k.inputs[0], cg)?;
             f32_input(program, &mut p, "filter", &k.inputs[1])?;
             conv_consts(&mut g, cg)?;
             let groups = cg.groups.max(1);
@@ -739,7 +741,7 @@ pub fn render(
             if out_len == 0 {
                 return Ok(None);
             }
-            f32_input(program, &mut p, "dy", &k.inputs[0])?;
+            conv_operand(program, &mut p, &mut g, "dy", &k.inputs[0], cg)?;
             f32_input(program, &mut p, "filter", &k.inputs[1])?;
             conv_consts(&mut g, cg)?;
             let groups = cg.groups.max(1);
@@ -769,8 +771,8 @@ pub fn render(
             if out_len == 0 {
                 return Ok(None);
             }
-            conv_x_input(program, &mut p, &mut g, &k.inputs[0], cg)?;
-            f32_input(program, &mut p, "dy", &k.inputs[1])?;
+            conv_operand(program, &mut p, &mut g, "x", &k.inputs[0], cg)?;
+            conv_operand(program, &mut p, &mut g, "dy", &k.inputs[1], cg)?;
             conv_consts(&mut g, cg)?;
             let groups = cg.groups.max(1);
             let (cgr, og) = (cg.c / groups, cg.o / groups);
