@@ -27,8 +27,8 @@ use crate::lower::{BufferId, LowerOptions, Precision, Program, StateLayout, lowe
 use crate::tensor::HostTensor;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 /// Options of the CUDA backend.
 #[derive(Clone, Debug)]
@@ -64,9 +64,10 @@ pub struct CudaOptions {
     /// Under [`Precision::Bf16`], store activations in bf16 where every kernel writing and
     /// reading them can ([`LowerOptions::half_activations`], `lower::half_storage`: as the CPU
     /// backend does): fused expressions load and store them as bf16, and the forward and
-    /// filter-gradient convolutions load `x` as bf16 and widen it in registers
-    /// (`kernels/gemm_core.cuh` tp_bf16). Half the bytes of those activations written and read
-    /// back. Default on, unless `TOWERPACK_CUDA_HALF_ACTIVATIONS` is `0`, `off` or `false`
+    /// filter-gradient convolutions load `x` as bf16 — its bits copied straight into their
+    /// 16-bit stages, or widened in registers where they compute with it
+    /// (`kernels/gemm_core.cuh` tp_bf16, tp_travel). Half the bytes of those activations
+    /// written and read back. Default on, unless `TOWERPACK_CUDA_HALF_ACTIVATIONS` is `0`, `off` or `false`
     /// ([`HALF_ACTIVATIONS_ENV`], to compare the two on a GPU with one build).
     pub half_activations: bool,
     /// With [`CudaOptions::half_activations`], also store in bf16 the gradients convolutions
@@ -76,24 +77,24 @@ pub struct CudaOptions {
     pub half_gradients: bool,
 }
 
-/// The environment variable that turns bf16 storage of convolutions' `dy` off by default:
-/// [`CudaOptions::half_gradients`].
-pub const HALF_GRADIENTS_ENV: &str = "TOWERPACK_CUDA_HALF_GRADIENTS";
-
-/// Whether [`HALF_GRADIENTS_ENV`] leaves bf16 storage of `dy` on (read once).
-pub fn half_gradients_from_environment() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| launch::switch_from_environment(HALF_GRADIENTS_ENV) != Some(false))
-}
-
 /// The environment variable that turns bf16 activation storage off by default (`0`, `off` or
 /// `false`): [`CudaOptions::half_activations`].
 pub const HALF_ACTIVATIONS_ENV: &str = "TOWERPACK_CUDA_HALF_ACTIVATIONS";
 
 /// Whether [`HALF_ACTIVATIONS_ENV`] leaves bf16 activation storage on (read once).
 pub fn half_activations_from_environment() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| launch::switch_from_environment(HALF_ACTIVATIONS_ENV) != Some(false))
+    static ON: OnceLock<bool> = OnceLock::new();
+    switch_once(&ON, HALF_ACTIVATIONS_ENV, true)
+}
+
+/// The environment variable that turns bf16 storage of convolutions' `dy` off by default:
+/// [`CudaOptions::half_gradients`].
+pub const HALF_GRADIENTS_ENV: &str = "TOWERPACK_CUDA_HALF_GRADIENTS";
+
+/// Whether [`HALF_GRADIENTS_ENV`] leaves bf16 storage of `dy` on (read once).
+pub fn half_gradients_from_environment() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    switch_once(&ON, HALF_GRADIENTS_ENV, true)
 }
 
 /// The environment variable that turns convolution prologues on by default (`1`, `on` or
@@ -102,8 +103,14 @@ pub const PROLOGUES_ENV: &str = "TOWERPACK_CUDA_PROLOGUES";
 
 /// Whether [`PROLOGUES_ENV`] turns convolution prologues on (read once).
 pub fn prologues_from_environment() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| launch::switch_from_environment(PROLOGUES_ENV) == Some(true))
+    static ON: OnceLock<bool> = OnceLock::new();
+    switch_once(&ON, PROLOGUES_ENV, false)
+}
+
+/// The switch in `var` ([`launch::switch_from_environment`]), or `default` where it says
+/// neither, read once into `cell`.
+fn switch_once(cell: &OnceLock<bool>, var: &str, default: bool) -> bool {
+    *cell.get_or_init(|| launch::switch_from_environment(var).unwrap_or(default))
 }
 
 impl Default for CudaOptions {
@@ -126,10 +133,9 @@ impl Default for CudaOptions {
 impl CudaOptions {
     /// The lowering options the CUDA session lowers with: [`CudaOptions::lower`] less what it
     /// is not asked for (bf16 activation storage unless [`CudaOptions::half_activations`], of
-    /// convolutions' `dy` too with [`CudaOptions::half_gradients`];
-    /// convolution prologues unless [`CudaOptions::conv_prologues`] asks for them, and never
-    /// under [`Precision::Tf32`]), with
-    /// batch norm's variances in the convolutions' epilogues
+    /// convolutions' `dy` too with [`CudaOptions::half_gradients`]; convolution prologues
+    /// unless [`CudaOptions::conv_prologues`] asks for them, and never under
+    /// [`Precision::Tf32`]), with batch norm's variances in the convolutions' epilogues
     /// ([`LowerOptions::epilogue_variances`]). A program lowered with them renders; tests and
     /// reports that lower by themselves use this.
     pub fn lowering(&self) -> LowerOptions {
