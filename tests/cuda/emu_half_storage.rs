@@ -33,13 +33,13 @@
 //! least `lower::half_storage::MIN_ELEMENTS` elements (smaller ones stay f32).
 
 use crate::cuda_common::{self, TestDevice};
+use crate::emu_prologues::{launch_path, session_target};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use towerpack::backend::cuda::driver::emulated::EmulatedDriver;
 use towerpack::backend::cuda::nvrtc::Arch;
-use towerpack::backend::cuda::render::{self, KernelPlan, Target};
 use towerpack::backend::cuda::{CudaOptions, CudaSession};
 use towerpack::backend::{Feed, Session};
 use towerpack::ir::*;
@@ -334,14 +334,7 @@ fn session(g: &Graph, sms: u32, path: Path, options: CudaOptions) -> CudaSession
 /// The convolutions of `program` reading an operand (`x`, `dy`) from bf16 storage, and the
 /// launches (which operands, core and window) those take on `dev`'s target.
 fn bf16_reads(program: &Program, dev: &CudaSession, path: Path) -> Result<Vec<String>, String> {
-    let driver = dev.driver();
-    let target = Target {
-        tensor_cores: driver.arch(0).0 >= 80,
-        windows: path != Path::NoWindows,
-        ..driver
-            .multiprocessors(0)
-            .map_or_else(Target::default, Target::with_multiprocessors)
-    };
+    let target = session_target(dev, path != Path::NoWindows);
     let mut launches = Vec::new();
     for (i, k) in program.kernels.iter().enumerate() {
         let operands: &[(usize, &str)] = match k.kind {
@@ -358,22 +351,8 @@ fn bf16_reads(program: &Program, dev: &CudaSession, path: Path) -> Result<Vec<St
         if half.is_empty() {
             continue;
         }
-        let r = match render::render_kernel_for(program, i, &target) {
-            Ok(KernelPlan::Launch(r)) => r,
-            Ok(_) => continue,
-            Err(e) => return Err(format!("render `{}`: {e}", k.name)),
-        };
-        let core = if r.generated.contains("#define TP_TF32 1") {
-            "tensor cores"
-        } else {
-            "simt"
-        };
-        let window = if r.generated.contains("#define TP_WINDOW 1") {
-            "TP_WINDOW"
-        } else if r.generated.contains("#define TP_FWIN 1") {
-            "TP_FWIN"
-        } else {
-            "no window"
+        let Some((core, window)) = launch_path(program, i, &target)? else {
+            continue;
         };
         let prologue = if k.kind.prologue().is_some() {
             ", prologue"

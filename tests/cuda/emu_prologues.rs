@@ -136,7 +136,7 @@ impl Path {
 
 /// The render target `dev` renders its kernels for (`prepared.rs`): its driver's SMs and
 /// architecture (tensor cores from 8.0 on), and the session's windows.
-fn session_target(dev: &CudaSession, windows: bool) -> Target {
+pub(crate) fn session_target(dev: &CudaSession, windows: bool) -> Target {
     let driver = dev.driver();
     Target {
         tensor_cores: driver.arch(0).0 >= 80,
@@ -333,6 +333,33 @@ fn check_program(c: &PrologueCase, program: &Program, prologues: bool) -> Result
     Ok(())
 }
 
+/// The core (`tensor core` or `simt`) and window (`TP_WINDOW`, `TP_FWIN` or `no window`) kernel
+/// `i` of `program` is rendered with on `target`; `None` when it launches nothing.
+pub(crate) fn launch_path(
+    program: &Program,
+    i: usize,
+    target: &Target,
+) -> Result<Option<(&'static str, &'static str)>, String> {
+    let r = match render::render_kernel_for(program, i, target) {
+        Ok(KernelPlan::Launch(r)) => r,
+        Ok(_) => return Ok(None),
+        Err(e) => return Err(format!("render `{}`: {e}", program.kernels[i].name)),
+    };
+    let core = if r.generated.contains("#define TP_TF32 1") {
+        "tensor core"
+    } else {
+        "simt"
+    };
+    let window = if r.generated.contains("#define TP_WINDOW 1") {
+        "TP_WINDOW"
+    } else if r.generated.contains("#define TP_FWIN 1") {
+        "TP_FWIN"
+    } else {
+        "no window"
+    };
+    Ok(Some((core, window)))
+}
+
 /// Records the launches the convolutions of `program` take on `target` (core and window).
 fn record_launches(
     program: &Program,
@@ -347,22 +374,8 @@ fn record_launches(
         ) {
             continue;
         }
-        let r = match render::render_kernel_for(program, i, target) {
-            Ok(KernelPlan::Launch(r)) => r,
-            Ok(_) => continue,
-            Err(e) => return Err(format!("render `{}`: {e}", k.name)),
-        };
-        let core = if r.generated.contains("#define TP_TF32 1") {
-            "tensor core"
-        } else {
-            "simt"
-        };
-        let window = if r.generated.contains("#define TP_WINDOW 1") {
-            "TP_WINDOW"
-        } else if r.generated.contains("#define TP_FWIN 1") {
-            "TP_FWIN"
-        } else {
-            "no window"
+        let Some((core, window)) = launch_path(program, i, target)? else {
+            continue;
         };
         let prologue = if k.kind.prologue().is_some() {
             "prologue"
