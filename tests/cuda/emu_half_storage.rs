@@ -32,14 +32,10 @@
 //! element), 2 groups, and a 1×1 convolution over 20 channels; every stored value has at
 //! least `lower::half_storage::MIN_ELEMENTS` elements (smaller ones stay f32).
 
-use crate::cuda_common::{self, TestDevice};
-use crate::emu_prologues::{launch_path, session_target};
+use crate::emu_prologues::{Path, device_session, launch_path, session_target};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
-use std::sync::Arc;
-use towerpack::backend::cuda::driver::emulated::EmulatedDriver;
-use towerpack::backend::cuda::nvrtc::Arch;
 use towerpack::backend::cuda::{CudaOptions, CudaSession};
 use towerpack::backend::{Feed, Session};
 use towerpack::ir::*;
@@ -261,24 +257,6 @@ fn case(seed: u64, geometry: Geometry) -> Case {
     }
 }
 
-/// How a run's GEMMs multiply (as `emu_prologues.rs`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Path {
-    Windows,
-    NoWindows,
-    Simt,
-}
-
-impl Path {
-    fn all() -> Vec<Path> {
-        if cuda_common::test_device() == TestDevice::Gpu {
-            vec![Path::Windows, Path::NoWindows]
-        } else {
-            vec![Path::Windows, Path::NoWindows, Path::Simt]
-        }
-    }
-}
-
 /// A run's storage and prologues.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Variant {
@@ -309,32 +287,17 @@ fn options(v: Variant, path: Path, cache: &std::path::Path) -> CudaOptions {
             ..LowerOptions::default()
         },
         cache_dir: Some(cache.to_path_buf()),
-        conv_windows: path != Path::NoWindows,
+        conv_windows: path.windows(),
         conv_prologues: v.prologues,
         half_activations: v.half,
         ..CudaOptions::default()
     }
 }
 
-fn session(g: &Graph, sms: u32, path: Path, options: CudaOptions) -> CudaSession {
-    match cuda_common::test_device() {
-        TestDevice::Emulated => {
-            let driver = EmulatedDriver::new(1);
-            driver.device(0).expect("device 0").set_multiprocessors(sms);
-            if path == Path::Simt {
-                driver.set_arch(Arch(75));
-            }
-            CudaSession::with_driver(g.clone(), Arc::new(driver), options)
-                .expect("emulated session")
-        }
-        TestDevice::Gpu => cuda_common::session(g.clone(), 1, options),
-    }
-}
-
 /// The convolutions of `program` reading an operand (`x`, `dy`) from bf16 storage, and the
 /// launches (which operands, core and window) those take on `dev`'s target.
 fn bf16_reads(program: &Program, dev: &CudaSession, path: Path) -> Result<Vec<String>, String> {
-    let target = session_target(dev, path != Path::NoWindows);
+    let target = session_target(dev, path.windows());
     let mut launches = Vec::new();
     for (i, k) in program.kernels.iter().enumerate() {
         let operands: &[(usize, &str)] = match k.kind {
@@ -376,7 +339,7 @@ fn convolutions_reading_bf16_storage_fetch_bitwise_what_f32_storage_fetches() {
     let mut runs = 0;
     for (i, &geometry) in GEOMETRIES.iter().enumerate() {
         let c = case(7 + i as u64, geometry);
-        for path in Path::all() {
+        for path in Path::of(Precision::Bf16) {
             for sms in [4, 132] {
                 let what = format!("case {i} {geometry:?} {path:?} {sms} SMs");
                 let mut reference: Option<Vec<HostTensor>> = None;
@@ -390,7 +353,7 @@ fn convolutions_reading_bf16_storage_fetch_bitwise_what_f32_storage_fetches() {
                             continue;
                         }
                     };
-                    let mut dev = session(&c.g, sms, path, opts);
+                    let mut dev = device_session(&c.g, sms, path, opts);
                     match bf16_reads(&program, &dev, path) {
                         Ok(reads) => {
                             // The second convolution reads `a` (or `y1` through its

@@ -99,7 +99,7 @@ fn operand_roundoff(precision: Precision) -> f64 {
 
 /// How a run's GEMMs multiply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Path {
+pub(crate) enum Path {
     /// A device with tensor cores, convolution windows allowed.
     Windows,
     /// A device with tensor cores, convolution windows off (`CudaOptions::conv_windows`).
@@ -110,7 +110,7 @@ enum Path {
 
 impl Path {
     /// The paths of `precision` on the test device: FP32 has no tensor cores nor windows.
-    fn of(precision: Precision) -> Vec<Path> {
+    pub(crate) fn of(precision: Precision) -> Vec<Path> {
         if !precision.tensor_cores() {
             vec![Path::Windows]
         } else if cuda_common::test_device() == TestDevice::Gpu {
@@ -129,7 +129,7 @@ impl Path {
         }
     }
 
-    fn windows(self) -> bool {
+    pub(crate) fn windows(self) -> bool {
         self != Path::NoWindows
     }
 }
@@ -171,7 +171,7 @@ fn cuda_options(
 
 /// A session over `g` on the test device: emulated, one device reporting `sms` SMs, without
 /// tensor cores on [`Path::Simt`].
-fn device_session(g: &Graph, sms: u32, path: Path, options: CudaOptions) -> CudaSession {
+pub(crate) fn device_session(g: &Graph, sms: u32, path: Path, options: CudaOptions) -> CudaSession {
     match cuda_common::test_device() {
         TestDevice::Emulated => {
             let driver = EmulatedDriver::new(1);
