@@ -167,8 +167,7 @@ struct tp_fw_as_is {
 // they are.
 template <int GROUP>
 TP_DEV void tp_fw_fill(const tp_params& p, const tp_x_elem* x, const tp_dy_elem* dy, int ci0,
-                       int window,
-                       tp_fw_elem* win) {
+                       int window, tp_fw_elem* win) {
 #if TP_PROLOGUE
     const tp_fw_x_prep prep{p, tp_prologue_hold(p, ci0 + threadIdx.x % 4 * 4)};
 #else

@@ -873,7 +873,8 @@ TP_DEV void tp_mma_tf32(float c[4], const unsigned int a[4], const unsigned int 
 // them. The window is pixel-major with
 // a pixel's channels contiguous, padded by 4 floats (TF32) or 8 halves (bf16/f16) so that the 8
 // rows of a fragment read hit distinct banks; the 16-bit window holds the operands rounded as
-// the stages do (cvt.rn, once), TF32's the f32 values (rounded on the fragment reads). The
+// the stages do (cvt.rn, once; bf16 storage's bits as they are, tp_travel), TF32's the f32
+// values (rounded on the fragment reads). The
 // products and their order are the pipelined core's: the same bits.
 template <class LA, class LB>
 struct tp_window {
@@ -888,7 +889,7 @@ struct tp_window {
         C = LA::WIN_C,
         ROW = C + (TP_ROUND ? 8 : 4),  // elements per window pixel
         PIXELS = LA::WIN_H * LA::WIN_W,
-        VECS = PIXELS * (C / 4),  // 16-byte source vectors of the window
+        VECS = PIXELS * (C / 4),  // source vectors of the window (4 elements: 16 or 8 bytes)
         // K tiles of the block's chunk at most (all of K when it is not split).
         TILES = (TP_SPLIT_K > 1 ? TP_K_CHUNK : LA::WIN_K) / TP_BK,
         // Floats of the window, then of B's stages (each a whole number of 16-byte pieces).
