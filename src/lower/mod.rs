@@ -115,6 +115,14 @@ pub struct LowerOptions {
     pub half_gradients: bool,
 }
 
+impl LowerOptions {
+    /// Whether the `half-storage` pass runs: [`LowerOptions::half_activations`] under
+    /// [`Precision::Bf16`] (and so whether [`LowerOptions::half_gradients`] takes effect).
+    pub fn stores_half(&self) -> bool {
+        self.half_activations && self.precision == Precision::Bf16
+    }
+}
+
 /// Default bucket size of fused updates: Horovod's tensor-fusion threshold.
 pub const DEFAULT_BUCKET_BYTES: usize = 64 << 20;
 

@@ -249,7 +249,7 @@ impl Pipeline {
         if options.fuse && options.arena_fusion {
             p.push(FuseUpdates).push(FuseAllReduces);
         }
-        if options.half_activations && options.precision == super::Precision::Bf16 {
+        if options.stores_half() {
             p.push(HalfStorage);
         }
         p.push(Emit);

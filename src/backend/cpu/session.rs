@@ -130,8 +130,7 @@ impl CpuSession {
             backend: "cpu".into(),
             reason: e.to_string(),
         })?;
-        let lower = &options.lower;
-        if lower.half_gradients && lower.half_activations && lower.precision == Precision::Bf16 {
+        if options.lower.half_gradients && options.lower.stores_half() {
             return Err(BackendError::Unavailable {
                 backend: "cpu".into(),
                 reason: "LowerOptions::half_gradients is on, and the CPU convolutions read `dy` \
