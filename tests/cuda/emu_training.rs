@@ -476,6 +476,42 @@ fn a_replayed_graph_sees_the_feeds_of_every_step() {
     assert_eq!(s.graph_replays(), 4);
 }
 
+/// `EmulatedDriver::set_host_only`: the session, its graph and its fetches run as ever, the
+/// device executes nothing (what `TOWERPACK_EMU_HOST_ONLY` times: the host's share of a step).
+#[test]
+fn a_host_only_emulated_device_replays_steps_without_executing_them() {
+    use towerpack::backend::cuda::driver::Driver;
+    use towerpack::backend::cuda::driver::emulated::EmulatedDriver;
+    cuda_common::require_nvrtc();
+    let tg = cuda_common::mlp();
+    // The costs of three steps, and the lane-instructions the device executed in them.
+    let run = |host_only: bool| {
+        let driver = std::sync::Arc::new(EmulatedDriver::new(1));
+        let mut s =
+            CudaSession::with_driver(tg.graph.clone(), driver.clone(), options()).expect("session");
+        s.initialize_variables(3).expect("init");
+        driver.set_host_only(host_only);
+        let before = driver.lane_instructions().expect("counted");
+        let costs: Vec<f32> = (0..3)
+            .map(|step| {
+                let out = s
+                    .run(&tg.step, &cuda_common::feeds(&tg, 4, 100 + step))
+                    .expect("step");
+                out[0].as_f32().expect("f32")[0]
+            })
+            .collect();
+        assert_eq!(s.graph_replays(), 3);
+        (costs, driver.lane_instructions().expect("counted") - before)
+    };
+    let (costs, lanes) = run(false);
+    assert!(costs.iter().all(|c| c.is_finite() && *c > 0.0), "{costs:?}");
+    assert!(lanes > 0);
+    let (costs, lanes) = run(true);
+    assert_eq!(lanes, 0);
+    // Nothing was downloaded into the fetch's pinned memory: it still holds its zeros.
+    assert_eq!(costs, vec![0.0; 3]);
+}
+
 #[test]
 fn without_graphs_on_the_device_a_step_falls_back_to_launch_by_launch_submission() {
     cuda_common::require_nvrtc();

@@ -23,5 +23,6 @@ pub mod session;
 
 pub use error::CudaError;
 pub use session::{
-    CudaOptions, CudaSession, PROLOGUES_ENV, PoisonScratch, prologues_from_environment,
+    CudaOptions, CudaSession, HOST_ONLY_ENV, PROLOGUES_ENV, PoisonScratch,
+    prologues_from_environment,
 };

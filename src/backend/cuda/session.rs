@@ -107,6 +107,11 @@ pub fn prologues_from_environment() -> bool {
     switch_once(&ON, PROLOGUES_ENV, false)
 }
 
+/// The environment variable (`1`, `on` or `true`) that makes [`CudaSession::emulated`]'s devices
+/// execute nothing, so that a run (`resnet --device cuda-emu --bench`) times the host's share of
+/// each step: the trainer, the data flow and the session, without the device's work.
+pub const HOST_ONLY_ENV: &str = "TOWERPACK_EMU_HOST_ONLY";
+
 /// The switch in `var` ([`launch::switch_from_environment`]), or `default` where it says
 /// neither, read once into `cell`.
 fn switch_once(cell: &OnceLock<bool>, var: &str, default: bool) -> bool {
@@ -211,13 +216,22 @@ impl CudaSession {
     }
 
     /// Binds `graph` to `devices` emulated devices (0: one per logical device of the graph).
+    /// With [`HOST_ONLY_ENV`] on, the devices execute nothing
+    /// ([`EmulatedDriver::set_host_only`]): the run measures the host's share of a step.
     pub fn emulated(
         graph: Graph,
         devices: usize,
         options: CudaOptions,
     ) -> Result<CudaSession, BackendError> {
-        let n = devices_for(&graph, devices);
-        CudaSession::with_driver(graph, Arc::new(EmulatedDriver::new(n)), options)
+        let driver = EmulatedDriver::new(devices_for(&graph, devices));
+        if launch::switch_from_environment(HOST_ONLY_ENV) == Some(true) {
+            log::warn!(
+                target: "towerpack",
+                "{HOST_ONLY_ENV}: the emulated devices execute nothing; every result is garbage"
+            );
+            driver.set_host_only(true);
+        }
+        CudaSession::with_driver(graph, Arc::new(driver), options)
     }
 
     /// Binds `graph` (verified first) to fresh, zeroed variables on `driver`'s devices.

@@ -7,6 +7,11 @@
 //! recorded instead of executed, a synchronous call invalidates the capture (as CUDA's stream
 //! capture does), and [`Driver::launch_graph`] executes the recorded operations in order.
 //! Pinned memory is host memory; uploads are immediate.
+//!
+//! [`EmulatedDriver::set_host_only`] makes the devices execute nothing — no kernel, copy to or
+//! from a device, or memset — so that a run measures the host's share of a step alone: what
+//! the trainer, the session and the data flow cost per step before a GPU does any work (every
+//! result of such a run is garbage).
 
 use super::{DevicePtr, Driver, EventId, GraphId, ModuleId, PinnedId};
 use crate::backend::cuda::error::CudaError;
@@ -86,6 +91,8 @@ pub struct EmulatedDriver {
     graph_replays: AtomicU64,
     /// The compute capability the devices report ([`Driver::arch`]).
     arch: AtomicU32,
+    /// Whether the devices skip every operation ([`EmulatedDriver::set_host_only`]).
+    host_only: AtomicBool,
 }
 
 impl EmulatedDriver {
@@ -102,6 +109,7 @@ impl EmulatedDriver {
             graphs_available: AtomicBool::new(true),
             graph_replays: AtomicU64::new(0),
             arch: AtomicU32::new(Arch::EMULATED.0),
+            host_only: AtomicBool::new(false),
         }
     }
 
@@ -110,6 +118,20 @@ impl EmulatedDriver {
     /// (to test those in tests; the emulator executes the PTX either way).
     pub fn set_arch(&self, arch: Arch) {
         self.arch.store(arch.0, Ordering::Relaxed);
+    }
+
+    /// Makes the devices execute nothing from now on: kernels, copies between host and device
+    /// or on a device, memsets, downloads and uploads all return at once (captured graphs still
+    /// record and replay their operations, skipping each). Allocation, pinned memory and
+    /// everything the host does stay as they are, so a run measures the host's share of a
+    /// step: what a GPU would wait for if the device took no time. Every value a session reads
+    /// back is garbage.
+    pub fn set_host_only(&self, host_only: bool) {
+        self.host_only.store(host_only, Ordering::Relaxed);
+    }
+
+    fn skips(&self) -> bool {
+        self.host_only.load(Ordering::Relaxed)
     }
 
     /// The emulated device `i` (to set step budgets or serial execution in tests).
@@ -231,6 +253,9 @@ impl EmulatedDriver {
     }
 
     fn execute(&self, op: &Op) -> Result<(), CudaError> {
+        if self.skips() {
+            return Ok(());
+        }
         match op {
             Op::Launch {
                 device,
@@ -387,6 +412,9 @@ impl Driver for EmulatedDriver {
 
     fn copy_htod(&self, device: usize, dst: DevicePtr, src: &[u8]) -> Result<(), CudaError> {
         self.not_capturing("copy to device")?;
+        if self.skips() {
+            return Ok(());
+        }
         self.dev(device, "copy to device")?
             .copy_htod(ptr(dst), src)
             .map_err(driver_error("copy to device", device))
@@ -394,6 +422,9 @@ impl Driver for EmulatedDriver {
 
     fn copy_dtoh(&self, device: usize, dst: &mut [u8], src: DevicePtr) -> Result<(), CudaError> {
         self.not_capturing("copy to host")?;
+        if self.skips() {
+            return Ok(());
+        }
         self.dev(device, "copy to host")?
             .copy_dtoh(dst, ptr(src))
             .map_err(driver_error("copy to host", device))
@@ -585,6 +616,9 @@ impl Driver for EmulatedDriver {
         bytes: usize,
     ) -> Result<(), CudaError> {
         // The copy stream is never part of a capture: the upload happens now.
+        if self.skips() {
+            return Ok(());
+        }
         let buf = self.pinned_buffer(src)?;
         let host = buf.lock().unwrap_or_else(|e| e.into_inner());
         let data = host
