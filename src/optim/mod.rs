@@ -14,6 +14,7 @@
 mod accum;
 mod adam;
 mod builder;
+mod finiteness;
 mod loss_scale;
 mod optimizer;
 mod process;
@@ -21,6 +22,7 @@ mod rule;
 mod state;
 
 pub use accum::ACCUM_COUNTER;
+pub use finiteness::{CheckedRows, GradientFiniteness, ROW as FINITENESS_ROW, gradient_finiteness};
 pub use loss_scale::{
     DynamicLossScale, LOSS_SCALE, LOSS_SCALE_COLLECTION, LOSS_SCALE_GOOD_STEPS,
     LOSS_SCALE_SKIPPED_STEPS, UNSCALED_GRADIENTS_COLLECTION, gate as gate_on_finite, scale_loss,

@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use towerpack::backend::Step;
 use towerpack::dsl::{InputSpec, Tensor};
-use towerpack::ir::{Graph, UnaryOp};
+use towerpack::ir::{Graph, NodeId, UnaryOp, Value, VarId};
 use towerpack::lower::{
     ExprOp, HalfFormat, KernelKind, LowerOptions, Precision, Program, Storage, lower,
 };
 use towerpack::models::{CifarResNet, Mlp};
-use towerpack::optim::{DynamicLossScale, Optimizer};
+use towerpack::optim::{DynamicLossScale, Optimizer, gradient_finiteness};
 use towerpack::tensor::DType;
 use towerpack::train::{
     DummyConstantInput, GraphSetup, InputSource, ModelDesc, ModelFn, SimpleTrainer, Trainer,
@@ -184,6 +184,13 @@ fn resnet20_16_bit_programs_have_the_fp32_kernels() {
 /// ResNet-20's `SimpleTrainer` step at `batch` in `precision`, with fp16's dynamic loss scale
 /// when `loss_scale` (as `launch_train_with_config` builds it).
 fn resnet20_trainer_program(batch: usize, precision: Precision, loss_scale: bool) -> Program {
+    let (graph, train_op, _) = resnet20_trainer_graph(batch, loss_scale);
+    let step = Step::new(Vec::new(), vec![train_op]);
+    lower_in(&graph, &step, batch, precision)
+}
+
+/// ResNet-20's `SimpleTrainer` graph at `batch`: the graph, its train op and its gradients.
+fn resnet20_trainer_graph(batch: usize, loss_scale: bool) -> (Graph, NodeId, Vec<(VarId, Value)>) {
     let m = CifarResNet::new(3);
     let model: Arc<dyn ModelDesc> = Arc::new(ModelFn::new(
         m.inputs(),
@@ -196,7 +203,7 @@ fn resnet20_trainer_program(batch: usize, precision: Precision, loss_scale: bool
     input.setup(&signature).expect("input");
     let mut graph = Graph::new();
     let mut trainer = SimpleTrainer::new();
-    trainer
+    let built = trainer
         .setup_graph(&mut GraphSetup {
             graph: &mut graph,
             seed: 0,
@@ -205,12 +212,48 @@ fn resnet20_trainer_program(batch: usize, precision: Precision, loss_scale: bool
             loss_scale: loss_scale.then(DynamicLossScale::default),
         })
         .expect("setup");
-    let step = Step::new(Vec::new(), vec![trainer.train_op().expect("train op")]);
+    let train_op = trainer.train_op().expect("train op");
+    (graph, train_op, built.gradients)
+}
+
+fn lower_in(graph: &Graph, step: &Step, batch: usize, precision: Precision) -> Program {
     let options = LowerOptions {
         precision,
         ..LowerOptions::default()
     };
-    lower(&graph, &step, batch, &options).expect("lower")
+    lower(graph, step, batch, &options).expect("lower")
+}
+
+/// `NonFiniteGuard`'s check of every gradient at batch 128: ONE join of the 59 gradients in
+/// rows and ONE count per row, fetched with the step, and nothing else added — where a
+/// `CheckGradient` per gradient added about one reduction per gradient.
+#[test]
+fn resnet20_non_finite_guard_adds_one_join_and_one_count() {
+    let fp32 = resnet20_trainer_program(128, Precision::Fp32, false);
+    let (mut graph, train_op, grads) = resnet20_trainer_graph(128, false);
+    assert_eq!(grads.len(), 59);
+    let checks = gradient_finiteness(&mut graph, "NonFiniteGuard/finite", &grads).expect("checks");
+    let fetches = checks.iter().map(|c| c.counts).collect();
+    let p = lower_in(
+        &graph,
+        &Step::new(fetches, vec![train_op]),
+        128,
+        Precision::Fp32,
+    );
+    let added: Vec<(&str, &str)> = p
+        .kernels
+        .iter()
+        .filter(|k| k.name.starts_with("NonFiniteGuard/"))
+        .map(|k| (k.kind.name(), k.name.as_str()))
+        .collect();
+    assert_eq!(
+        added,
+        [
+            ("concat", "NonFiniteGuard/finite/0/joined"),
+            ("reduce", "NonFiniteGuard/finite/0/count")
+        ]
+    );
+    assert_eq!(p.kernels.len(), fp32.kernels.len() + 2, "{p}");
 }
 
 /// fp16 with its dynamic loss scale at batch 128: the fp32 step's kernels plus only the loss

