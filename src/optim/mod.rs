@@ -22,7 +22,10 @@ mod rule;
 mod state;
 
 pub use accum::ACCUM_COUNTER;
-pub use finiteness::{CheckedRows, GradientFiniteness, ROW as FINITENESS_ROW, gradient_finiteness};
+pub use finiteness::{
+    CheckedRows, FiniteRecord, Finiteness, ROW as FINITENESS_ROW, failed_checks, finiteness,
+    first_non_finite, gradient_finiteness, record_first_non_finite,
+};
 pub use loss_scale::{
     DynamicLossScale, LOSS_SCALE, LOSS_SCALE_COLLECTION, LOSS_SCALE_GOOD_STEPS,
     LOSS_SCALE_SKIPPED_STEPS, UNSCALED_GRADIENTS_COLLECTION, gate as gate_on_finite, scale_loss,

@@ -123,7 +123,7 @@ pub struct BuiltGraph {
     pub losses: Vec<(String, Value)>,
     /// Every `(variable, gradient)` applied (checked by `NonFiniteGuard`).
     pub gradients: Vec<(VarId, Value)>,
-    /// `CheckGradient` checks of the gradient processors, fetched by `NonFiniteGuard`.
+    /// `CheckGradient` checks of the gradient processors, recorded by `NonFiniteGuard`.
     pub numeric_checks: Vec<NumericCheck>,
     /// Callbacks the trainer needs (registered after the input source's, before the user's).
     pub callbacks: Vec<Box<dyn Callback>>,

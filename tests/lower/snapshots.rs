@@ -8,16 +8,16 @@ use std::sync::Arc;
 
 use towerpack::backend::Step;
 use towerpack::dsl::{InputSpec, Tensor};
-use towerpack::ir::{Graph, NodeId, UnaryOp, Value, VarId};
+use towerpack::ir::{Graph, NodeId, UnaryOp, Value};
 use towerpack::lower::{
     ExprOp, HalfFormat, KernelKind, LowerOptions, Precision, Program, Storage, lower,
 };
 use towerpack::models::{CifarResNet, Mlp};
-use towerpack::optim::{DynamicLossScale, Optimizer, gradient_finiteness};
+use towerpack::optim::{DynamicLossScale, Optimizer, finiteness, record_first_non_finite};
 use towerpack::tensor::DType;
 use towerpack::train::{
-    DummyConstantInput, GraphSetup, InputSource, ModelDesc, ModelFn, SimpleTrainer, Trainer,
-    build_training_graph,
+    BuiltGraph, DummyConstantInput, GraphSetup, InputSource, ModelDesc, ModelFn, SimpleTrainer,
+    Trainer, build_training_graph,
 };
 
 /// The batch of the snapshotted programs.
@@ -189,8 +189,9 @@ fn resnet20_trainer_program(batch: usize, precision: Precision, loss_scale: bool
     lower_in(&graph, &step, batch, precision)
 }
 
-/// ResNet-20's `SimpleTrainer` graph at `batch`: the graph, its train op and its gradients.
-fn resnet20_trainer_graph(batch: usize, loss_scale: bool) -> (Graph, NodeId, Vec<(VarId, Value)>) {
+/// ResNet-20's `SimpleTrainer` graph at `batch`: the graph, its train op and what the trainer
+/// built (losses, gradients).
+fn resnet20_trainer_graph(batch: usize, loss_scale: bool) -> (Graph, NodeId, BuiltGraph) {
     let m = CifarResNet::new(3);
     let model: Arc<dyn ModelDesc> = Arc::new(ModelFn::new(
         m.inputs(),
@@ -213,7 +214,7 @@ fn resnet20_trainer_graph(batch: usize, loss_scale: bool) -> (Graph, NodeId, Vec
         })
         .expect("setup");
     let train_op = trainer.train_op().expect("train op");
-    (graph, train_op, built.gradients)
+    (graph, train_op, built)
 }
 
 fn lower_in(graph: &Graph, step: &Step, batch: usize, precision: Precision) -> Program {
@@ -224,19 +225,40 @@ fn lower_in(graph: &Graph, step: &Step, batch: usize, precision: Precision) -> P
     lower(graph, step, batch, &options).expect("lower")
 }
 
-/// `NonFiniteGuard`'s check of every gradient at batch 128: ONE join of the 59 gradients in
-/// rows and ONE count per row, fetched with the step, and nothing else added — where a
-/// `CheckGradient` per gradient added about one reduction per gradient.
+/// `NonFiniteGuard`'s graph at batch 128, against a step that computes the same losses (as the
+/// default `MovingAverageSummary` does every step): the losses and the 59 gradients joined in
+/// rows with ONE count per row, and the device's record of the first non-finite run in ONE
+/// elementwise kernel and ONE reduction — 4 kernels, where a `CheckGradient` per gradient
+/// added about one reduction per gradient.
 #[test]
-fn resnet20_non_finite_guard_adds_one_join_and_one_count() {
-    let fp32 = resnet20_trainer_program(128, Precision::Fp32, false);
-    let (mut graph, train_op, grads) = resnet20_trainer_graph(128, false);
-    assert_eq!(grads.len(), 59);
-    let checks = gradient_finiteness(&mut graph, "NonFiniteGuard/finite", &grads).expect("checks");
-    let fetches = checks.iter().map(|c| c.counts).collect();
+fn resnet20_non_finite_guard_adds_four_kernels() {
+    let (mut graph, train_op, built) = resnet20_trainer_graph(128, false);
+    assert_eq!(built.gradients.len(), 59);
+    let losses: Vec<Value> = built.losses.iter().map(|l| l.1).collect();
+    let unguarded = lower_in(
+        &graph,
+        &Step::new(losses.clone(), vec![train_op]),
+        128,
+        Precision::Fp32,
+    );
+    let mut named: Vec<(String, Value)> = built
+        .losses
+        .iter()
+        .map(|(n, v)| (format!("loss `{n}`"), *v))
+        .collect();
+    named.extend(
+        built
+            .gradients
+            .iter()
+            .map(|&(var, g)| (graph.variable(var).name.clone(), g)),
+    );
+    let groups = finiteness(&mut graph, "NonFiniteGuard/finite", &named).expect("checks");
+    let counts: Vec<Value> = groups.iter().map(|g| g.counts).collect();
+    let record =
+        record_first_non_finite(&mut graph, "NonFiniteGuard/record", &counts).expect("record");
     let p = lower_in(
         &graph,
-        &Step::new(fetches, vec![train_op]),
+        &Step::new(losses, vec![train_op, record.update]),
         128,
         Precision::Fp32,
     );
@@ -250,10 +272,12 @@ fn resnet20_non_finite_guard_adds_one_join_and_one_count() {
         added,
         [
             ("concat", "NonFiniteGuard/finite/0/joined"),
-            ("reduce", "NonFiniteGuard/finite/0/count")
+            ("reduce", "NonFiniteGuard/finite/0/count"),
+            ("elementwise", "NonFiniteGuard/record/new_first"),
+            ("reduce", "NonFiniteGuard/record/new_since"),
         ]
     );
-    assert_eq!(p.kernels.len(), fp32.kernels.len() + 2, "{p}");
+    assert_eq!(p.kernels.len(), unguarded.kernels.len() + 4, "{p}");
 }
 
 /// fp16 with its dynamic loss scale at batch 128: the fp32 step's kernels plus only the loss

@@ -1,8 +1,9 @@
-//! `gradient_finiteness` (what `NonFiniteGuard` fetches): on random gradients with NaN and ±inf
-//! planted at random places — the first and last element of a variable among them — the
-//! per-row counts equal the counts computed here element by element, on the reference executor
-//! and through the CPU backend's lowering (one join, one reduction), and the first variable with
-//! a non-finite value is the one named.
+//! `gradient_finiteness` and `record_first_non_finite` (what `NonFiniteGuard` adds): on
+//! random gradients with NaN and ±inf planted at random places — the first and last element of
+//! a variable among them — the per-row counts equal the counts computed here element by
+//! element, on the reference executor and through the CPU backend's lowering (one join, one
+//! reduction), and the first variable with a non-finite value is the one named; the record
+//! keeps the first non-zero run's counts and the runs since.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -14,7 +15,7 @@ use towerpack::ir::{
     Graph, Initializer, NodeId, Op, Shape, Step, TensorType, Value, VarFlags, VarId, VariableDef,
 };
 use towerpack::lower::{LowerOptions, lower};
-use towerpack::optim::{FINITENESS_ROW, OptimError, gradient_finiteness};
+use towerpack::optim::{FINITENESS_ROW, OptimError, gradient_finiteness, record_first_non_finite};
 use towerpack::tensor::{DType, HostTensor};
 
 /// Variables of these shapes: under a row, one row exactly, a row and a half, three rows of a
@@ -112,16 +113,16 @@ fn every_row_counts_its_non_finite_values_and_the_first_bad_variable_is_named() 
     let rows: Vec<(&str, std::ops::Range<usize>)> = check
         .rows
         .iter()
-        .map(|r| (r.variable.as_str(), r.rows.clone()))
+        .map(|r| (r.name.as_str(), r.rows.clone()))
         .collect();
     assert_eq!(
         rows,
         [
-            ("bn/beta", 0..1),
-            ("fc/b", 1..2),
-            ("fc/W", 2..4),
-            ("conv/W", 4..7),
-            ("scale", 7..8)
+            ("the gradient of `bn/beta`", 0..1),
+            ("the gradient of `fc/b`", 1..2),
+            ("the gradient of `fc/W`", 2..4),
+            ("the gradient of `conv/W`", 4..7),
+            ("the gradient of `scale`", 7..8)
         ]
     );
     let step = Step::fetch(vec![check.counts]);
@@ -150,8 +151,11 @@ fn every_row_counts_its_non_finite_values_and_the_first_bad_variable_is_named() 
                 .iter()
                 .zip(&values)
                 .find(|(_, v)| v.iter().any(|x| !x.is_finite()))
-                .map(|((name, _), _)| *name);
-            assert_eq!(check.first_non_finite(got).expect("counts"), first);
+                .map(|((name, _), _)| format!("the gradient of `{name}`"));
+            assert_eq!(
+                check.first_non_finite(got).expect("counts"),
+                first.as_deref()
+            );
         }
     }
 }
@@ -183,15 +187,64 @@ fn gradients_on_two_devices_are_joined_per_device() {
     let checks = gradient_finiteness(&mut graph, "guard", &grads).expect("checks");
     let names: Vec<Vec<&str>> = checks
         .iter()
-        .map(|c| c.rows.iter().map(|r| r.variable.as_str()).collect())
+        .map(|c| {
+            c.rows
+                .iter()
+                .map(|r| r.name.trim_start_matches("the gradient of "))
+                .collect()
+        })
         .collect();
     assert_eq!(
         names,
-        [vec!["bn/beta", "fc/b", "fc/W"], vec!["conv/W", "scale"]]
+        [
+            vec!["`bn/beta`", "`fc/b`", "`fc/W`"],
+            vec!["`conv/W`", "`scale`"]
+        ]
     );
     assert_eq!(
         checks[1].rows[0].rows,
         0..3,
         "each join counts its rows from 0"
     );
+}
+
+/// `record_first_non_finite` over runs fed these counts: nothing recorded while they are zero;
+/// then the first non-zero run's counts, kept however later runs count, and the runs since it,
+/// this run counting 1. The same on the reference executor and the CPU backend.
+#[test]
+fn the_record_keeps_the_first_non_finite_run() {
+    let mut graph = Graph::new();
+    let ty = TensorType::f32(Shape::fixed(&[3]));
+    let input = graph
+        .add_node(
+            "counts",
+            Op::Input {
+                name: "counts".into(),
+                ty,
+            },
+            &[],
+        )
+        .expect("input");
+    let record =
+        record_first_non_finite(&mut graph, "record", &[Value::first(input)]).expect("record");
+    let runs: [([f32; 3], f64, [f64; 3]); 5] = [
+        ([0.0, 0.0, 0.0], 0.0, [0.0; 3]),
+        ([0.0, 0.0, 0.0], 0.0, [0.0; 3]),
+        ([0.0, 2.0, 1.0], 1.0, [0.0, 2.0, 1.0]),
+        ([5.0, 0.0, 0.0], 2.0, [0.0, 2.0, 1.0]),
+        ([0.0, 0.0, 0.0], 3.0, [0.0, 2.0, 1.0]),
+    ];
+    let step = Step::new(vec![record.since, record.first], vec![record.update]);
+    let mut cpu = CpuSession::new(graph.clone(), CpuOptions::default()).expect("cpu");
+    let mut reference =
+        towerpack::backend::reference::ReferenceSession::new(graph.clone()).expect("reference");
+    for session in [&mut cpu as &mut dyn Session, &mut reference] {
+        session.initialize_variables(0).expect("init");
+        for (i, (counts, since, first)) in runs.iter().enumerate() {
+            let feed = HostTensor::from_f32(&[3], counts.to_vec()).expect("counts");
+            let out = session.run(&step, &[(input, feed)]).expect("run");
+            assert_eq!(out[0].scalar_value().ok(), Some(*since), "run {i}");
+            assert_eq!(out[1].to_f64_vec(), first.to_vec(), "run {i}");
+        }
+    }
 }

@@ -458,6 +458,70 @@ fn degenerate(loss_kind: bool, value: f32) -> (ModelFn, BatchData) {
     (ModelFn::new(inputs, tower, Optimizer::sgd(0.1)), flow)
 }
 
+/// Counts the steps that finished (their `trigger_step`).
+#[derive(Default)]
+struct StepCount(Arc<Mutex<u64>>);
+
+impl Callback for StepCount {
+    fn trigger_step(&mut self, _: &mut TrainContext) -> Result<(), TrainError> {
+        *self.0.lock().expect("count") += 1;
+        Ok(())
+    }
+}
+
+/// `sqrt(w · x)`, `w` from 1, on 30 batches of `x = 1` but for batch `bad`, where `x = 0`: a
+/// finite loss (0) whose gradient `x / (2·sqrt(w·x))` is 0/0 — step `bad + 1` has the first
+/// non-finite gradient, and every later step a NaN loss.
+fn nan_gradient_at(bad: usize) -> (ModelFn, BatchData) {
+    let inputs = vec![InputSpec::new("x", DType::F32, Shape::batched(&[1]))];
+    let tower = |x: &[Tensor]| {
+        let w = get_variable("w", &VarSpec::new(&[1]).init(Initializer::Ones));
+        (&w * &x[0]).sqrt().mean().named("cost")
+    };
+    let items = (0..30 * 4)
+        .map(|i| {
+            let x = if i / 4 == bad { 0.0 } else { 1.0 };
+            vec![HostTensor::from_f32(&[1], vec![x]).expect("x")]
+        })
+        .collect();
+    let flow = BatchData::new(DataFromList::new(items), 4, false).expect("batch");
+    (ModelFn::new(inputs, tower, Optimizer::sgd(0.05)), flow)
+}
+
+/// The guard reads the device's record every 10th step (and the last of an epoch): a gradient
+/// that goes non-finite in step 13 stops the run at the check of step 21 — 20 steps finished
+/// — and the error names the tensor and step 13, not the NaN loss of steps 14 to 21. With
+/// `check_every(1)` the run stops in step 13 itself.
+#[test]
+fn the_non_finite_guard_checks_now_and_then_and_names_the_first_bad_step() {
+    for (every, finished) in [(None, 20), (Some(1), 12)] {
+        let (model, flow) = nan_gradient_at(12);
+        let steps = Arc::new(Mutex::new(0));
+        let guard = match every {
+            None => NonFiniteGuard::new(),
+            Some(n) => NonFiniteGuard::new().check_every(n),
+        };
+        let c = bare(TrainConfig::new(model).dataflow(flow).backend(cpu()))
+            .callback(StepCount(Arc::clone(&steps)))
+            .callback(guard)
+            .max_epoch(1);
+        match launch_train_with_config(c, &mut SimpleTrainer::new()).err() {
+            Some(TrainError::NonFinite {
+                tensor,
+                global_step,
+            }) => {
+                assert_eq!((tensor.as_str(), global_step), ("the gradient of `w`", 13));
+            }
+            other => panic!("expected a non-finite gradient, got {other:?}"),
+        }
+        assert_eq!(
+            *steps.lock().expect("count"),
+            finished,
+            "check every {every:?}"
+        );
+    }
+}
+
 #[test]
 fn the_non_finite_guard_names_the_first_bad_tensor() {
     let (model, flow) = degenerate(true, 0.0);

@@ -7,8 +7,8 @@ use serde_json::json;
 
 use crate::ir::Value;
 use crate::optim::{
-    GradientFiniteness, LOSS_SCALE_COLLECTION, NumericCheck, OptimError, check_numerics,
-    gradient_finiteness,
+    CheckedRows, FiniteRecord, Finiteness, LOSS_SCALE_COLLECTION, OptimError, failed_checks,
+    finiteness, first_non_finite, record_first_non_finite,
 };
 use crate::tensor::HostTensor;
 use crate::train::callback::{Callback, RunArgs};
@@ -122,21 +122,47 @@ impl Callback for EarlyStopping {
     }
 }
 
-/// Fetches the losses and an "all finite" check of every gradient with each hooked run, and
-/// stops training with [`TrainError::NonFinite`] naming the first non-finite one (losses first,
-/// then the model's own `CheckGradient` checks, then gradients in the trainer's order).
+/// Stops training with [`TrainError::NonFinite`] naming the first loss or gradient that became
+/// NaN or infinite, and the global step it did so in (losses first, then gradients in the
+/// trainer's order, then the model's own `CheckGradient` checks).
 ///
-/// The gradients are checked together: joined in rows, with one reduction counting each row's
-/// non-finite values ([`gradient_finiteness`]), rather than one reduction per gradient. On a
-/// GPU, ResNet-20's bf16 step at batch 128 is 124 launches with the guard (H100 model: 1,125
-/// µs), where a check per gradient made it 175 (1,266 µs); unguarded, it is 113 (1,064 µs), and
-/// most of the difference is the losses the guard fetches.
-#[derive(Debug, Default)]
+/// Every hooked run checks every loss and gradient on the device: the tensors are joined in
+/// rows, ONE reduction counts each row's non-finite values ([`finiteness`]), and a record
+/// kept on the device holds the counts of the first run where one was non-zero
+/// ([`record_first_non_finite`]). The host reads that record with every
+/// [`check_every`](Self::check_every)-th step of an epoch (default 10) and its last, as
+/// [`ProgressBar`](super::ProgressBar) fetches the losses: a fetch makes the host wait for the
+/// step, which on a GPU it would otherwise prepare the next one during. So training goes on
+/// for up to `check_every - 1` steps past a non-finite value, but the error still names the
+/// tensor and the step where it first appeared, and the last step of every epoch — where
+/// `ModelSaver` saves — is always checked: no epoch's checkpoint is written after a non-finite
+/// value (a checkpoint saved mid-epoch, between checks, may be; `check_every(1)` checks every
+/// step).
+///
+/// On a GPU, ResNet-20's bf16 step at batch 128 is 124 launches with the guard (H100 model:
+/// 1,125 µs); a check per gradient made it 175 (1,266 µs); unguarded, it is 113 (1,064 µs),
+/// and most of the difference is the losses, which the default `MovingAverageSummary`
+/// computes every step anyway.
+#[derive(Debug)]
 pub struct NonFiniteGuard {
     loss_only: bool,
-    losses: Vec<(String, Value)>,
-    checks: Vec<NumericCheck>,
-    gradients: Vec<GradientFiniteness>,
+    check_every: u64,
+    /// What each row of the record's counts is.
+    rows: Vec<CheckedRows>,
+    record: Option<FiniteRecord>,
+    fetching: bool,
+}
+
+impl Default for NonFiniteGuard {
+    fn default() -> NonFiniteGuard {
+        NonFiniteGuard {
+            loss_only: false,
+            check_every: 10,
+            rows: Vec::new(),
+            record: None,
+            fetching: false,
+        }
+    }
 }
 
 impl NonFiniteGuard {
@@ -152,6 +178,13 @@ impl NonFiniteGuard {
             ..NonFiniteGuard::default()
         }
     }
+
+    /// Reads the device's record with every `steps`-th step of an epoch (and its last);
+    /// 1 reads it with every step, stopping at the step that went non-finite.
+    pub fn check_every(mut self, steps: u64) -> NonFiniteGuard {
+        self.check_every = steps.max(1);
+        self
+    }
 }
 
 impl Callback for NonFiniteGuard {
@@ -160,29 +193,62 @@ impl Callback for NonFiniteGuard {
     }
 
     fn setup_graph(&mut self, ctx: &mut TrainContext) -> Result<(), TrainError> {
-        self.losses = ctx.losses().to_vec();
-        self.checks = ctx.numeric_checks().to_vec();
+        let mut named: Vec<(String, Value)> = ctx
+            .losses()
+            .iter()
+            .map(|(name, v)| (format!("loss `{name}`"), *v))
+            .collect();
         // Under FP16's loss scale a non-finite gradient is expected now and then: the step is
         // skipped and the scale halved (`LossScaleMonitor` reports it), so only losses stop
         // the run.
         let loss_scaled = !ctx.graph().collection(LOSS_SCALE_COLLECTION).is_empty();
         if !self.loss_only && !loss_scaled {
-            let grads = ctx.gradients().to_vec();
-            let graph = ctx.graph_mut("NonFiniteGuard")?;
-            self.gradients = gradient_finiteness(graph, "NonFiniteGuard/finite", &grads)?;
+            for &(var, g) in ctx.gradients() {
+                let variable = &ctx.graph().variable(var).name;
+                named.push((format!("the gradient of `{variable}`"), g));
+            }
         }
+        let checks: Vec<(String, Value)> = ctx
+            .numeric_checks()
+            .iter()
+            .map(|c| (format!("the gradient of `{}`", c.variable), c.all_finite))
+            .collect();
+        if named.is_empty() && checks.is_empty() {
+            return Ok(());
+        }
+        let graph = ctx.graph_mut("NonFiniteGuard")?;
+        let mut groups = finiteness(graph, "NonFiniteGuard/finite", &named)?;
+        if !checks.is_empty() {
+            groups.push(failed_checks(graph, "NonFiniteGuard/checks", &checks)?);
+        }
+        let counts: Vec<Value> = groups.iter().map(|g| g.counts).collect();
+        self.record = Some(record_first_non_finite(
+            graph,
+            "NonFiniteGuard/record",
+            &counts,
+        )?);
+        self.rows = Finiteness::concatenated(&groups);
         Ok(())
     }
 
-    fn before_run(&mut self, _: &TrainContext) -> Result<RunArgs, TrainError> {
-        let fetches = self
-            .losses
-            .iter()
-            .map(|l| l.1)
-            .chain(self.checks.iter().map(|c| c.all_finite))
-            .chain(self.gradients.iter().map(|g| g.counts))
-            .collect();
-        Ok(RunArgs::fetch(fetches))
+    fn before_run(&mut self, ctx: &TrainContext) -> Result<RunArgs, TrainError> {
+        let Some(record) = &self.record else {
+            return Ok(RunArgs::none());
+        };
+        let c = ctx.counters();
+        // Every hooked run of a checked step fetches: the last one of the epoch's last step
+        // sees every run before `ModelSaver` saves.
+        self.fetching = u64::try_from(c.local_step).map_or(true, |s| s % self.check_every == 0)
+            || c.is_last_step_of_epoch();
+        Ok(RunArgs {
+            targets: vec![record.update],
+            fetches: if self.fetching {
+                vec![record.since, record.first]
+            } else {
+                Vec::new()
+            },
+            feeds: Vec::new(),
+        })
     }
 
     fn after_run(
@@ -190,37 +256,32 @@ impl Callback for NonFiniteGuard {
         ctx: &mut TrainContext,
         fetched: &[HostTensor],
     ) -> Result<(), TrainError> {
-        let expected = self.losses.len() + self.checks.len() + self.gradients.len();
-        if fetched.len() != expected {
+        if !self.fetching {
+            return Ok(());
+        }
+        let [since, first] = fetched else {
             return Err(OptimError::CheckFetch {
-                expected,
+                expected: 2,
                 got: fetched.len(),
             }
             .into());
-        }
-        let (losses, rest) = fetched.split_at(self.losses.len());
-        let (checks, counts) = rest.split_at(self.checks.len());
-        let non_finite = |tensor: String| TrainError::NonFinite {
-            tensor,
-            global_step: ctx.global_step(),
         };
-        for ((name, _), value) in self.losses.iter().zip(losses) {
-            if !value.to_f64_vec().iter().all(|x| x.is_finite()) {
-                return Err(non_finite(format!("loss `{name}`")));
-            }
+        // Runs since the first non-finite one, this run counting as 1: an exact integer.
+        let since = since.scalar_value().unwrap_or(f64::NAN);
+        if since == 0.0 {
+            return Ok(());
         }
-        match check_numerics(&self.checks, checks) {
-            Ok(()) => {}
-            Err(OptimError::NonFiniteGradient { variable }) => {
-                return Err(non_finite(format!("the gradient of `{variable}`")));
-            }
-            Err(other) => return Err(other.into()),
-        }
-        for (group, counts) in self.gradients.iter().zip(counts) {
-            if let Some(variable) = group.first_non_finite(counts)? {
-                return Err(non_finite(format!("the gradient of `{variable}`")));
-            }
-        }
-        Ok(())
+        let runs_ago = if since.is_finite() && since >= 1.0 {
+            since as u64 - 1
+        } else {
+            0
+        };
+        let tensor = first_non_finite(&self.rows, first)?
+            .unwrap_or("a checked tensor")
+            .to_string();
+        Err(TrainError::NonFinite {
+            tensor,
+            global_step: ctx.global_step().saturating_sub(runs_ago),
+        })
     }
 }
