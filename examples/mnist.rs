@@ -32,7 +32,9 @@ use towerpack::train::callbacks::{
     ClassificationError, InferenceRunner, Inferencer, MinSaver, ModelSaver, NonFiniteGuard,
     ScalarStats, ScheduledHyperParamSetter,
 };
-use towerpack::train::{ModelFn, SimpleTrainer, TrainConfig, TrainError, launch_train_with_config};
+use towerpack::train::{
+    ModelFn, QueueInput, SimpleTrainer, TrainConfig, TrainError, launch_train_with_config,
+};
 
 /// Command-line flags.
 #[derive(Parser, Debug)]
@@ -153,12 +155,13 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
         Box::new(ScalarStats::new(&["cross_entropy_loss"])),
         Box::new(ClassificationError::default()),
     ];
+    // A thread batches the digits ahead of the steps (as `examples/resnet.rs`).
     let config = TrainConfig::new(model)
-        .dataflow(BatchData::new(
+        .data(QueueInput::new(BatchData::new(
             train.to_flow(Some(args.common.seed))?,
             args.batch,
             false,
-        )?)
+        )?))
         .callback(ModelSaver::new())
         // A non-finite loss or gradient stops the run naming it, before anything is saved.
         .callback(NonFiniteGuard::new())
