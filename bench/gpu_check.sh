@@ -15,7 +15,8 @@
 #   3. PyTorch's ResNet-20 on the same GPU (pytorch_train.py --device cuda): fp32 with TF32 off
 #      and on, and bf16 autocast, NCHW and channels_last, batch 128, 10 warm-up and 50 timed
 #      steps, 3 rounds;
-#   4. the default 16-epoch `resnet --device cuda` run, time-boxed (epochs reached, accuracy);
+#   4. the default 16-epoch `resnet --device cuda` run, time-boxed (epochs reached, accuracy,
+#      images/s of its last epoch with every callback, against --bench at the same batch);
 #   5. compute-sanitizer memcheck, racecheck and synccheck on a short run (first launches);
 #   6. `mnist --device cuda` steps per second;
 #   7. bitwise determinism: two identical short training runs, their checkpoints' tensors
@@ -40,7 +41,7 @@ while [ $# -gt 0 ]; do
     --budget) budget=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --dry-run) dry=1; shift ;;
-    -h | --help) sed -n '2,29p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -263,6 +264,17 @@ run resnet_16_epochs "${limits[3]}" "${long[@]}" --fresh --logdir "$work/resnet1
 epochs=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$work/resnet16/stats.json" 2>/dev/null || echo 0)
 say "  epochs completed: $epochs"
 grep -E 'validation accuracy|finished, time' "$work/resnet_16_epochs.log" | tail -3 | sed 's/^/  /' | tee -a "$report"
+# Training speed with every default callback and the NonFiniteGuard (the user's run), from the
+# last whole epoch: its steps times the batch (64) over its time.
+train_rate=$(python3 - "$work/resnet_16_epochs.log" <<'PY'
+import re, sys
+steps = [(int(g), float(t)) for g, t in re.findall(
+    r"global_step (\d+)\) finished, time: ([0-9.]+) sec", open(sys.argv[1]).read())]
+if len(steps) >= 2:
+    print(f"{(steps[-1][0] - steps[-2][0]) * 64 / steps[-1][1]:.0f}")
+PY
+)
+say "  training with callbacks, last epoch: ${train_rate:-?} images/s (batch 64; --bench at batch 64 above: ${ours[64]:-?})"
 
 section "5. compute-sanitizer on a short run"
 if command -v compute-sanitizer >/dev/null; then
