@@ -5,15 +5,14 @@
 //! reduction), and the first variable with a non-finite value is the one named; the record
 //! keeps the first non-zero run's counts and the runs since.
 
+use super::processors::fixture;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
 use towerpack::backend::Session;
 use towerpack::backend::cpu::{CpuOptions, CpuSession};
 use towerpack::backend::reference::{Precision, evaluate};
-use towerpack::ir::{
-    Graph, Initializer, NodeId, Op, Shape, Step, TensorType, Value, VarFlags, VarId, VariableDef,
-};
+use towerpack::ir::{Graph, NodeId, Op, Shape, Step, TensorType, Value, VarId};
 use towerpack::lower::{LowerOptions, lower};
 use towerpack::optim::{FINITENESS_ROW, OptimError, gradient_finiteness, record_first_non_finite};
 use towerpack::tensor::{DType, HostTensor};
@@ -30,36 +29,9 @@ const SHAPES: &[(&str, &[usize])] = &[
 
 /// A graph with a variable per shape and a fed gradient input for each.
 fn gradients() -> (Graph, Vec<(VarId, Value)>, Vec<NodeId>) {
-    let mut graph = Graph::new();
-    let mut grads = Vec::new();
-    let mut inputs = Vec::new();
-    for (name, dims) in SHAPES {
-        let ty = TensorType::f32(Shape::fixed(dims));
-        let var = graph
-            .declare_variable(VariableDef {
-                name: (*name).into(),
-                ty: ty.clone(),
-                init: Initializer::Zeros,
-                flags: VarFlags {
-                    trainable: true,
-                    ..VarFlags::default()
-                },
-            })
-            .expect("declare");
-        let input = graph
-            .add_node(
-                &format!("{name}/grad"),
-                Op::Input {
-                    name: format!("{name}/grad"),
-                    ty,
-                },
-                &[],
-            )
-            .expect("input");
-        grads.push((var, Value::first(input)));
-        inputs.push(input);
-    }
-    (graph, grads, inputs)
+    let f = fixture(SHAPES, 0, 1.0);
+    let inputs = f.feeds.iter().map(|(n, _)| *n).collect();
+    (f.graph, f.grads, inputs)
 }
 
 /// Random finite gradients with `bad` non-finite values planted, and the counts of non-finite

@@ -18,14 +18,14 @@ use towerpack::optim::{
 use towerpack::tensor::{DType, HostTensor};
 
 /// Variables with gradient inputs fed from random values.
-struct Fixture {
-    graph: Graph,
-    grads: Vec<(VarId, Value)>,
-    feeds: Vec<(NodeId, HostTensor)>,
-    values: Vec<Vec<f64>>,
+pub(crate) struct Fixture {
+    pub(crate) graph: Graph,
+    pub(crate) grads: Vec<(VarId, Value)>,
+    pub(crate) feeds: Vec<(NodeId, HostTensor)>,
+    pub(crate) values: Vec<Vec<f64>>,
 }
 
-fn fixture(names: &[(&str, &[usize])], seed: u64, scale: f64) -> Fixture {
+pub(crate) fn fixture(names: &[(&str, &[usize])], seed: u64, scale: f64) -> Fixture {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut f = Fixture {
         graph: Graph::new(),

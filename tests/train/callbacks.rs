@@ -458,6 +458,17 @@ fn degenerate(loss_kind: bool, value: f32) -> (ModelFn, BatchData) {
     (ModelFn::new(inputs, tower, Optimizer::sgd(0.1)), flow)
 }
 
+/// The tensor and step of the `NonFiniteGuard` error that `c` stops with.
+fn non_finite_error(c: TrainConfig) -> (String, u64) {
+    match launch_train_with_config(c, &mut SimpleTrainer::new()).err() {
+        Some(TrainError::NonFinite {
+            tensor,
+            global_step,
+        }) => (tensor, global_step),
+        other => panic!("expected a non-finite loss or gradient, got {other:?}"),
+    }
+}
+
 /// Counts the steps that finished (their `trigger_step`).
 #[derive(Default)]
 struct StepCount(Arc<Mutex<u64>>);
@@ -505,15 +516,8 @@ fn the_non_finite_guard_checks_now_and_then_and_names_the_first_bad_step() {
             .callback(StepCount(Arc::clone(&steps)))
             .callback(guard)
             .max_epoch(1);
-        match launch_train_with_config(c, &mut SimpleTrainer::new()).err() {
-            Some(TrainError::NonFinite {
-                tensor,
-                global_step,
-            }) => {
-                assert_eq!((tensor.as_str(), global_step), ("the gradient of `w`", 13));
-            }
-            other => panic!("expected a non-finite gradient, got {other:?}"),
-        }
+        let (tensor, step) = non_finite_error(c);
+        assert_eq!((tensor.as_str(), step), ("the gradient of `w`", 13));
         assert_eq!(
             *steps.lock().expect("count"),
             finished,
@@ -528,41 +532,22 @@ fn the_non_finite_guard_names_the_first_bad_tensor() {
     let c = bare(TrainConfig::new(model).dataflow(flow).backend(cpu()))
         .callback(NonFiniteGuard::new())
         .max_epoch(3);
-    match launch_train_with_config(c, &mut SimpleTrainer::new()).err() {
-        Some(TrainError::NonFinite {
-            tensor,
-            global_step,
-        }) => {
-            assert_eq!((tensor.as_str(), global_step), ("loss `cost`", 1));
-        }
-        other => panic!("expected a non-finite loss, got {other:?}"),
-    }
+    let (tensor, step) = non_finite_error(c);
+    assert_eq!((tensor.as_str(), step), ("loss `cost`", 1));
 
     let (model, flow) = degenerate(false, 1.0);
     let c = bare(TrainConfig::new(model).dataflow(flow).backend(cpu()))
         .callback(NonFiniteGuard::new())
         .max_epoch(3);
-    match launch_train_with_config(c, &mut SimpleTrainer::new()).err() {
-        Some(TrainError::NonFinite { tensor, .. }) => {
-            assert_eq!(tensor, "the gradient of `w`");
-        }
-        other => panic!("expected a non-finite gradient, got {other:?}"),
-    }
+    assert_eq!(non_finite_error(c).0, "the gradient of `w`");
 
     // Loss-only mode misses the gradient of step 1 and sees the NaN loss it caused in step 2.
     let (model, flow) = degenerate(false, 1.0);
     let c = bare(TrainConfig::new(model).dataflow(flow).backend(cpu()))
         .callback(NonFiniteGuard::loss_only())
         .max_epoch(1);
-    match launch_train_with_config(c, &mut SimpleTrainer::new()).err() {
-        Some(TrainError::NonFinite {
-            tensor,
-            global_step,
-        }) => {
-            assert_eq!((tensor.as_str(), global_step), ("loss `cost`", 2));
-        }
-        other => panic!("expected a non-finite loss, got {other:?}"),
-    }
+    let (tensor, step) = non_finite_error(c);
+    assert_eq!((tensor.as_str(), step), ("loss `cost`", 2));
 }
 
 /// `ClassificationError` from logits and labels counts exactly what the model's own
