@@ -166,6 +166,14 @@ fn count_rows(
                 ),
             }));
         };
+        if len == 0 {
+            // Nothing to check: no rows.
+            rows.push(CheckedRows {
+                name: name.clone(),
+                rows: row..row,
+            });
+            continue;
+        }
         let flat = if t.rank() == 1 {
             g
         } else {
@@ -173,7 +181,7 @@ fn count_rows(
             node(graph, "flat", Op::Reshape { shape }, &[g])?
         };
         parts.push(flat);
-        let n = len.div_ceil(ROW).max(1);
+        let n = len.div_ceil(ROW);
         let pad = n * ROW - len;
         if pad > 0 {
             let slice = Op::Slice {
@@ -189,10 +197,15 @@ fn count_rows(
         });
         row += n;
     }
-    let joined = if parts.len() == 1 {
-        parts[0]
-    } else {
-        node(graph, "joined", Op::Concat { axis: 0 }, &parts)?
+    let joined = match parts.as_slice() {
+        [] => {
+            return Err(OptimError::Ir(IrError::Invalid {
+                node: scope.to_string(),
+                message: "every tensor to check is empty".into(),
+            }));
+        }
+        [one] => *one,
+        many => node(graph, "joined", Op::Concat { axis: 0 }, many)?,
     };
     let shape = Shape::fixed(&[row, ROW]);
     let joined = node(graph, "rows", Op::Reshape { shape }, &[joined])?;

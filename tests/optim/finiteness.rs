@@ -220,3 +220,18 @@ fn the_record_keeps_the_first_non_finite_run() {
         }
     }
 }
+
+/// An empty gradient has no rows (nothing in it can be non-finite); only empty ones are an
+/// error naming the scope.
+#[test]
+fn empty_gradients_have_no_rows() {
+    let f = fixture(&[("a", &[3]), ("empty", &[0]), ("b", &[2])], 1, 1.0);
+    let mut graph = f.graph;
+    let checks = gradient_finiteness(&mut graph, "guard", &f.grads).expect("checks");
+    let rows: Vec<std::ops::Range<usize>> = checks[0].rows.iter().map(|r| r.rows.clone()).collect();
+    assert_eq!(rows, [0..1, 1..1, 1..2]);
+    let f = fixture(&[("empty", &[0])], 1, 1.0);
+    let mut graph = f.graph;
+    let err = gradient_finiteness(&mut graph, "guard", &f.grads).unwrap_err();
+    assert!(err.to_string().contains("guard"), "{err}");
+}
