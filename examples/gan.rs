@@ -236,7 +236,7 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
         .dataflow(flow)
         .callback(GanSamples::default())
         .callback(ModelSaver::new())
-        // A non-finite loss or gradient stops the run naming it, before anything is saved.
+        // A non-finite loss or gradient stops the run naming it and its step, before the epoch is saved.
         .callback(NonFiniteGuard::new())
         .max_epoch(args.common.max_epoch.unwrap_or(20));
     let config = args.common.apply(config, &DEFAULTS);

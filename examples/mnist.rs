@@ -163,7 +163,7 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
             false,
         )?))
         .callback(ModelSaver::new())
-        // A non-finite loss or gradient stops the run naming it, before anything is saved.
+        // A non-finite loss or gradient stops the run naming it and its step, before the epoch is saved.
         .callback(NonFiniteGuard::new())
         .callback(InferenceRunner::new(
             BatchData::new(validation.to_flow(None)?, 200, true)?,

@@ -286,7 +286,7 @@ fn run(args: &Args) -> Result<(), Box<dyn Error>> {
     }
     .data(QueueInput::from_boxed(data.train))
     .callback(ModelSaver::new())
-    // A non-finite loss or gradient stops the run naming it, before anything is saved.
+    // A non-finite loss or gradient stops the run naming it and its step, before the epoch is saved.
     .callback(NonFiniteGuard::new())
     .callback(InferenceRunner::new(data.validation, inferencers))
     .callback(ScheduledHyperParamSetter::new("learning_rate", &schedule))
