@@ -5,7 +5,9 @@
 //! multiplies — and `tdpbf16ps` multiplies them with f32 accumulation. One tile instruction does
 //! 16 × 16 × 32 multiply-adds: measured on this project's Sapphire Rapids machine, 490 G/s on one
 //! core against 88 G/s for AVX-512 FMAs and 44 G/s for AVX512-BF16's `vdpbf16ps` (which is why
-//! the vector bf16 dot product is not used).
+//! the vector bf16 dot product is not used there; on an AMD Zen 4 without AMX, `vdpbf16ps`
+//! runs at 2.0× the FMAs' rate instead — docs/performance.md, Precision — and would read this
+//! module's packed operands as they are).
 //!
 //! **Algorithm.** An implicit GEMM per image: the image is padded and rounded to bf16 once, then
 //! panels of 64 output pixels multiply their windows (`KH·KW·C` values, in the filter's row
