@@ -82,8 +82,10 @@ pub fn oversubscription_warning(threads: usize, cores: usize) -> Option<String> 
 /// convolutions round their operands to f16 and multiply in f32 on the vector units), and bf16
 /// without AMX tiles (`tiles`: the CPU has AMX-BF16, the session may use it and runs at
 /// `avx512`) — measured on ResNet-20 at batch 128: fp16 0.93–0.95× fp32, bf16 without tiles
-/// 0.91×, bf16 on tiles 1.35–1.37× (1.18–1.23× since fp32 runs Winograd). `None` for fp32,
-/// TF32 (f32 arithmetic on a CPU) and bf16 on tiles.
+/// 0.91× (0.68× on an AMD EPYC Zen 4 since fp32 runs its 3×3 convolutions as Winograd, which
+/// bf16 does not take: 606 against 887 img/s, 2026-11-29), bf16 on tiles 1.35–1.37×
+/// (1.18–1.23× since fp32 runs Winograd). `None` for fp32, TF32 (f32 arithmetic on a CPU)
+/// and bf16 on tiles.
 pub fn precision_warning(precision: Precision, tiles: bool) -> Option<String> {
     match precision {
         Precision::Fp16 => Some(
@@ -95,7 +97,8 @@ pub fn precision_warning(precision: Precision, tiles: bool) -> Option<String> {
         Precision::Bf16 if !tiles => Some(
             "bf16 without AMX tiles (this CPU lacks AMX-BF16, TOWERPACK_AMX=0, \
              CpuOptions::amx or a SIMD level below avx512): the convolutions multiply \
-             bf16-rounded operands in f32 on the vector units, about as fast as fp32 or slower"
+             bf16-rounded operands in f32 on the vector units, without fp32's Winograd: \
+             expect it to be slower than fp32 (ResNet-20: 0.68x on an AMD EPYC Zen 4)"
                 .to_string(),
         ),
         _ => None,
