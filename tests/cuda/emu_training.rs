@@ -625,3 +625,48 @@ fn scratch_memory_starts_poisoned_on_the_emulated_device() {
         );
     }
 }
+
+/// `NonFiniteGuard` on the device (the emulated one, or the GPU with
+/// `TOWERPACK_TEST_CUDA=gpu`): its join, count and record run as CUDA kernels, and the run
+/// stops naming the gradient and the step where it first went NaN — step 13 of `sqrt(w·x)` fed
+/// `x = 0` in batch 12 (a finite loss, a 0/0 gradient) — found at the step-21 check, while the
+/// NaN weights made every later loss NaN too.
+#[test]
+fn the_non_finite_guard_names_the_first_bad_step_on_the_device() {
+    use towerpack::data::{BatchData, DataFromList};
+    use towerpack::dsl::prelude::*;
+    use towerpack::train::callbacks::NonFiniteGuard;
+    use towerpack::train::{ModelFn, TrainConfig, TrainError};
+    cuda_common::require_nvrtc();
+    let inputs = vec![InputSpec::new(
+        "x",
+        towerpack::tensor::DType::F32,
+        towerpack::ir::Shape::batched(&[1]),
+    )];
+    let tower = |x: &[Tensor]| {
+        let w = get_variable(
+            "w",
+            &VarSpec::new(&[1]).init(towerpack::ir::Initializer::Ones),
+        );
+        (&w * &x[0]).sqrt().mean().named("cost")
+    };
+    let items = (0..30 * 4)
+        .map(|i| {
+            let x = if i / 4 == 12 { 0.0 } else { 1.0 };
+            vec![HostTensor::from_f32(&[1], vec![x]).expect("x")]
+        })
+        .collect();
+    let flow = BatchData::new(DataFromList::new(items), 4, false).expect("batch");
+    let model = ModelFn::new(inputs, tower, Optimizer::sgd(0.05));
+    let c = train_common::bare(TrainConfig::new(model).dataflow(flow))
+        .backend(cuda_common::backend(1))
+        .callback(NonFiniteGuard::new())
+        .max_epoch(1);
+    match launch_train_with_config(c, &mut SimpleTrainer::new()).err() {
+        Some(TrainError::NonFinite {
+            tensor,
+            global_step,
+        }) => assert_eq!((tensor.as_str(), global_step), ("the gradient of `w`", 13)),
+        other => panic!("expected a non-finite gradient, got {other:?}"),
+    }
+}
