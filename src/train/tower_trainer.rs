@@ -114,6 +114,11 @@ pub struct SingleTower;
 
 /// tensorpack's `SimpleTrainer`: one tower (name scope `""`), fed by a `FeedInput` when given a
 /// data flow (tensorpack's choice; a `QueueInput` can be passed as `TrainConfig::data`).
+///
+/// A `FeedInput` prepares each batch on the training thread between steps. On a GPU, pass
+/// `TrainConfig::data(QueueInput::new(flow))` so that a thread prepares them ahead, as the
+/// examples do: for ResNet-20 at batch 128 the training thread's host time per step went from
+/// 0.378 to 0.122 ms (measured with the host-only emulated device, docs/performance.md).
 pub type SimpleTrainer = TowerTrainer<SingleTower>;
 
 impl TowerTrainer<SingleTower> {
