@@ -15,7 +15,7 @@
 //! then and still name the tensor and the run: one elementwise kernel and one reduction a run.
 
 use super::OptimError;
-use super::process::device;
+use super::process::{device, not_finite};
 use super::state;
 use crate::ir::{
     BinaryOp, Graph, Initializer, IrError, NodeId, Op, ReduceOp, Shape, TensorType, UnaryOp, Value,
@@ -210,10 +210,7 @@ fn count_rows(
     let shape = Shape::fixed(&[row, ROW]);
     let joined = node(graph, "rows", Op::Reshape { shape }, &[joined])?;
     let abs = node(graph, "abs", Op::Unary(UnaryOp::Abs), &[joined])?;
-    let inf = state::constant(graph, &format!("{scope}/inf"), dtype, f64::INFINITY, dev)?;
-    let finite = node(graph, "finite", Op::Binary(BinaryOp::Lt), &[abs, inf])?;
-    let bad = node(graph, "not_finite", Op::Unary(UnaryOp::Not), &[finite])?;
-    let bad = node(graph, "cast", Op::Cast { to: DType::F32 }, &[bad])?;
+    let bad = not_finite(graph, scope, abs, dtype, dev)?;
     let counts = node(
         graph,
         "count",

@@ -373,6 +373,25 @@ pub(crate) fn all_finite(graph: &mut Graph, scope: &str, g: Value) -> Result<Val
     all_finite_times(graph, scope, g, None)
 }
 
+/// `f32` 1 where `abs` (magnitudes, of `dtype`) is not `< inf` — NaN and ±inf alike — and 0
+/// elsewhere: the one definition of a non-finite value the checks count. Nodes named under
+/// `scope`, on `dev`.
+pub(crate) fn not_finite(
+    graph: &mut Graph,
+    scope: &str,
+    abs: Value,
+    dtype: DType,
+    dev: Option<u16>,
+) -> Result<Value, OptimError> {
+    let node = |graph: &mut Graph, part: &str, op: Op, ins: &[Value]| {
+        state::node(graph, &format!("{scope}/{part}"), op, ins, dev)
+    };
+    let inf = state::constant(graph, &format!("{scope}/inf"), dtype, f64::INFINITY, dev)?;
+    let finite = node(graph, "finite", Op::Binary(BinaryOp::Lt), &[abs, inf])?;
+    let bad = node(graph, "not_finite", Op::Unary(UnaryOp::Not), &[finite])?;
+    node(graph, "cast", Op::Cast { to: DType::F32 }, &[bad])
+}
+
 /// [`all_finite`] of `g · factor` for a positive scalar `factor` (when given), computed as
 /// `|g| · factor < inf` — the same value as `|g · factor|`, so the check does not share the
 /// product `g · factor` with the update that reads it (the update then fuses its own copy).
@@ -395,10 +414,7 @@ pub(crate) fn all_finite_times(
             &[abs, factor],
         )?;
     }
-    let inf = state::constant(graph, &format!("{scope}/inf"), dtype, f64::INFINITY, dev)?;
-    let finite = node(graph, "finite", Op::Binary(BinaryOp::Lt), &[abs, inf])?;
-    let bad = node(graph, "not_finite", Op::Unary(UnaryOp::Not), &[finite])?;
-    let bad = node(graph, "cast", Op::Cast { to: DType::F32 }, &[bad])?;
+    let bad = not_finite(graph, scope, abs, dtype, dev)?;
     let count = reduce_all(graph, &format!("{scope}/count"), ReduceOp::Sum, bad, dev)?;
     let zero = state::constant(graph, &format!("{scope}/zero"), DType::F32, 0.0, dev)?;
     node(
