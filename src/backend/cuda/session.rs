@@ -67,8 +67,8 @@ pub struct CudaOptions {
     /// filter-gradient convolutions load `x` as bf16 — its bits copied straight into their
     /// 16-bit stages, or widened in registers where they compute with it
     /// (`kernels/gemm_core.cuh` tp_bf16, tp_travel). Half the bytes of those activations
-    /// written and read back. Default on, unless `TOWERPACK_CUDA_HALF_ACTIVATIONS` is `0`, `off` or `false`
-    /// ([`HALF_ACTIVATIONS_ENV`], to compare the two on a GPU with one build).
+    /// written and read back. Default on, unless `TOWERPACK_CUDA_HALF_ACTIVATIONS` is `0`,
+    /// `off` or `false` ([`HALF_ACTIVATIONS_ENV`], to compare the two on a GPU with one build).
     pub half_activations: bool,
     /// With [`CudaOptions::half_activations`], also store in bf16 the gradients convolutions
     /// read as `dy` ([`LowerOptions::half_gradients`]; the input- and filter-gradient
@@ -144,12 +144,13 @@ impl CudaOptions {
     /// ([`LowerOptions::epilogue_variances`]). A program lowered with them renders; tests and
     /// reports that lower by themselves use this.
     pub fn lowering(&self) -> LowerOptions {
+        let half_activations = self.half_activations && self.lower.half_activations;
         LowerOptions {
             conv_prologues: self.conv_prologues
                 && self.lower.conv_prologues
                 && self.lower.precision != Precision::Tf32,
-            half_activations: self.half_activations && self.lower.half_activations,
-            half_gradients: self.half_gradients && self.half_activations,
+            half_activations,
+            half_gradients: self.half_gradients && half_activations,
             epilogue_variances: true,
             ..self.lower
         }
